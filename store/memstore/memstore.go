@@ -1,0 +1,473 @@
+// Package memstore is an in-memory store.Store with the semantics of the JetStream adapter: one
+// sequence per bucket, revisions are sequences, fences compare against the last sequence of
+// shard.<S>. It exists for fast tests of the core and passes the same conformance suite.
+package memstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/tickfence/tickfence/store"
+)
+
+type entry struct {
+	rev     uint64
+	value   []byte
+	deleted bool
+}
+
+type bucket struct {
+	seq  uint64
+	keys map[string]entry
+}
+
+func (b *bucket) put(key string, value []byte, deleted bool) uint64 {
+	b.seq++
+	b.keys[key] = entry{rev: b.seq, value: value, deleted: deleted}
+	return b.seq
+}
+
+// lastRev is the sequence of the last message on a key, delete markers included (0: none).
+func (b *bucket) lastRev(key string) uint64 { return b.keys[key].rev }
+
+// Store is the in-memory backend. The zero value is not usable; call New.
+type Store struct {
+	mu       sync.Mutex
+	buckets  map[string]*bucket
+	watchers []*watcher
+	hold     func(string) bool
+	held     []store.HeldWrite
+}
+
+type watcher struct {
+	bucket string
+	ch     chan store.AssignmentEvent
+	ctx    context.Context
+}
+
+var (
+	_ store.Store         = (*Store)(nil)
+	_ store.FaultInjector = (*Store)(nil)
+)
+
+// New returns an empty store.
+func New() *Store { return &Store{buckets: map[string]*bucket{}} }
+
+func (s *Store) bucket(name string, create bool) *bucket {
+	b := s.buckets[name]
+	if b == nil && create {
+		b = &bucket{keys: map[string]entry{}}
+		s.buckets[name] = b
+	}
+	return b
+}
+
+func (s *Store) dataBucket(epoch uint64, shard uint32) (*bucket, string, error) {
+	c, err := s.clusterLocked()
+	if err != nil {
+		return nil, "", err
+	}
+	name := store.DataBucket(epoch, shard%c.Partitions)
+	b := s.bucket(name, false)
+	if b == nil {
+		return nil, "", fmt.Errorf("data bucket %s: %w", name, store.ErrNotFound)
+	}
+	return b, name, nil
+}
+
+func (s *Store) clusterLocked() (store.Cluster, error) {
+	cb := s.bucket(store.ControlBucket, false)
+	if cb == nil {
+		return store.Cluster{}, fmt.Errorf("cluster record: %w", store.ErrNotFound)
+	}
+	e, ok := cb.keys[store.ClusterKey]
+	if !ok || e.deleted {
+		return store.Cluster{}, fmt.Errorf("cluster record: %w", store.ErrNotFound)
+	}
+	var c store.Cluster
+	if err := json.Unmarshal(e.value, &c); err != nil {
+		return store.Cluster{}, fmt.Errorf("cluster record: %w", err)
+	}
+	return c, nil
+}
+
+// Bootstrap implements store.Store.
+func (s *Store) Bootstrap(_ context.Context, want store.Cluster) (store.Cluster, error) {
+	if err := want.Validate(); err != nil {
+		return store.Cluster{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.clusterLocked()
+	if err != nil {
+		v, _ := json.Marshal(want)
+		s.bucket(store.ControlBucket, true).put(store.ClusterKey, v, false)
+		c = want
+	}
+	for p := uint32(0); p < c.Partitions; p++ {
+		s.bucket(store.DataBucket(c.Epoch, p), true)
+	}
+	return c, nil
+}
+
+// Cluster implements store.Store.
+func (s *Store) Cluster(context.Context) (store.Cluster, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clusterLocked()
+}
+
+// Assignment implements store.Store.
+func (s *Store) Assignment(_ context.Context, epoch uint64, shard uint32) (store.Assignment, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, _, err := s.dataBucket(epoch, shard)
+	if err != nil {
+		return store.Assignment{}, 0, err
+	}
+	e, ok := b.keys[store.ShardKey(shard)]
+	if !ok || e.deleted {
+		return store.Assignment{}, 0, fmt.Errorf("shard %d: %w", shard, store.ErrNotFound)
+	}
+	var a store.Assignment
+	if err := json.Unmarshal(e.value, &a); err != nil {
+		return store.Assignment{}, 0, fmt.Errorf("shard %d: %w", shard, err)
+	}
+	return a, e.rev, nil
+}
+
+// Assign implements store.Store.
+func (s *Store) Assign(_ context.Context, epoch uint64, shard uint32, a store.Assignment, expect uint64) (uint64, error) {
+	v, err := json.Marshal(a)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, name, err := s.dataBucket(epoch, shard)
+	if err != nil {
+		return 0, err
+	}
+	key := store.ShardKey(shard)
+	e, ok := b.keys[key]
+	// Like KV Create, expect 0 also succeeds over a delete marker.
+	if !(e.rev == expect || expect == 0 && ok && e.deleted) {
+		return 0, fmt.Errorf("assign shard %d: revision %d, expected %d: %w", shard, e.rev, expect, store.ErrConflict)
+	}
+	rev := b.put(key, v, false)
+	s.notifyLocked(name, store.AssignmentEvent{Shard: shard, Revision: rev, Assignment: a})
+	return rev, nil
+}
+
+func (s *Store) notifyLocked(bucket string, ev store.AssignmentEvent) {
+	live := s.watchers[:0]
+	for _, w := range s.watchers {
+		if w.ctx.Err() != nil {
+			close(w.ch)
+			continue
+		}
+		live = append(live, w)
+		if w.bucket == bucket {
+			select {
+			case w.ch <- ev:
+			case <-w.ctx.Done():
+			}
+		}
+	}
+	s.watchers = live
+}
+
+// WatchAssignments implements store.Store. Events are delivered in order; a watcher that does not
+// keep up delays writers (the channel is generously buffered).
+func (s *Store) WatchAssignments(ctx context.Context, epoch uint64) (<-chan store.AssignmentEvent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.clusterLocked()
+	if err != nil {
+		return nil, err
+	}
+	w := &watcher{ch: make(chan store.AssignmentEvent, 4*int(c.Shards)+64), ctx: ctx}
+	var initial []store.AssignmentEvent
+	for p := uint32(0); p < c.Partitions; p++ {
+		name := store.DataBucket(epoch, p)
+		b := s.bucket(name, false)
+		if b == nil {
+			return nil, fmt.Errorf("data bucket %s: %w", name, store.ErrNotFound)
+		}
+		for k, e := range b.keys {
+			if !strings.HasPrefix(k, "shard.") {
+				continue
+			}
+			var sh uint32
+			fmt.Sscanf(k, "shard.%d", &sh)
+			ev := store.AssignmentEvent{Shard: sh, Revision: e.rev, Deleted: e.deleted}
+			if !e.deleted {
+				_ = json.Unmarshal(e.value, &ev.Assignment)
+			}
+			initial = append(initial, ev)
+		}
+		// One watcher per partition bucket shares the channel.
+		if p == 0 {
+			w.bucket = name
+		} else {
+			s.watchers = append(s.watchers, &watcher{bucket: name, ch: w.ch, ctx: ctx})
+		}
+	}
+	sort.Slice(initial, func(i, j int) bool { return initial[i].Revision < initial[j].Revision })
+	for _, ev := range initial {
+		w.ch <- ev
+	}
+	s.watchers = append(s.watchers, w)
+	go func() { // close the channel once ctx ends, even if nothing is written any more
+		<-ctx.Done()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		live := s.watchers[:0]
+		closed := false
+		for _, x := range s.watchers {
+			if x.ch == w.ch {
+				if !closed {
+					close(x.ch)
+					closed = true
+				}
+				continue
+			}
+			live = append(live, x)
+		}
+		s.watchers = live
+	}()
+	return w.ch, nil
+}
+
+// Rotate implements store.Store.
+func (s *Store) Rotate(_ context.Context, g store.Grant) (store.Grant, error) {
+	v, err := json.Marshal(g.Assignment)
+	if err != nil {
+		return store.Grant{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, name, err := s.dataBucket(g.Epoch, g.Shard)
+	if err != nil {
+		return store.Grant{}, err
+	}
+	key := store.ShardKey(g.Shard)
+	if b.lastRev(key) != g.Token {
+		return store.Grant{}, fmt.Errorf("rotate %s: %w", g, store.ErrStaleOwner)
+	}
+	g.Token = b.put(key, v, false)
+	s.notifyLocked(name, store.AssignmentEvent{Shard: g.Shard, Revision: g.Token, Assignment: g.Assignment})
+	return g, nil
+}
+
+// ReleaseShard implements store.Store.
+func (s *Store) ReleaseShard(_ context.Context, g store.Grant) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, name, err := s.dataBucket(g.Epoch, g.Shard)
+	if err != nil {
+		return err
+	}
+	key := store.ShardKey(g.Shard)
+	if b.lastRev(key) != g.Token {
+		return fmt.Errorf("release %s: %w", g, store.ErrStaleOwner)
+	}
+	rev := b.put(key, nil, true)
+	s.notifyLocked(name, store.AssignmentEvent{Shard: g.Shard, Revision: rev, Deleted: true})
+	return nil
+}
+
+// Instances implements store.Store.
+func (s *Store) Instances(_ context.Context, epoch uint64, shard uint32) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, _, err := s.dataBucket(epoch, shard)
+	if err != nil {
+		return nil, err
+	}
+	prefix := fmt.Sprintf("inst.%d.", shard)
+	var ids []string
+	for k, e := range b.keys {
+		if strings.HasPrefix(k, prefix) && !e.deleted {
+			ids = append(ids, strings.TrimPrefix(k, prefix))
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// Load implements store.Store.
+func (s *Store) Load(_ context.Context, epoch uint64, shard uint32, id string) (store.Record, uint64, error) {
+	if err := store.ValidID(id); err != nil {
+		return store.Record{}, 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, _, err := s.dataBucket(epoch, shard)
+	if err != nil {
+		return store.Record{}, 0, err
+	}
+	e, ok := b.keys[store.InstanceKey(shard, id)]
+	if !ok || e.deleted {
+		return store.Record{}, 0, fmt.Errorf("instance %s: %w", id, store.ErrNotFound)
+	}
+	r, err := store.DecodeRecord(e.value)
+	if err != nil {
+		return store.Record{}, 0, fmt.Errorf("instance %s at revision %d: %w", id, e.rev, err)
+	}
+	return r, e.rev, nil
+}
+
+// Register implements store.Store.
+func (s *Store) Register(_ context.Context, g store.Grant, id string, rec store.Record, loadedRev uint64) (uint64, error) {
+	if err := store.ValidID(id); err != nil {
+		return 0, err
+	}
+	rec.Token = g.Token
+	v, err := store.EncodeRecord(rec)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, _, err := s.dataBucket(g.Epoch, g.Shard)
+	if err != nil {
+		return 0, err
+	}
+	key := store.InstanceKey(g.Shard, id)
+	if last := b.lastRev(key); last != loadedRev {
+		return 0, fmt.Errorf("register %s: revision %d, loaded %d: %w", id, last, loadedRev, store.ErrConflict)
+	}
+	return b.put(key, v, false), nil
+}
+
+// Create implements store.Store.
+func (s *Store) Create(_ context.Context, g store.Grant, id string, kind string) (uint64, error) {
+	if err := store.ValidID(id); err != nil {
+		return 0, err
+	}
+	v, err := store.EncodeRecord(store.Record{Token: g.Token, Kind: kind})
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, _, err := s.dataBucket(g.Epoch, g.Shard)
+	if err != nil {
+		return 0, err
+	}
+	key := store.InstanceKey(g.Shard, id)
+	if e, ok := b.keys[key]; ok && !e.deleted {
+		return 0, fmt.Errorf("create %s: exists at revision %d: %w", id, e.rev, store.ErrConflict)
+	}
+	return b.put(key, v, false), nil
+}
+
+// fenced applies a fenced write or delete marker, the one place the fence is checked.
+func (s *Store) fenced(g store.Grant, id string, v []byte, del bool) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, _, err := s.dataBucket(g.Epoch, g.Shard)
+	if err != nil {
+		return 0, err
+	}
+	if b.lastRev(store.ShardKey(g.Shard)) != g.Token {
+		return 0, fmt.Errorf("write %s under %s: %w", id, g, store.ErrStaleOwner)
+	}
+	return b.put(store.InstanceKey(g.Shard, id), v, del), nil
+}
+
+func (s *Store) prepare(g store.Grant, id string, rec store.Record) ([]byte, error) {
+	if err := store.ValidID(id); err != nil {
+		return nil, err
+	}
+	rec.Token = g.Token
+	return store.EncodeRecord(rec)
+}
+
+type heldWrite struct {
+	s   *Store
+	g   store.Grant
+	id  string
+	v   []byte
+	del bool
+}
+
+func (h heldWrite) Instance() string { return h.id }
+func (h heldWrite) Deliver(context.Context) error {
+	_, err := h.s.fenced(h.g, h.id, h.v, h.del)
+	return err
+}
+
+// holdBack reports whether a write is to be held back, keeping it if so.
+func (s *Store) holdBack(g store.Grant, id string, v []byte, del bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hold == nil || !s.hold(id) {
+		return false
+	}
+	s.held = append(s.held, heldWrite{s: s, g: g, id: id, v: v, del: del})
+	return true
+}
+
+// Write implements store.Store.
+func (s *Store) Write(_ context.Context, g store.Grant, id string, rec store.Record) (uint64, error) {
+	v, err := s.prepare(g, id, rec)
+	if err != nil {
+		return 0, err
+	}
+	if s.holdBack(g, id, v, false) {
+		return 0, fmt.Errorf("write %s: held by fault injection: %w", id, store.ErrUnknownOutcome)
+	}
+	return s.fenced(g, id, v, false)
+}
+
+// WriteAsync implements store.Store; the in-memory write completes before it returns.
+func (s *Store) WriteAsync(g store.Grant, id string, rec store.Record, done func(uint64, error)) {
+	done(s.Write(context.Background(), g, id, rec))
+}
+
+// End implements store.Store.
+func (s *Store) End(_ context.Context, g store.Grant, id string) (uint64, error) {
+	if err := store.ValidID(id); err != nil {
+		return 0, err
+	}
+	if s.holdBack(g, id, nil, true) {
+		return 0, fmt.Errorf("end %s: held by fault injection: %w", id, store.ErrUnknownOutcome)
+	}
+	return s.fenced(g, id, nil, true)
+}
+
+// HoldWrites implements store.FaultInjector.
+func (s *Store) HoldWrites(hold func(string) bool) {
+	s.mu.Lock()
+	s.hold = hold
+	s.mu.Unlock()
+}
+
+// TakeHeld implements store.FaultInjector.
+func (s *Store) TakeHeld() []store.HeldWrite {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.held
+	s.held = nil
+	return h
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error { return nil }
+
+// PutRaw stores bytes as an instance record with no checks at all: for tests that plant bad data.
+func (s *Store) PutRaw(epoch uint64, shard uint32, id string, data []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, _, err := s.dataBucket(epoch, shard)
+	if err != nil {
+		panic(err)
+	}
+	b.put(store.InstanceKey(shard, id), data, false)
+}

@@ -1,0 +1,655 @@
+// Package natskv is the NATS JetStream KV backend of store.Store. Buckets and keys follow
+// DESIGN.md section 3; fenced writes are publishes whose Nats-Expected-Last-Subject-Sequence is
+// checked by the server against shard.<S> (Nats-Expected-Last-Subject-Sequence-Subject), in the
+// same atomic step as the write.
+package natskv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tickfence/tickfence/store"
+)
+
+// Header names of a fenced write (DESIGN.md section 4).
+const (
+	HeaderToken     = "Tickfence-Token"
+	headerKVOp      = "KV-Operation"
+	codeWrongLast   = jetstream.JSErrCodeStreamWrongLastSequence         // 10071: the fence or CAS failed
+	codeSubjectBusy = jetstream.JSErrCodeStreamWrongLastSequenceConstant // 10164: retry, never a fence
+)
+
+// Options configure the adapter.
+type Options struct {
+	// Storage of buckets this adapter creates (file by default).
+	Storage jetstream.StorageType
+	// Replicas of buckets this adapter creates (1 by default).
+	Replicas int
+	// History kept per key in data buckets (1 by default; fault tests raise it to keep every
+	// revision). At most 64: a JetStream KV limit.
+	History uint8
+	// AckTimeout bounds the wait for a publish acknowledgement; past it the outcome is unknown.
+	AckTimeout time.Duration
+	// MaxPending bounds pipelined writes in flight.
+	MaxPending int
+}
+
+func (o *Options) defaults() {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.History == 0 {
+		o.History = 1
+	}
+	if o.AckTimeout == 0 {
+		o.AckTimeout = 5 * time.Second
+	}
+	if o.MaxPending == 0 {
+		o.MaxPending = 16384
+	}
+}
+
+// Store is the JetStream backend.
+type Store struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	opts Options
+
+	mu      sync.Mutex
+	buckets map[string]jetstream.KeyValue
+	cluster *store.Cluster
+	hold    func(string) bool
+	held    []store.HeldWrite
+
+	acks chan pending
+	quit chan struct{}
+	wg   sync.WaitGroup
+}
+
+type pending struct {
+	fut  jetstream.PubAckFuture
+	id   string
+	done func(uint64, error)
+}
+
+var (
+	_ store.Store         = (*Store)(nil)
+	_ store.FaultInjector = (*Store)(nil)
+)
+
+// Connect dials NATS the way the adapter needs: the reconnect buffer is disabled, so a publish
+// made while disconnected fails at once instead of being flushed, unseen, after a reconnect.
+func Connect(url string, opts ...nats.Option) (*nats.Conn, error) {
+	opts = append([]nats.Option{nats.ReconnectBufSize(-1), nats.MaxReconnects(-1)}, opts...)
+	return nats.Connect(url, opts...)
+}
+
+// Open wraps a connection. The connection must have its reconnect buffer disabled (Connect does
+// that; for nats.Connect pass nats.ReconnectBufSize(-1)).
+func Open(nc *nats.Conn, opts Options) (*Store, error) {
+	if nc.Opts.ReconnectBufSize != -1 {
+		return nil, errors.New("natskv: the connection must disable its reconnect buffer (nats.ReconnectBufSize(-1)): " +
+			"publishes buffered during a reconnect could land after the owner rotated away from them")
+	}
+	opts.defaults()
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncTimeout(opts.AckTimeout),
+		jetstream.WithPublishAsyncMaxPending(opts.MaxPending))
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{nc: nc, js: js, opts: opts, buckets: map[string]jetstream.KeyValue{},
+		acks: make(chan pending, opts.MaxPending), quit: make(chan struct{})}
+	s.wg.Add(1)
+	go s.settle()
+	return s, nil
+}
+
+// Close stops the acknowledgement goroutine. Writes still in flight complete with ErrUnknownOutcome.
+func (s *Store) Close() error {
+	close(s.quit)
+	s.wg.Wait()
+	return nil
+}
+
+// settle delivers the outcomes of pipelined writes, in submission order.
+func (s *Store) settle() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.quit:
+			for {
+				select {
+				case p := <-s.acks:
+					p.done(0, fmt.Errorf("write %s: store closed: %w", p.id, store.ErrUnknownOutcome))
+				default:
+					return
+				}
+			}
+		case p := <-s.acks:
+			select {
+			case ack := <-p.fut.Ok():
+				p.done(ack.Sequence, nil)
+			case err := <-p.fut.Err():
+				if apiCode(err) == codeSubjectBusy {
+					s.wg.Add(1)
+					go s.retryBusy(p)
+					continue
+				}
+				p.done(0, classifyFenced("write "+p.id, err))
+			case <-s.quit:
+				p.done(0, fmt.Errorf("write %s: store closed: %w", p.id, store.ErrUnknownOutcome))
+			}
+		}
+	}
+}
+
+// retryBusy resends a write the stream leader refused with 10164 (the fence subject was busy with
+// another proposal). The refusal is definite, so the resend cannot duplicate it.
+func (s *Store) retryBusy(p pending) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.AckTimeout)
+	defer cancel()
+	rev, err := s.publishFenced(ctx, p.fut.Msg(), p.id)
+	p.done(rev, err)
+}
+
+func apiCode(err error) jetstream.ErrorCode {
+	var ae *jetstream.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode
+	}
+	return 0
+}
+
+// classify maps an error of a compare-on-revision on the key itself.
+func classify(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	case apiCode(err) == codeWrongLast, errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+		return fmt.Errorf("%s: %w: %v", op, store.ErrConflict, err)
+	case apiCode(err) != 0, errors.Is(err, nats.ErrMaxPayload):
+		return fmt.Errorf("%s: %w", op, err) // refused: nothing stored
+	default:
+		return fmt.Errorf("%s: %w: %v", op, store.ErrUnknownOutcome, err)
+	}
+}
+
+// classifyFenced maps an error of a fenced write: a wrong last sequence there is the fence.
+func classifyFenced(op string, err error) error {
+	if apiCode(err) == codeWrongLast {
+		return fmt.Errorf("%s: %w: %v", op, store.ErrStaleOwner, err)
+	}
+	return classify(op, err)
+}
+
+func (s *Store) kv(ctx context.Context, name string) (jetstream.KeyValue, error) {
+	s.mu.Lock()
+	kv := s.buckets[name]
+	s.mu.Unlock()
+	if kv != nil {
+		return kv, nil
+	}
+	kv, err := s.js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("bucket %s: %w", name, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", name, err)
+	}
+	s.mu.Lock()
+	s.buckets[name] = kv
+	s.mu.Unlock()
+	return kv, nil
+}
+
+func (s *Store) createBucket(ctx context.Context, cfg jetstream.KeyValueConfig) error {
+	cfg.Storage = s.opts.Storage
+	cfg.Replicas = s.opts.Replicas
+	kv, err := s.js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = s.js.KeyValue(ctx, cfg.Bucket)
+	}
+	if err != nil {
+		return fmt.Errorf("create bucket %s: %w", cfg.Bucket, err)
+	}
+	s.mu.Lock()
+	s.buckets[cfg.Bucket] = kv
+	s.mu.Unlock()
+	return nil
+}
+
+// Bootstrap implements store.Store. Data buckets are created before the cluster record names
+// their epoch, and never for an epoch the record already holds.
+func (s *Store) Bootstrap(ctx context.Context, want store.Cluster) (store.Cluster, error) {
+	if err := want.Validate(); err != nil {
+		return store.Cluster{}, err
+	}
+	// The control bucket keeps per-message TTL markers for the leases of nodes and the leader.
+	if err := s.createBucket(ctx, jetstream.KeyValueConfig{Bucket: store.ControlBucket, History: 1,
+		LimitMarkerTTL: time.Second}); err != nil {
+		return store.Cluster{}, err
+	}
+	c, err := s.Cluster(ctx)
+	if err == nil {
+		return c, s.bindData(ctx, c)
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return store.Cluster{}, err
+	}
+	for p := uint32(0); p < want.Partitions; p++ {
+		if err := s.createBucket(ctx, jetstream.KeyValueConfig{Bucket: store.DataBucket(want.Epoch, p),
+			History: s.opts.History, MaxValueSize: store.MaxRecordBytes + 1024}); err != nil {
+			return store.Cluster{}, err
+		}
+	}
+	ctl, err := s.kv(ctx, store.ControlBucket)
+	if err != nil {
+		return store.Cluster{}, err
+	}
+	v, _ := json.Marshal(want)
+	if _, err := ctl.Create(ctx, store.ClusterKey, v); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return store.Cluster{}, fmt.Errorf("create cluster record: %w", err)
+	}
+	c, err = s.Cluster(ctx) // another node may have won the Create
+	if err != nil {
+		return store.Cluster{}, err
+	}
+	return c, s.bindData(ctx, c)
+}
+
+func (s *Store) bindData(ctx context.Context, c store.Cluster) error {
+	for p := uint32(0); p < c.Partitions; p++ {
+		if _, err := s.kv(ctx, store.DataBucket(c.Epoch, p)); err != nil {
+			return fmt.Errorf("epoch %d is recorded but its data bucket is unusable (never recreated, "+
+				"a new bucket would restart revisions at 1): %w", c.Epoch, err)
+		}
+	}
+	return nil
+}
+
+// Cluster implements store.Store.
+func (s *Store) Cluster(ctx context.Context) (store.Cluster, error) {
+	ctl, err := s.kv(ctx, store.ControlBucket)
+	if err != nil {
+		return store.Cluster{}, err
+	}
+	e, err := ctl.Get(ctx, store.ClusterKey)
+	if err != nil {
+		return store.Cluster{}, classify("cluster record", err)
+	}
+	var c store.Cluster
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		return store.Cluster{}, fmt.Errorf("cluster record: %w", err)
+	}
+	s.mu.Lock()
+	s.cluster = &c
+	s.mu.Unlock()
+	return c, nil
+}
+
+func (s *Store) dataKV(ctx context.Context, epoch uint64, shard uint32) (jetstream.KeyValue, string, error) {
+	s.mu.Lock()
+	c := s.cluster
+	s.mu.Unlock()
+	if c == nil {
+		cc, err := s.Cluster(ctx)
+		if err != nil {
+			return nil, "", err
+		}
+		c = &cc
+	}
+	name := store.DataBucket(epoch, shard%c.Partitions)
+	kv, err := s.kv(ctx, name)
+	return kv, name, err
+}
+
+// Assignment implements store.Store.
+func (s *Store) Assignment(ctx context.Context, epoch uint64, shard uint32) (store.Assignment, uint64, error) {
+	kv, _, err := s.dataKV(ctx, epoch, shard)
+	if err != nil {
+		return store.Assignment{}, 0, err
+	}
+	e, err := kv.Get(ctx, store.ShardKey(shard))
+	if err != nil {
+		return store.Assignment{}, 0, classify(fmt.Sprintf("shard %d", shard), err)
+	}
+	var a store.Assignment
+	if err := json.Unmarshal(e.Value(), &a); err != nil {
+		return store.Assignment{}, 0, fmt.Errorf("shard %d: %w", shard, err)
+	}
+	return a, e.Revision(), nil
+}
+
+// Assign implements store.Store.
+func (s *Store) Assign(ctx context.Context, epoch uint64, shard uint32, a store.Assignment, expect uint64) (uint64, error) {
+	kv, _, err := s.dataKV(ctx, epoch, shard)
+	if err != nil {
+		return 0, err
+	}
+	v, _ := json.Marshal(a)
+	var rev uint64
+	if expect == 0 {
+		rev, err = kv.Create(ctx, store.ShardKey(shard), v)
+	} else {
+		rev, err = kv.Update(ctx, store.ShardKey(shard), v, expect)
+	}
+	return rev, classify(fmt.Sprintf("assign shard %d", shard), err)
+}
+
+// WatchAssignments implements store.Store.
+func (s *Store) WatchAssignments(ctx context.Context, epoch uint64) (<-chan store.AssignmentEvent, error) {
+	c, err := s.Cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan store.AssignmentEvent, 256)
+	var watchers []jetstream.KeyWatcher
+	for p := uint32(0); p < c.Partitions; p++ {
+		kv, err := s.kv(ctx, store.DataBucket(epoch, p))
+		if err != nil {
+			return nil, err
+		}
+		w, err := kv.Watch(ctx, "shard.*")
+		if err != nil {
+			return nil, fmt.Errorf("watch assignments: %w", err)
+		}
+		watchers = append(watchers, w)
+	}
+	var wg sync.WaitGroup
+	for _, w := range watchers {
+		wg.Add(1)
+		go func(w jetstream.KeyWatcher) {
+			defer wg.Done()
+			defer w.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case e, ok := <-w.Updates():
+					if !ok {
+						return
+					}
+					if e == nil {
+						continue // end of the initial values
+					}
+					var sh uint32
+					if _, err := fmt.Sscanf(e.Key(), "shard.%d", &sh); err != nil {
+						continue
+					}
+					ev := store.AssignmentEvent{Shard: sh, Revision: e.Revision(), Deleted: e.Operation() != jetstream.KeyValuePut}
+					if !ev.Deleted && json.Unmarshal(e.Value(), &ev.Assignment) != nil {
+						continue
+					}
+					select {
+					case out <- ev:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}(w)
+	}
+	go func() { wg.Wait(); close(out) }()
+	return out, nil
+}
+
+// Rotate implements store.Store.
+func (s *Store) Rotate(ctx context.Context, g store.Grant) (store.Grant, error) {
+	kv, _, err := s.dataKV(ctx, g.Epoch, g.Shard)
+	if err != nil {
+		return store.Grant{}, err
+	}
+	v, _ := json.Marshal(g.Assignment)
+	rev, err := kv.Update(ctx, store.ShardKey(g.Shard), v, g.Token)
+	if err != nil {
+		err = classify("rotate "+g.String(), err)
+		if errors.Is(err, store.ErrConflict) {
+			return store.Grant{}, fmt.Errorf("rotate %s: %w", g, store.ErrStaleOwner)
+		}
+		return store.Grant{}, err
+	}
+	g.Token = rev
+	return g, nil
+}
+
+// ReleaseShard implements store.Store.
+func (s *Store) ReleaseShard(ctx context.Context, g store.Grant) error {
+	kv, _, err := s.dataKV(ctx, g.Epoch, g.Shard)
+	if err != nil {
+		return err
+	}
+	err = kv.Delete(ctx, store.ShardKey(g.Shard), jetstream.LastRevision(g.Token))
+	if err != nil {
+		err = classify("release "+g.String(), err)
+		if errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("release %s: %w", g, store.ErrStaleOwner)
+		}
+	}
+	return err
+}
+
+// Instances implements store.Store.
+func (s *Store) Instances(ctx context.Context, epoch uint64, shard uint32) ([]string, error) {
+	kv, _, err := s.dataKV(ctx, epoch, shard)
+	if err != nil {
+		return nil, err
+	}
+	prefix := fmt.Sprintf("inst.%d.", shard)
+	l, err := kv.ListKeysFiltered(ctx, prefix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("list shard %d: %w", shard, err)
+	}
+	defer l.Stop()
+	var ids []string
+	for k := range l.Keys() {
+		ids = append(ids, k[len(prefix):])
+	}
+	return ids, nil
+}
+
+// Load implements store.Store.
+func (s *Store) Load(ctx context.Context, epoch uint64, shard uint32, id string) (store.Record, uint64, error) {
+	if err := store.ValidID(id); err != nil {
+		return store.Record{}, 0, err
+	}
+	kv, _, err := s.dataKV(ctx, epoch, shard)
+	if err != nil {
+		return store.Record{}, 0, err
+	}
+	e, err := kv.Get(ctx, store.InstanceKey(shard, id))
+	if err != nil {
+		return store.Record{}, 0, classify("load "+id, err)
+	}
+	r, err := store.DecodeRecord(e.Value())
+	if err != nil {
+		return store.Record{}, 0, fmt.Errorf("instance %s at revision %d: %w", id, e.Revision(), err)
+	}
+	return r, e.Revision(), nil
+}
+
+// Register implements store.Store.
+func (s *Store) Register(ctx context.Context, g store.Grant, id string, rec store.Record, loadedRev uint64) (uint64, error) {
+	if err := store.ValidID(id); err != nil {
+		return 0, err
+	}
+	rec.Token = g.Token
+	v, err := store.EncodeRecord(rec)
+	if err != nil {
+		return 0, err
+	}
+	kv, _, err := s.dataKV(ctx, g.Epoch, g.Shard)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := kv.Update(ctx, store.InstanceKey(g.Shard, id), v, loadedRev)
+	return rev, classify("register "+id, err)
+}
+
+// Create implements store.Store.
+func (s *Store) Create(ctx context.Context, g store.Grant, id string, kind string) (uint64, error) {
+	if err := store.ValidID(id); err != nil {
+		return 0, err
+	}
+	v, err := store.EncodeRecord(store.Record{Token: g.Token, Kind: kind})
+	if err != nil {
+		return 0, err
+	}
+	kv, _, err := s.dataKV(ctx, g.Epoch, g.Shard)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := kv.Create(ctx, store.InstanceKey(g.Shard, id), v)
+	return rev, classify("create "+id, err)
+}
+
+// fencedMsg builds the publish of DESIGN 4: stored only if shard.<S> is still at the token.
+func (s *Store) fencedMsg(ctx context.Context, g store.Grant, id string, rec *store.Record) (*nats.Msg, error) {
+	if err := store.ValidID(id); err != nil {
+		return nil, err
+	}
+	_, bucket, err := s.dataKV(ctx, g.Epoch, g.Shard)
+	if err != nil {
+		return nil, err
+	}
+	tok := strconv.FormatUint(g.Token, 10)
+	m := &nats.Msg{Subject: "$KV." + bucket + "." + store.InstanceKey(g.Shard, id), Header: nats.Header{}}
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, tok)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, "$KV."+bucket+"."+store.ShardKey(g.Shard))
+	m.Header.Set(HeaderToken, tok)
+	if rec == nil {
+		m.Header.Set(headerKVOp, "DEL")
+		return m, nil
+	}
+	r := *rec
+	r.Token = g.Token
+	if m.Data, err = store.EncodeRecord(r); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// publishFenced publishes and waits, resending on 10164 (subject busy on a replicated stream).
+func (s *Store) publishFenced(ctx context.Context, m *nats.Msg, id string) (uint64, error) {
+	for backoff := time.Millisecond; ; backoff = min(2*backoff, 50*time.Millisecond) {
+		ack, err := s.js.PublishMsg(ctx, m)
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if apiCode(err) != codeSubjectBusy {
+			return 0, classifyFenced("write "+id, err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("write %s: %w: %v", id, store.ErrUnknownOutcome, ctx.Err())
+		case <-time.After(backoff):
+		}
+	}
+}
+
+type heldWrite struct {
+	s  *Store
+	id string
+	m  *nats.Msg
+}
+
+func (h heldWrite) Instance() string { return h.id }
+func (h heldWrite) Deliver(ctx context.Context) error {
+	_, err := h.s.publishFenced(ctx, h.m, h.id)
+	return err
+}
+
+func (s *Store) holdBack(id string, m *nats.Msg) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hold == nil || !s.hold(id) {
+		return false
+	}
+	s.held = append(s.held, heldWrite{s: s, id: id, m: m})
+	return true
+}
+
+// HoldWrites implements store.FaultInjector.
+func (s *Store) HoldWrites(hold func(string) bool) {
+	s.mu.Lock()
+	s.hold = hold
+	s.mu.Unlock()
+}
+
+// TakeHeld implements store.FaultInjector.
+func (s *Store) TakeHeld() []store.HeldWrite {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.held
+	s.held = nil
+	return h
+}
+
+// Write implements store.Store.
+func (s *Store) Write(ctx context.Context, g store.Grant, id string, rec store.Record) (uint64, error) {
+	m, err := s.fencedMsg(ctx, g, id, &rec)
+	if err != nil {
+		return 0, err
+	}
+	if s.holdBack(id, m) {
+		return 0, fmt.Errorf("write %s: held by fault injection: %w", id, store.ErrUnknownOutcome)
+	}
+	return s.publishFenced(ctx, m, id)
+}
+
+// WriteAsync implements store.Store: the publish is pipelined; settle reports its outcome.
+func (s *Store) WriteAsync(g store.Grant, id string, rec store.Record, done func(uint64, error)) {
+	m, err := s.fencedMsg(context.Background(), g, id, &rec)
+	if err != nil {
+		done(0, err)
+		return
+	}
+	if s.holdBack(id, m) {
+		done(0, fmt.Errorf("write %s: held by fault injection: %w", id, store.ErrUnknownOutcome))
+		return
+	}
+	fut, err := s.js.PublishMsgAsync(m)
+	if err != nil {
+		done(0, classifyFenced("write "+id, err))
+		return
+	}
+	select {
+	case s.acks <- pending{fut: fut, id: id, done: done}:
+	case <-s.quit:
+		done(0, fmt.Errorf("write %s: store closed: %w", id, store.ErrUnknownOutcome))
+	}
+}
+
+// End implements store.Store: a fenced delete marker.
+func (s *Store) End(ctx context.Context, g store.Grant, id string) (uint64, error) {
+	m, err := s.fencedMsg(ctx, g, id, nil)
+	if err != nil {
+		return 0, err
+	}
+	if s.holdBack(id, m) {
+		return 0, fmt.Errorf("end %s: held by fault injection: %w", id, store.ErrUnknownOutcome)
+	}
+	return s.publishFenced(ctx, m, id)
+}
+
+// PutRaw stores bytes as an instance record with no checks (a plain KV put): for tests that plant
+// bad data, and to show what an unfenced write would let through.
+func (s *Store) PutRaw(ctx context.Context, epoch uint64, shard uint32, id string, data []byte) error {
+	kv, _, err := s.dataKV(ctx, epoch, shard)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Put(ctx, store.InstanceKey(shard, id), data)
+	return err
+}

@@ -1,0 +1,184 @@
+// Package store defines tickfence's persistence contract: the storage layout of DESIGN.md section 3,
+// fenced writes (section 4), and the errors callers branch on. Backends live in sub-packages:
+// natskv (NATS JetStream KV, the real one) and memstore (in-memory, for fast core tests). Both pass
+// the conformance suite in storetest.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+)
+
+// Sentinel errors. Callers branch on them with errors.Is; backends classify their own errors
+// (by API error code, never by message) into these.
+var (
+	// ErrStaleOwner: the write's token is no longer the revision of shard.<S>. The write was
+	// rejected by the store, atomically; the shard belongs to someone else or was rotated.
+	ErrStaleOwner = errors.New("tickfence: stale owner: token is not the shard's current revision")
+	// ErrConflict: a compare-on-revision of the key itself failed (registration, Create, Assign).
+	ErrConflict = errors.New("tickfence: conflict: key changed since it was read")
+	// ErrNotFound: no such key (or it was deleted).
+	ErrNotFound = errors.New("tickfence: not found")
+	// ErrUnknownOutcome: the write may or may not have been stored (timeout, lost ack, lost
+	// connection). The owner must rotate its token before it reads back (DESIGN 4).
+	ErrUnknownOutcome = errors.New("tickfence: write outcome unknown")
+	// ErrTooLarge: an encoded record or a command exceeds its size limit. Nothing was stored.
+	ErrTooLarge = errors.New("tickfence: too large")
+	// ErrInvalidID: an instance ID outside ^[A-Za-z0-9_-]{1,64}$.
+	ErrInvalidID = errors.New("tickfence: invalid instance id")
+	// ErrBadRecord: bytes that do not decode as an instance record of a known schema version.
+	ErrBadRecord = errors.New("tickfence: malformed instance record")
+	// ErrWrongShard: the instance ID does not hash to the shard it was addressed to.
+	ErrWrongShard = errors.New("tickfence: instance does not belong to this shard")
+)
+
+// Cluster is the `cluster` record of the control bucket. It is created once, by the first tickd.
+type Cluster struct {
+	Shards     uint32 `json:"shards"`
+	Partitions uint32 `json:"partitions"`
+	Epoch      uint64 `json:"epoch"`
+}
+
+// DefaultCluster is what a new cluster gets unless flags say otherwise.
+func DefaultCluster() Cluster { return Cluster{Shards: 256, Partitions: 1, Epoch: 1} }
+
+// Validate reports a cluster record that cannot be used.
+func (c Cluster) Validate() error {
+	switch {
+	case c.Shards == 0 || c.Shards > 1<<16:
+		return fmt.Errorf("cluster: shards must be in 1..65536, got %d", c.Shards)
+	case c.Partitions == 0 || c.Partitions > c.Shards:
+		return fmt.Errorf("cluster: partitions must be in 1..shards, got %d", c.Partitions)
+	case c.Epoch == 0:
+		return fmt.Errorf("cluster: epoch starts at 1")
+	}
+	return nil
+}
+
+// Assignment is the value of shard.<S>: which node, in which session, owns the shard.
+type Assignment struct {
+	Owner   string `json:"owner"`
+	Session string `json:"session"`
+}
+
+// Grant is what an owner holds: the right to write the instances of one shard in one epoch,
+// as long as shard.<S> is still at revision Token.
+type Grant struct {
+	Epoch uint64
+	Shard uint32
+	Token uint64
+	Assignment
+}
+
+func (g Grant) String() string {
+	return fmt.Sprintf("e%d/shard %d@%d(%s/%s)", g.Epoch, g.Shard, g.Token, g.Owner, g.Session)
+}
+
+// AssignmentEvent is one change of shard.<S> seen by a watch. Deleted means the key was released.
+type AssignmentEvent struct {
+	Shard    uint32
+	Revision uint64
+	Deleted  bool
+	Assignment
+}
+
+// Store is the persistence a node and the coordinator need. Every method that takes a Grant is
+// fenced by it: the store checks the grant's token against shard.<S> atomically with the write.
+type Store interface {
+	// Bootstrap creates the cluster record and the buckets of its epoch if absent, and returns
+	// the record as stored (which may differ from want: the caller decides if that is an error).
+	Bootstrap(ctx context.Context, want Cluster) (Cluster, error)
+	// Cluster reads the cluster record; ErrNotFound before Bootstrap.
+	Cluster(ctx context.Context) (Cluster, error)
+
+	// Assignment reads shard.<S> and its revision (the current token).
+	Assignment(ctx context.Context, epoch uint64, shard uint32) (Assignment, uint64, error)
+	// Assign writes shard.<S> if its revision is still expect (0: the key must not exist).
+	// Returns the new revision; ErrConflict if the key moved on.
+	Assign(ctx context.Context, epoch uint64, shard uint32, a Assignment, expect uint64) (uint64, error)
+	// WatchAssignments streams every current shard.<S> and then each change, until ctx ends.
+	WatchAssignments(ctx context.Context, epoch uint64) (<-chan AssignmentEvent, error)
+	// Rotate rewrites shard.<S> with the grant's own value, compare-on-revision: every write
+	// still in flight under the old token will fail the fence. ErrStaleOwner if the grant was
+	// no longer current.
+	Rotate(ctx context.Context, g Grant) (Grant, error)
+	// ReleaseShard deletes shard.<S> only if it is still at the grant's token.
+	ReleaseShard(ctx context.Context, g Grant) error
+
+	// Instances lists the live instance IDs of a shard. A listing may lag; never create from it.
+	Instances(ctx context.Context, epoch uint64, shard uint32) ([]string, error)
+	// Load reads an instance record and its revision.
+	Load(ctx context.Context, epoch uint64, shard uint32, id string) (Record, uint64, error)
+	// Register rewrites the loaded record with the grant's token, if the instance key is still
+	// at loadedRev (the proof that the load was current). ErrConflict: reload and retry.
+	Register(ctx context.Context, g Grant, id string, rec Record, loadedRev uint64) (uint64, error)
+	// Create stores a record with no game state if the instance does not exist (KV Create).
+	// ErrConflict if it exists. Follow it with a fenced Write of the initial state.
+	Create(ctx context.Context, g Grant, id string, kind string) (uint64, error)
+	// Write is the fenced write of a record.
+	Write(ctx context.Context, g Grant, id string, rec Record) (uint64, error)
+	// WriteAsync is Write, pipelined: it returns at once and calls done exactly once with the
+	// outcome, possibly before WriteAsync returns and from any goroutine. Callers keep at most
+	// one write in flight per instance.
+	WriteAsync(g Grant, id string, rec Record, done func(rev uint64, err error))
+	// End stores a fenced delete marker for the instance.
+	End(ctx context.Context, g Grant, id string) (uint64, error)
+
+	Close() error
+}
+
+// HeldWrite is a fenced write that a fault test kept from reaching the store: its sender was told
+// the outcome is unknown. Deliver lands it late and returns the store's verdict.
+type HeldWrite interface {
+	Instance() string
+	Deliver(ctx context.Context) error
+}
+
+// FaultInjector is implemented by backends that let tests lose the answer to a write.
+type FaultInjector interface {
+	// HoldWrites makes every fenced write of an instance for which hold returns true stay
+	// undelivered; the writer sees ErrUnknownOutcome. nil stops holding.
+	HoldWrites(hold func(id string) bool)
+	// TakeHeld returns the writes held so far and forgets them.
+	TakeHeld() []HeldWrite
+}
+
+// ShardOf maps an instance ID to its shard: FNV-1a-32(id) mod shards.
+func ShardOf(id string, shards uint32) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return h.Sum32() % shards
+}
+
+// ValidID reports whether id matches ^[A-Za-z0-9_-]{1,64}$, wrapping ErrInvalidID if not.
+func ValidID(id string) error {
+	if len(id) == 0 || len(id) > 64 {
+		return fmt.Errorf("%w: %q: length must be 1..64", ErrInvalidID, id)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: %q: only A-Z a-z 0-9 _ - allowed", ErrInvalidID, id)
+		}
+	}
+	return nil
+}
+
+// Key names of the storage layout (DESIGN.md section 3).
+const (
+	ControlBucket = "tickfence-control"
+	ClusterKey    = "cluster"
+)
+
+// DataBucket names the data bucket of an epoch and partition.
+func DataBucket(epoch uint64, partition uint32) string {
+	return fmt.Sprintf("tickfence-data-e%d-p%d", epoch, partition)
+}
+
+// ShardKey is the key of a shard's assignment; its revision is the token.
+func ShardKey(shard uint32) string { return fmt.Sprintf("shard.%d", shard) }
+
+// InstanceKey is the key of an instance record.
+func InstanceKey(shard uint32, id string) string { return fmt.Sprintf("inst.%d.%s", shard, id) }

@@ -1,0 +1,482 @@
+// Package storetest is the conformance suite every store.Store backend must pass: the in-memory
+// one and the JetStream one run exactly the same tests.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tickfence/tickfence/store"
+)
+
+// Backend makes fresh, bootstrapped-nothing stores for the suite.
+type Backend struct {
+	// New returns an empty store; the backend closes it when the test ends.
+	New func(t *testing.T) store.Store
+	// PutRaw stores raw bytes as an instance record, bypassing every check (to plant bad data).
+	PutRaw func(t *testing.T, s store.Store, epoch uint64, shard uint32, id string, data []byte)
+}
+
+const shards = 8
+
+// fixture is a bootstrapped store with shard 3 granted to node A.
+type fixture struct {
+	t  *testing.T
+	s  store.Store
+	b  Backend
+	a  store.Grant
+	cl store.Cluster
+}
+
+func setup(t *testing.T, b Backend) *fixture {
+	t.Helper()
+	s := b.New(t)
+	ctx := context.Background()
+	cl, err := s.Bootstrap(ctx, store.Cluster{Shards: shards, Partitions: 2, Epoch: 1})
+	if err != nil {
+		t.Fatalf("Bootstrap: %v", err)
+	}
+	f := &fixture{t: t, s: s, b: b, cl: cl}
+	f.a = f.grant(3, "A", 0)
+	return f
+}
+
+// grant assigns a shard to a node (new session), expecting the given current revision.
+func (f *fixture) grant(shard uint32, node string, expect uint64) store.Grant {
+	f.t.Helper()
+	a := store.Assignment{Owner: node, Session: node + "-session"}
+	rev, err := f.s.Assign(context.Background(), 1, shard, a, expect)
+	if err != nil {
+		f.t.Fatalf("Assign(shard %d to %s, expect %d): %v", shard, node, expect, err)
+	}
+	return store.Grant{Epoch: 1, Shard: shard, Token: rev, Assignment: a}
+}
+
+// idIn returns an instance ID of the shard.
+func idIn(shard uint32, n int) string {
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("inst-%d-%d", n, i)
+		if store.ShardOf(id, shards) == shard {
+			return id
+		}
+	}
+}
+
+// create makes an instance with initial state under g.
+func (f *fixture) create(g store.Grant, id string, state string) uint64 {
+	f.t.Helper()
+	ctx := context.Background()
+	if _, err := f.s.Create(ctx, g, id, "test"); err != nil {
+		f.t.Fatalf("Create(%s): %v", id, err)
+	}
+	rev, err := f.s.Write(ctx, g, id, store.Record{Kind: "test", Tick: 1, State: []byte(state)})
+	if err != nil {
+		f.t.Fatalf("Write(%s) initial: %v", id, err)
+	}
+	return rev
+}
+
+func (f *fixture) mustLoad(shard uint32, id string) (store.Record, uint64) {
+	f.t.Helper()
+	r, rev, err := f.s.Load(context.Background(), 1, shard, id)
+	if err != nil {
+		f.t.Fatalf("Load(%s): %v", id, err)
+	}
+	return r, rev
+}
+
+func (f *fixture) wantState(shard uint32, id, want string) {
+	f.t.Helper()
+	r, _ := f.mustLoad(shard, id)
+	if string(r.State) != want {
+		f.t.Fatalf("stored state of %s = %q, want %q", id, r.State, want)
+	}
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, b Backend) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, *fixture)
+	}{
+		{"Bootstrap", testBootstrap},
+		{"AssignCompareOnRevision", testAssign},
+		{"FencedWriteAndStaleOwner", testFence},
+		{"ZombieWritesBeforeNewOwnerRegisters", testWriteBeforeRegistration},
+		{"RegistrationProvesLoadWasCurrent", testRegister},
+		{"CreateNeverOverwrites", testCreate},
+		{"EndIsAFencedDelete", testEnd},
+		{"RotationFencesOldToken", testRotate},
+		{"StaleReleaseChangesNothing", testRelease},
+		{"UnknownOutcomeLateCopyRejected", testLateCopy},
+		{"InvalidIDsWriteNothing", testInvalidIDs},
+		{"OversizedRecordWritesNothing", testOversized},
+		{"MalformedStoredRecord", testMalformed},
+		{"PipelinedWrites", testPipelined},
+		{"WatchAssignments", testWatch},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, setup(t, b)) })
+	}
+}
+
+func testBootstrap(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	if f.cl != (store.Cluster{Shards: shards, Partitions: 2, Epoch: 1}) {
+		t.Fatalf("Bootstrap returned %+v", f.cl)
+	}
+	got, err := f.s.Bootstrap(ctx, store.Cluster{Shards: 99, Partitions: 1, Epoch: 1})
+	if err != nil {
+		t.Fatalf("second Bootstrap: %v", err)
+	}
+	if got != f.cl {
+		t.Fatalf("second Bootstrap returned %+v, want the stored %+v", got, f.cl)
+	}
+	if _, err := f.s.Bootstrap(ctx, store.Cluster{}); err == nil {
+		t.Fatal("Bootstrap accepted an invalid cluster record")
+	}
+}
+
+func testAssign(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	a, rev, err := f.s.Assignment(ctx, 1, 3)
+	if err != nil || a != f.a.Assignment || rev != f.a.Token {
+		t.Fatalf("Assignment = %+v@%d, %v; want %+v@%d", a, rev, err, f.a.Assignment, f.a.Token)
+	}
+	if _, _, err := f.s.Assignment(ctx, 1, 4); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Assignment of unassigned shard: err = %v, want ErrNotFound", err)
+	}
+	if _, err := f.s.Assign(ctx, 1, 3, store.Assignment{Owner: "B"}, 0); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("Assign over existing with expect 0: err = %v, want ErrConflict", err)
+	}
+	if _, err := f.s.Assign(ctx, 1, 3, store.Assignment{Owner: "B"}, f.a.Token+100); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("Assign with wrong revision: err = %v, want ErrConflict", err)
+	}
+	if a, _, _ := f.s.Assignment(ctx, 1, 3); a != f.a.Assignment {
+		t.Fatalf("failed Assigns changed shard.3 to %+v", a)
+	}
+}
+
+// testFence is the seed scenario at the store level: A's grant is superseded by B's; A's write is
+// rejected by the store and the record stays B's.
+func testFence(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	id := idIn(3, 0)
+	f.create(f.a, id, "a1")
+	b := f.grant(3, "B", f.a.Token)
+	r, rev := f.mustLoad(3, id)
+	if _, err := f.s.Register(ctx, b, id, r, rev); err != nil {
+		t.Fatalf("B Register: %v", err)
+	}
+	if _, err := f.s.Write(ctx, b, id, store.Record{Kind: "test", Tick: 2, State: []byte("b2")}); err != nil {
+		t.Fatalf("B Write: %v", err)
+	}
+	_, err := f.s.Write(ctx, f.a, id, store.Record{Kind: "test", Tick: 2, State: []byte("a2-zombie")})
+	if !errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("zombie A Write: err = %v, want ErrStaleOwner", err)
+	}
+	if _, err := f.s.End(ctx, f.a, id); !errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("zombie A End: err = %v, want ErrStaleOwner", err)
+	}
+	f.wantState(3, id, "b2")
+	got, _ := f.mustLoad(3, id)
+	if got.Token != b.Token {
+		t.Fatalf("stored token = %d, want B's %d", got.Token, b.Token)
+	}
+	// A grant of one shard does not fence another shard's writes.
+	other := f.grant(5, "A", 0)
+	oid := idIn(5, 0)
+	f.create(other, oid, "x")
+	f.wantState(5, oid, "x")
+}
+
+func testWriteBeforeRegistration(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	id := idIn(3, 1)
+	f.create(f.a, id, "a1")
+	f.grant(3, "B", f.a.Token) // B granted, has not loaded or registered anything
+	_, err := f.s.Write(ctx, f.a, id, store.Record{Kind: "test", Tick: 2, State: []byte("a2")})
+	if !errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("A Write after reassignment, before B registers: err = %v, want ErrStaleOwner", err)
+	}
+	f.wantState(3, id, "a1")
+}
+
+func testRegister(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	id := idIn(3, 2)
+	f.create(f.a, id, "v1")
+	old, oldRev := f.mustLoad(3, id) // what a lagging replica could still return later
+	if _, err := f.s.Write(ctx, f.a, id, store.Record{Kind: "test", Tick: 2, State: []byte("v2")}); err != nil {
+		t.Fatal(err)
+	}
+	b := f.grant(3, "B", f.a.Token)
+	if _, err := f.s.Register(ctx, b, id, old, oldRev); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("Register of a stale load: err = %v, want ErrConflict", err)
+	}
+	f.wantState(3, id, "v2")
+	cur, rev := f.mustLoad(3, id)
+	nrev, err := f.s.Register(ctx, b, id, cur, rev)
+	if err != nil {
+		t.Fatalf("Register of a current load: %v", err)
+	}
+	after, arev := f.mustLoad(3, id)
+	if arev != nrev || after.Token != b.Token || after.Tick != cur.Tick || !bytes.Equal(after.State, cur.State) {
+		t.Fatalf("after Register: %+v@%d; want the loaded record with token %d at %d", after, arev, b.Token, nrev)
+	}
+}
+
+func testCreate(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	id := idIn(3, 3)
+	f.create(f.a, id, "precious")
+	// A listing that lags does not show the instance; Create is still refused.
+	if _, err := f.s.Create(ctx, f.a, id, "test"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("Create of an existing instance: err = %v, want ErrConflict", err)
+	}
+	f.wantState(3, id, "precious")
+	ids, err := f.s.Instances(ctx, 1, 3)
+	if err != nil || len(ids) != 1 || ids[0] != id {
+		t.Fatalf("Instances(shard 3) = %v, %v; want [%s]", ids, err, id)
+	}
+}
+
+func testEnd(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	id := idIn(3, 4)
+	f.create(f.a, id, "v1")
+	if _, err := f.s.End(ctx, f.a, id); err != nil {
+		t.Fatalf("End: %v", err)
+	}
+	if _, _, err := f.s.Load(ctx, 1, 3, id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Load after End: err = %v, want ErrNotFound", err)
+	}
+	if ids, _ := f.s.Instances(ctx, 1, 3); len(ids) != 0 {
+		t.Fatalf("Instances after End = %v, want none", ids)
+	}
+	f.create(f.a, id, "again") // an ended instance can be created anew
+	f.wantState(3, id, "again")
+}
+
+func testRotate(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	id := idIn(3, 5)
+	f.create(f.a, id, "v1")
+	rotated, err := f.s.Rotate(ctx, f.a)
+	if err != nil {
+		t.Fatalf("Rotate: %v", err)
+	}
+	if rotated.Token <= f.a.Token || rotated.Assignment != f.a.Assignment {
+		t.Fatalf("Rotate gave %v from %v", rotated, f.a)
+	}
+	if _, err := f.s.Write(ctx, f.a, id, store.Record{Kind: "test", State: []byte("old")}); !errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("Write under the rotated-away token: err = %v, want ErrStaleOwner", err)
+	}
+	if _, err := f.s.Rotate(ctx, f.a); !errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("Rotate of a superseded grant: err = %v, want ErrStaleOwner", err)
+	}
+	if _, err := f.s.Write(ctx, rotated, id, store.Record{Kind: "test", State: []byte("new")}); err != nil {
+		t.Fatalf("Write under the new token: %v", err)
+	}
+	f.wantState(3, id, "new")
+}
+
+func testRelease(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	b := f.grant(3, "B", f.a.Token)
+	if err := f.s.ReleaseShard(ctx, f.a); !errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("stale ReleaseShard: err = %v, want ErrStaleOwner", err)
+	}
+	a, rev, err := f.s.Assignment(ctx, 1, 3)
+	if err != nil || a != b.Assignment || rev != b.Token {
+		t.Fatalf("after stale release: %+v@%d, %v; want B's %+v@%d", a, rev, err, b.Assignment, b.Token)
+	}
+	if err := f.s.ReleaseShard(ctx, b); err != nil {
+		t.Fatalf("ReleaseShard by the owner: %v", err)
+	}
+	if _, _, err := f.s.Assignment(ctx, 1, 3); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Assignment after release: err = %v, want ErrNotFound", err)
+	}
+	c := f.grant(3, "C", 0)
+	if c.Token <= b.Token {
+		t.Fatalf("token after release and re-create = %d, not above %d", c.Token, b.Token)
+	}
+}
+
+// testLateCopy: a write whose outcome is unknown is settled by rotating before reading back; the
+// delayed copy that lands afterwards is rejected by the store.
+func testLateCopy(t *testing.T, f *fixture) {
+	fi, ok := f.s.(store.FaultInjector)
+	if !ok {
+		t.Fatalf("%T does not implement store.FaultInjector", f.s)
+	}
+	ctx := context.Background()
+	id := idIn(3, 6)
+	f.create(f.a, id, "v1")
+	fi.HoldWrites(func(x string) bool { return x == id })
+	_, err := f.s.Write(ctx, f.a, id, store.Record{Kind: "test", Tick: 2, State: []byte("v2-lost-ack")})
+	if !errors.Is(err, store.ErrUnknownOutcome) {
+		t.Fatalf("held Write: err = %v, want ErrUnknownOutcome", err)
+	}
+	fi.HoldWrites(nil)
+	g, err := f.s.Rotate(ctx, f.a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, rev := f.mustLoad(3, id)
+	if _, err := f.s.Register(ctx, g, id, r, rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Write(ctx, g, id, store.Record{Kind: "test", Tick: 2, State: []byte("v2")}); err != nil {
+		t.Fatal(err)
+	}
+	held := fi.TakeHeld()
+	if len(held) != 1 || held[0].Instance() != id {
+		t.Fatalf("held writes = %d, want 1 of %s", len(held), id)
+	}
+	if err := held[0].Deliver(ctx); !errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("late copy: err = %v, want ErrStaleOwner", err)
+	}
+	f.wantState(3, id, "v2")
+}
+
+func testInvalidIDs(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	rec := store.Record{Kind: "test", State: []byte("x")}
+	for _, id := range []string{"a.b", "*", ">", "", strings.Repeat("x", 65), "has space", "héllo", "a\x00b", "a/b"} {
+		if _, err := f.s.Create(ctx, f.a, id, "test"); !errors.Is(err, store.ErrInvalidID) {
+			t.Errorf("Create(%q): err = %v, want ErrInvalidID", id, err)
+		}
+		if _, err := f.s.Write(ctx, f.a, id, rec); !errors.Is(err, store.ErrInvalidID) {
+			t.Errorf("Write(%q): err = %v, want ErrInvalidID", id, err)
+		}
+		if _, err := f.s.End(ctx, f.a, id); !errors.Is(err, store.ErrInvalidID) {
+			t.Errorf("End(%q): err = %v, want ErrInvalidID", id, err)
+		}
+		if _, _, err := f.s.Load(ctx, 1, 3, id); !errors.Is(err, store.ErrInvalidID) {
+			t.Errorf("Load(%q): err = %v, want ErrInvalidID", id, err)
+		}
+	}
+	if err := store.ValidID(strings.Repeat("x", 64)); err != nil {
+		t.Errorf("64-character ID refused: %v", err)
+	}
+	for sh := uint32(0); sh < shards; sh++ {
+		if ids, _ := f.s.Instances(ctx, 1, sh); len(ids) != 0 {
+			t.Fatalf("shard %d has %v after invalid writes", sh, ids)
+		}
+	}
+}
+
+func testOversized(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	id := idIn(3, 7)
+	f.create(f.a, id, "small")
+	big := store.Record{Kind: "test", State: bytes.Repeat([]byte{7}, store.MaxRecordBytes)}
+	if _, err := f.s.Write(ctx, f.a, id, big); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("oversized Write: err = %v, want ErrTooLarge", err)
+	}
+	done := make(chan error, 1)
+	f.s.WriteAsync(f.a, id, big, func(_ uint64, err error) { done <- err })
+	if err := <-done; !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("oversized WriteAsync: err = %v, want ErrTooLarge", err)
+	}
+	f.wantState(3, id, "small")
+}
+
+func testMalformed(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	for i, raw := range [][]byte{{0xc1}, []byte("not msgpack"), {0x81, 0xa1, 'v', 0x07}, {}} {
+		id := idIn(3, 20+i)
+		f.b.PutRaw(t, f.s, 1, 3, id, raw)
+		if _, _, err := f.s.Load(ctx, 1, 3, id); !errors.Is(err, store.ErrBadRecord) {
+			t.Errorf("Load of %x: err = %v, want ErrBadRecord", raw, err)
+		}
+	}
+}
+
+func testPipelined(t *testing.T, f *fixture) {
+	ids := make([]string, 64)
+	for i := range ids {
+		ids[i] = idIn(3, 100+i)
+		f.create(f.a, ids[i], "v0")
+	}
+	type result struct {
+		rev uint64
+		err error
+	}
+	results := make(chan result, len(ids))
+	for _, id := range ids {
+		f.s.WriteAsync(f.a, id, store.Record{Kind: "test", Tick: 9, State: []byte("v1-" + id)},
+			func(rev uint64, err error) { results <- result{rev, err} })
+	}
+	seen := map[uint64]bool{}
+	timeout := time.After(30 * time.Second)
+	for range ids {
+		select {
+		case r := <-results:
+			if r.err != nil || r.rev == 0 || seen[r.rev] {
+				t.Fatalf("pipelined write: rev %d, err %v", r.rev, r.err)
+			}
+			seen[r.rev] = true
+		case <-timeout:
+			t.Fatal("pipelined writes did not complete")
+		}
+	}
+	for _, id := range ids {
+		f.wantState(3, id, "v1-"+id)
+	}
+	f.grant(3, "B", f.a.Token)
+	done := make(chan error, 1)
+	f.s.WriteAsync(f.a, ids[0], store.Record{Kind: "test", State: []byte("zombie")}, func(_ uint64, err error) { done <- err })
+	if err := <-done; !errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("stale WriteAsync: err = %v, want ErrStaleOwner", err)
+	}
+	f.wantState(3, ids[0], "v1-"+ids[0])
+}
+
+func testWatch(t *testing.T, f *fixture) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := f.s.WatchAssignments(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() store.AssignmentEvent {
+		t.Helper()
+		select {
+		case ev := <-ch:
+			return ev
+		case <-time.After(10 * time.Second):
+			t.Fatal("no assignment event")
+		}
+		return store.AssignmentEvent{}
+	}
+	if ev := next(); ev.Shard != 3 || ev.Revision != f.a.Token || ev.Owner != "A" {
+		t.Fatalf("initial event %+v, want shard 3 @%d owned by A", ev, f.a.Token)
+	}
+	g := f.grant(6, "B", 0) // partition 0, the other bucket
+	if ev := next(); ev.Shard != 6 || ev.Revision != g.Token || ev.Owner != "B" {
+		t.Fatalf("event %+v, want shard 6 @%d owned by B", ev, g.Token)
+	}
+	r, err := f.s.Rotate(ctx, f.a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev.Shard != 3 || ev.Revision != r.Token || ev.Owner != "A" {
+		t.Fatalf("event %+v, want rotation of shard 3 to @%d", ev, r.Token)
+	}
+	if err := f.s.ReleaseShard(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev.Shard != 3 || !ev.Deleted {
+		t.Fatalf("event %+v, want release of shard 3", ev)
+	}
+	cancel()
+	for range ch { // the channel closes once ctx ends
+	}
+}
