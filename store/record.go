@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tickfence/tickfence/internal/mpscan"
 )
 
 // SchemaVersion is the version of the instance record encoding written by this code.
@@ -78,6 +80,9 @@ func DecodeRecord(b []byte) (Record, error) {
 	var r Record
 	if len(b) > MaxRecordBytes {
 		return r, fmt.Errorf("%w: record is %d bytes, limit %d", ErrTooLarge, len(b), MaxRecordBytes)
+	}
+	if err := mpscan.Check(b); err != nil {
+		return r, fmt.Errorf("%w: %v", ErrBadRecord, err)
 	}
 	rd := bytes.NewReader(b) // a ByteScanner: the decoder reads it directly, so Len is exact
 	if err := msgpack.NewDecoder(rd).Decode(&r); err != nil {

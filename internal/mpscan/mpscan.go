@@ -1,0 +1,142 @@
+// Package mpscan checks that bytes are exactly one well-formed msgpack value before anything
+// decodes them. The decoder preallocates containers from their declared lengths, so a few hostile
+// bytes claiming a map of four billion entries would otherwise cost gigabytes; here every declared
+// length must fit in the bytes that remain.
+package mpscan
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// MaxDepth is the deepest nesting of maps and arrays accepted.
+const MaxDepth = 32
+
+// ErrMalformed is wrapped by every error of Check.
+var ErrMalformed = errors.New("malformed msgpack")
+
+// Check reports whether b holds exactly one well-formed msgpack value.
+func Check(b []byte) error {
+	n, err := value(b, 0)
+	if err != nil {
+		return err
+	}
+	if n != len(b) {
+		return fmt.Errorf("%w: %d trailing bytes", ErrMalformed, len(b)-n)
+	}
+	return nil
+}
+
+func short(what string) error { return fmt.Errorf("%w: truncated %s", ErrMalformed, what) }
+
+// value returns the length of the value at the start of b.
+func value(b []byte, depth int) (int, error) {
+	if len(b) == 0 {
+		return 0, short("value")
+	}
+	c := b[0]
+	switch {
+	case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
+		return 1, nil
+	case c >= 0x80 && c <= 0x8f:
+		return container(b, 1, 2*int(c&0x0f), depth)
+	case c >= 0x90 && c <= 0x9f:
+		return container(b, 1, int(c&0x0f), depth)
+	case c >= 0xa0 && c <= 0xbf:
+		return blob(b, 1, int(c&0x1f))
+	}
+	switch c {
+	case 0xc4, 0xd9: // bin8, str8
+		if len(b) < 2 {
+			return 0, short("length")
+		}
+		return blob(b, 2, int(b[1]))
+	case 0xc5, 0xda:
+		if len(b) < 3 {
+			return 0, short("length")
+		}
+		return blob(b, 3, int(binary.BigEndian.Uint16(b[1:])))
+	case 0xc6, 0xdb:
+		if len(b) < 5 {
+			return 0, short("length")
+		}
+		return blob(b, 5, int(binary.BigEndian.Uint32(b[1:])))
+	case 0xc7: // ext8: len, type, data
+		if len(b) < 3 {
+			return 0, short("ext")
+		}
+		return blob(b, 3, int(b[1]))
+	case 0xc8:
+		if len(b) < 4 {
+			return 0, short("ext")
+		}
+		return blob(b, 4, int(binary.BigEndian.Uint16(b[1:])))
+	case 0xc9:
+		if len(b) < 6 {
+			return 0, short("ext")
+		}
+		return blob(b, 6, int(binary.BigEndian.Uint32(b[1:])))
+	case 0xca:
+		return blob(b, 1, 4)
+	case 0xcb:
+		return blob(b, 1, 8)
+	case 0xcc, 0xd0:
+		return blob(b, 1, 1)
+	case 0xcd, 0xd1:
+		return blob(b, 1, 2)
+	case 0xce, 0xd2:
+		return blob(b, 1, 4)
+	case 0xcf, 0xd3:
+		return blob(b, 1, 8)
+	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext 1,2,4,8,16 plus the type byte
+		return blob(b, 2, 1<<(c-0xd4))
+	case 0xdc:
+		if len(b) < 3 {
+			return 0, short("length")
+		}
+		return container(b, 3, int(binary.BigEndian.Uint16(b[1:])), depth)
+	case 0xdd:
+		if len(b) < 5 {
+			return 0, short("length")
+		}
+		return container(b, 5, int(binary.BigEndian.Uint32(b[1:])), depth)
+	case 0xde:
+		if len(b) < 3 {
+			return 0, short("length")
+		}
+		return container(b, 3, 2*int(binary.BigEndian.Uint16(b[1:])), depth)
+	case 0xdf:
+		if len(b) < 5 {
+			return 0, short("length")
+		}
+		return container(b, 5, 2*int(binary.BigEndian.Uint32(b[1:])), depth)
+	}
+	return 0, fmt.Errorf("%w: invalid code 0x%02x", ErrMalformed, c)
+}
+
+func blob(b []byte, head, n int) (int, error) {
+	if n < 0 || n > len(b)-head {
+		return 0, short("data")
+	}
+	return head + n, nil
+}
+
+// container scans items values (a map counts keys and values) after a header of head bytes.
+func container(b []byte, head, items, depth int) (int, error) {
+	if depth >= MaxDepth {
+		return 0, fmt.Errorf("%w: nested deeper than %d", ErrMalformed, MaxDepth)
+	}
+	if items > len(b)-head { // every item takes at least one byte
+		return 0, short("container")
+	}
+	off := head
+	for i := 0; i < items; i++ {
+		n, err := value(b[off:], depth+1)
+		if err != nil {
+			return 0, err
+		}
+		off += n
+	}
+	return off, nil
+}

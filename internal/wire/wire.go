@@ -1,0 +1,286 @@
+// Package wire is the command format of DESIGN.md section 5, the contract with gateways written in
+// any language: subject tickfence.cmd.<S>.<instanceID>, header Tickfence-Request-Id, a msgpack (or
+// JSON) map body, and a reply {"ok":true,"result":…} or {"ok":false,"error":{"code","message"}}.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tickfence/tickfence/internal/mpscan"
+	"github.com/tickfence/tickfence/store"
+)
+
+// Protocol names.
+const (
+	SubjectPrefix   = "tickfence.cmd"
+	HeaderRequestID = "Tickfence-Request-Id"
+	HeaderContent   = "Content-Type"
+	ContentJSON     = "application/json"
+	MaxRequestID    = 64
+)
+
+// Error codes of a reply.
+const (
+	CodeBadRequest      = "bad_request"
+	CodeTooLarge        = "too_large"
+	CodeUnknownInstance = "unknown_instance"
+	CodeRequestIDReused = "request_id_reused"
+	CodeNotOwner        = "not_owner"
+	CodeInternal        = "internal"
+	// CodeRetry: the owner could not commit the command (its shard is being rebuilt or moved);
+	// the command had no effect. Retry with the same request ID.
+	CodeRetry = "retry"
+	// CodeExists: create of an instance that already exists.
+	CodeExists = "already_exists"
+	// CodeRejected: the game refused the command (its own rules). Games may use other codes.
+	CodeRejected = "rejected"
+)
+
+// Subject is where commands to an instance are sent.
+func Subject(shard uint32, id string) string {
+	return SubjectPrefix + "." + strconv.FormatUint(uint64(shard), 10) + "." + id
+}
+
+// ShardSubject is what the owner of a shard subscribes to.
+func ShardSubject(shard uint32) string {
+	return SubjectPrefix + "." + strconv.FormatUint(uint64(shard), 10) + ".*"
+}
+
+// Request is a decoded, validated command.
+type Request struct {
+	ID       string // request ID
+	Shard    uint32
+	Instance string
+	Type     string
+	// Body is the command as canonical msgpack (map keys sorted); the same command sent as JSON or
+	// msgpack has the same Body.
+	Body []byte
+	// Fingerprint identifies the payload: the same request ID with another fingerprint is refused.
+	Fingerprint uint64
+	// JSON: answer in JSON.
+	JSON bool
+}
+
+// Error is a reply's error.
+type Error struct {
+	Code    string `msgpack:"code" json:"code"`
+	Message string `msgpack:"message" json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Errorf makes a protocol error.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Reply is the answer to a command.
+type Reply struct {
+	OK     bool   `msgpack:"ok" json:"ok"`
+	Result any    `msgpack:"result,omitempty" json:"result,omitempty"`
+	Error  *Error `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// ParseSubject splits tickfence.cmd.<S>.<id> and checks both parts.
+func ParseSubject(subject string, shards uint32) (uint32, string, error) {
+	rest, ok := strings.CutPrefix(subject, SubjectPrefix+".")
+	if !ok {
+		return 0, "", Errorf(CodeBadRequest, "subject %q is not under %s", subject, SubjectPrefix)
+	}
+	s, id, ok := strings.Cut(rest, ".")
+	if !ok {
+		return 0, "", Errorf(CodeBadRequest, "subject %q: want %s.<shard>.<instance>", subject, SubjectPrefix)
+	}
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || uint32(n) >= shards {
+		return 0, "", Errorf(CodeBadRequest, "subject %q: shard %q is not in 0..%d", subject, s, shards-1)
+	}
+	if err := store.ValidID(id); err != nil {
+		return 0, "", Errorf(CodeBadRequest, "%v", err)
+	}
+	if want := store.ShardOf(id, shards); want != uint32(n) {
+		return 0, "", Errorf(CodeBadRequest, "instance %s belongs to shard %d, not %d", id, want, n)
+	}
+	return uint32(n), id, nil
+}
+
+// DecodeRequest validates and decodes a command. Errors are *Error with a code for the reply.
+func DecodeRequest(subject, requestID, contentType string, data []byte, shards uint32) (Request, error) {
+	req := Request{JSON: strings.HasPrefix(contentType, ContentJSON)}
+	if len(data) > store.MaxCommandBytes {
+		return req, Errorf(CodeTooLarge, "command is %d bytes, limit %d", len(data), store.MaxCommandBytes)
+	}
+	var err error
+	if req.Shard, req.Instance, err = ParseSubject(subject, shards); err != nil {
+		return req, err
+	}
+	if requestID == "" || len(requestID) > MaxRequestID {
+		return req, Errorf(CodeBadRequest, "header %s must be 1..%d characters", HeaderRequestID, MaxRequestID)
+	}
+	for _, c := range []byte(requestID) {
+		if c < 0x21 || c > 0x7e {
+			return req, Errorf(CodeBadRequest, "header %s must be printable ASCII without spaces", HeaderRequestID)
+		}
+	}
+	req.ID = requestID
+	m, err := decodeMap(data, req.JSON)
+	if err != nil {
+		return req, err
+	}
+	t, ok := m["type"].(string)
+	if !ok || t == "" {
+		return req, Errorf(CodeBadRequest, `command needs a string "type"`)
+	}
+	req.Type = t
+	if req.Body, err = Canonical(m); err != nil {
+		return req, Errorf(CodeBadRequest, "command: %v", err)
+	}
+	req.Fingerprint = Fingerprint(req.Body)
+	return req, nil
+}
+
+func decodeMap(data []byte, isJSON bool) (map[string]any, error) {
+	var v any
+	if isJSON {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			return nil, Errorf(CodeBadRequest, "malformed JSON: %v", err)
+		}
+		if dec.More() {
+			return nil, Errorf(CodeBadRequest, "malformed JSON: trailing data")
+		}
+		v = fromJSON(v)
+	} else {
+		if err := mpscan.Check(data); err != nil {
+			return nil, Errorf(CodeBadRequest, "%v", err)
+		}
+		if err := msgpack.Unmarshal(data, &v); err != nil {
+			return nil, Errorf(CodeBadRequest, "malformed msgpack: %v", err)
+		}
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, Errorf(CodeBadRequest, "command must be a map with string keys, got %T", v)
+	}
+	return m, nil
+}
+
+// fromJSON turns json.Numbers into int64 when integral, float64 otherwise.
+func fromJSON(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+			return int64(f)
+		}
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = fromJSON(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = fromJSON(e)
+		}
+	}
+	return v
+}
+
+// Canonical encodes a value as msgpack with sorted map keys and compact integers.
+func Canonical(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	enc.UseCompactInts(true)
+	enc.UseCompactFloats(true)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Fingerprint hashes a canonical body.
+func Fingerprint(body []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(body)
+	return h.Sum64()
+}
+
+// EncodeReply encodes a reply as msgpack (the form kept in instance records).
+func EncodeReply(r Reply) []byte {
+	b, err := Canonical(r)
+	if err != nil {
+		b, _ = Canonical(Reply{Error: Errorf(CodeInternal, "encode result: %v", err)})
+	}
+	return b
+}
+
+// ForClient re-encodes a msgpack reply for a request: unchanged for msgpack, JSON for JSON.
+func ForClient(reply []byte, asJSON bool) []byte {
+	if !asJSON {
+		return reply
+	}
+	var v any
+	if err := msgpack.Unmarshal(reply, &v); err != nil {
+		v = Reply{Error: Errorf(CodeInternal, "stored reply unreadable: %v", err)}
+	}
+	b, err := json.Marshal(jsonable(v))
+	if err != nil {
+		b, _ = json.Marshal(Reply{Error: Errorf(CodeInternal, "reply not JSON-encodable: %v", err)})
+	}
+	return b
+}
+
+// jsonable converts map[any]any from msgpack into JSON-encodable maps.
+func jsonable(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = jsonable(e)
+		}
+	case map[any]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[fmt.Sprint(k)] = jsonable(e)
+		}
+		return m
+	case []any:
+		for i, e := range x {
+			x[i] = jsonable(e)
+		}
+	}
+	return v
+}
+
+// DecodeReply decodes a reply in either encoding.
+func DecodeReply(b []byte, isJSON bool) (Reply, error) {
+	var r Reply
+	var err error
+	if isJSON {
+		err = json.Unmarshal(b, &r)
+	} else {
+		if err = mpscan.Check(b); err == nil {
+			err = msgpack.Unmarshal(b, &r)
+		}
+	}
+	if err != nil {
+		return Reply{}, fmt.Errorf("malformed reply: %w", err)
+	}
+	if !r.OK && r.Error == nil {
+		return Reply{}, errors.New("malformed reply: not ok and no error")
+	}
+	return r, nil
+}
