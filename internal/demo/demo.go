@@ -1,0 +1,136 @@
+// Package demo drives tickd's demo dungeons: it creates demo-0 … demo-N-1 if missing and plays
+// simulated players who join and attack through the real command path (NATS request/reply), so
+// bosses lose HP, change phase, die and drop loot.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tickfence/tickfence/shard/natscmd"
+)
+
+// Config of the demo driver.
+type Config struct {
+	Client    *natscmd.Client
+	Instances int
+	Players   int           // per dungeon (default 4)
+	Every     time.Duration // between two attacks of one player (default 1s)
+	Session   string        // makes request IDs unique to this run
+	Logger    *slog.Logger
+}
+
+// Driver plays the demo.
+type Driver struct {
+	cfg      Config
+	sent     atomic.Uint64
+	failed   atomic.Uint64
+	wg       sync.WaitGroup
+	cancel   context.CancelFunc
+	seqs     []atomic.Uint64
+	progress atomic.Int64
+}
+
+// ID names the i-th demo dungeon.
+func ID(i int) string { return fmt.Sprintf("demo-%d", i) }
+
+// Start creates the dungeons (showing progress) and starts the players. Stop ends them.
+func Start(ctx context.Context, cfg Config) (*Driver, error) {
+	if cfg.Players <= 0 {
+		cfg.Players = 4
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = time.Second
+	}
+	d := &Driver{cfg: cfg, seqs: make([]atomic.Uint64, cfg.Instances)}
+	if err := d.create(ctx); err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	for i := 0; i < cfg.Instances; i++ {
+		d.wg.Add(1)
+		go d.play(pctx, i)
+	}
+	return d, nil
+}
+
+func (d *Driver) create(ctx context.Context) error {
+	start := time.Now()
+	sem := make(chan struct{}, 32)
+	errs := make(chan error, d.cfg.Instances)
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for i := 0; i < d.cfg.Instances; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			// The same request ID on every start: an existing dungeon answers already_exists.
+			r, err := d.cfg.Client.SendMap(ctx, ID(i), "demo-create", map[string]any{"type": "create", "kind": "dungeon"})
+			if err != nil {
+				errs <- fmt.Errorf("create %s: %w", ID(i), err)
+				return
+			}
+			if !r.OK && r.Error.Code != "already_exists" {
+				errs <- fmt.Errorf("create %s: %s", ID(i), r.Error)
+				return
+			}
+			if n := done.Add(1); n%25 == 0 || int(n) == d.cfg.Instances {
+				d.cfg.Logger.Info("demo dungeons ready", "done", n, "of", d.cfg.Instances)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return err
+	}
+	d.cfg.Logger.Info("demo dungeons created or found", "instances", d.cfg.Instances, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func (d *Driver) play(ctx context.Context, i int) {
+	defer d.wg.Done()
+	id := ID(i)
+	rng := rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))
+	send := func(cmd map[string]any) {
+		n := d.seqs[i].Add(1)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := d.cfg.Client.SendMap(cctx, id, fmt.Sprintf("%s-%d", d.cfg.Session, n), cmd)
+		d.sent.Add(1)
+		if err != nil && ctx.Err() == nil {
+			d.failed.Add(1)
+		}
+	}
+	for p := 0; p < d.cfg.Players; p++ {
+		send(map[string]any{"type": "join", "player": fmt.Sprintf("p%d", p)})
+	}
+	gap := d.cfg.Every / time.Duration(d.cfg.Players)
+	t := time.NewTimer(time.Duration(rng.Int64N(int64(gap) + 1)))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		send(map[string]any{"type": "attack", "player": fmt.Sprintf("p%d", rng.IntN(d.cfg.Players))})
+		t.Reset(gap/2 + time.Duration(rng.Int64N(int64(gap)+1)))
+	}
+}
+
+// Sent is the number of commands sent and how many of them got no answer.
+func (d *Driver) Sent() (sent, failed uint64) { return d.sent.Load(), d.failed.Load() }
+
+// Stop stops the players and waits for their last commands.
+func (d *Driver) Stop() {
+	d.cancel()
+	d.wg.Wait()
+}

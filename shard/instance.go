@@ -1,0 +1,391 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
+)
+
+// maxMailbox bounds the commands waiting for one instance's next tick.
+const maxMailbox = 1024
+
+// instance is the single owner of one instance's memory. Everything below mu is touched only under
+// it; the engine never runs two ticks of one instance at once.
+type instance struct {
+	sh    *shardRun
+	grant store.Grant // the token it was registered under; a new token means a new instance
+	id    string
+	kind  actor.Kind
+
+	mu         sync.Mutex
+	logic      actor.Logic
+	rec        store.Record // tick, kind and request window as of the last tick (state lives in logic)
+	acked      store.Record // the last record the store acknowledged
+	lastWrite  uint64       // tick of the last record handed to the store
+	forceWrite bool
+	mailbox    []Command
+	spare      []Command
+	inflight   *write // the one write in flight
+	pending    *write // the next one, coalesced while one is in flight
+	handle     *actor.Handle
+	dead       bool
+	ending     bool
+}
+
+// write is one fenced write and the answers that wait for it.
+type write struct {
+	rec     store.Record
+	end     bool // a fenced delete marker instead of a record
+	answers []answer
+}
+
+type answer struct {
+	c      Command
+	reply  []byte
+	result string
+}
+
+func newInstance(sh *shardRun, g store.Grant, id string, kind actor.Kind, logic actor.Logic, rec store.Record) *instance {
+	return &instance{sh: sh, grant: g, id: id, kind: kind, logic: logic, rec: rec, acked: rec, lastWrite: rec.Tick}
+}
+
+func (in *instance) schedule() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !in.dead {
+		in.handle = in.sh.h.cfg.Engine.Add(in)
+	}
+}
+
+func (in *instance) enqueue(c Command) {
+	in.mu.Lock()
+	switch {
+	case in.dead:
+		in.mu.Unlock()
+		in.sh.h.answerErr(c, wire.CodeRetry, "instance %s is moving; retry with the same request id", in.id)
+		return
+	case in.ending:
+		in.mu.Unlock()
+		in.sh.h.answerErr(c, wire.CodeUnknownInstance, "instance %s has ended", in.id)
+		return
+	case len(in.mailbox) >= maxMailbox:
+		in.mu.Unlock()
+		in.sh.h.answerErr(c, wire.CodeRetry, "instance %s has %d commands waiting; retry later", in.id, maxMailbox)
+		return
+	}
+	in.mailbox = append(in.mailbox, c)
+	in.mu.Unlock()
+}
+
+// die takes the instance out of service and returns every command it had not answered.
+func (in *instance) die() []Command {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.dead = true
+	in.sh.h.cfg.Engine.Remove(in.handle)
+	cmds := in.mailbox
+	in.mailbox = nil
+	for _, w := range []*write{in.inflight, in.pending} {
+		if w != nil {
+			for _, a := range w.answers {
+				cmds = append(cmds, a.c)
+			}
+			w.answers = nil
+		}
+	}
+	return cmds
+}
+
+// Tick implements actor.Ticker: apply the commands that arrived, advance the game, persist.
+func (in *instance) Tick(time.Time) {
+	var w *write
+	var failed []Command
+	in.mu.Lock()
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				failed = in.poison(p)
+			}
+		}()
+		w = in.tickLocked()
+	}()
+	in.mu.Unlock()
+	for _, c := range failed {
+		in.sh.h.answerErr(c, wire.CodeInternal, "instance %s failed; it is stopped on this node", in.id)
+	}
+	if w != nil {
+		in.send(w)
+	}
+}
+
+func (in *instance) tickLocked() *write {
+	if in.dead || in.ending {
+		return nil
+	}
+	tick := in.rec.Tick + 1
+	cmds := in.mailbox
+	in.mailbox, in.spare = in.spare[:0], cmds
+	var answers []answer
+	for i, c := range cmds {
+		cmds[i] = Command{}
+		if in.ending {
+			in.sh.h.answerErr(c, wire.CodeUnknownInstance, "instance %s has ended", in.id)
+			continue
+		}
+		if a, now := in.apply(tick, c); now {
+			in.sh.h.answer(a.c, a.reply, a.result)
+		} else {
+			answers = append(answers, a)
+		}
+	}
+	if in.ending {
+		w := &write{end: true, answers: answers}
+		in.queue(w)
+		return in.takeSendable(w)
+	}
+	in.logic.Tick(tick)
+	in.rec.Tick = tick
+	if len(answers) == 0 && !in.forceWrite && tick-in.lastWrite < in.sh.h.cfg.CheckpointEvery {
+		return nil
+	}
+	state, err := in.logic.MarshalState()
+	if err != nil {
+		panic(fmt.Sprintf("MarshalState: %v", err))
+	}
+	in.forceWrite = false
+	in.lastWrite = tick
+	rec := in.rec
+	rec.State = state
+	rec.Reqs = in.rec.Reqs[:len(in.rec.Reqs):len(in.rec.Reqs)] // appends never touch what a record holds
+	w := &write{rec: rec, answers: answers}
+	in.queue(w)
+	return in.takeSendable(w)
+}
+
+// apply runs one command; now reports an answer that does not wait for a write.
+func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
+	a.c = c
+	if q, ok := in.rec.FindRequest(c.ID); ok {
+		if q.Fingerprint != c.Fingerprint {
+			a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRequestIDReused,
+				"request id %q was used for a different command", c.ID)})
+			a.result = wire.CodeRequestIDReused
+			return a, true
+		}
+		// A retransmission: the first answer, once the record holding it is stored.
+		a.reply, a.result = q.Result, "duplicate"
+		return a, false
+	}
+	switch c.Type {
+	case "create":
+		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeExists, "instance %s already exists", in.id)})
+		a.result = wire.CodeExists
+	case "end":
+		in.ending = true
+		a.reply = wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"ended": in.id, "tick": in.rec.Tick}})
+		a.result = "ok"
+		return a, false
+	default:
+		res, err := in.logic.Handle(tick, actor.Command{Type: c.Type, Body: c.Body})
+		a.reply, a.result = replyFor(res, err)
+	}
+	in.rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: a.reply})
+	return a, false
+}
+
+func replyFor(res any, err error) ([]byte, string) {
+	if err == nil {
+		return wire.EncodeReply(wire.Reply{OK: true, Result: res}), "ok"
+	}
+	var rj *actor.Rejected
+	if errors.As(err, &rj) {
+		return wire.EncodeReply(wire.Reply{Error: &wire.Error{Code: rj.Code, Message: rj.Message}}), rj.Code
+	}
+	return wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRejected, "%v", err)}), wire.CodeRejected
+}
+
+// queue makes w the pending write, merging the answers of a pending write it replaces.
+func (in *instance) queue(w *write) {
+	if in.pending != nil {
+		w.answers = append(in.pending.answers, w.answers...)
+	}
+	in.pending = w
+}
+
+// takeSendable moves the pending write in flight if none is, and returns it to send.
+func (in *instance) takeSendable(w *write) *write {
+	if in.inflight != nil || in.pending != w {
+		return nil
+	}
+	in.inflight, in.pending = w, nil
+	return w
+}
+
+// send hands the in-flight write to the store; written runs when it is settled.
+func (in *instance) send(w *write) {
+	h := in.sh.h
+	if h.cfg.BeforeWrite != nil {
+		h.cfg.BeforeWrite(in.sh.id, in.id)
+	}
+	if w.end {
+		h.spawn(func() {
+			_, err := h.cfg.Store.End(in.sh.ctx, in.grant, in.id)
+			in.written(w, err)
+		})
+		return
+	}
+	h.cfg.Store.WriteAsync(in.grant, in.id, w.rec, func(_ uint64, err error) { in.written(w, err) })
+}
+
+func (in *instance) written(w *write, err error) {
+	h := in.sh.h
+	h.cfg.Metrics.StateWrite(writeResult(err))
+	in.mu.Lock()
+	answers := w.answers
+	w.answers = nil
+	if in.inflight == w {
+		in.inflight = nil
+	}
+	if in.dead && err != nil {
+		// Taken out of service (stopped, or rebuilt under a token rotated away from this write):
+		// its commands were answered then, and a rejection here is the fence doing its job.
+		in.mu.Unlock()
+		return
+	}
+	var next *write
+	if err == nil {
+		if !w.end {
+			in.acked = w.rec
+		}
+		if !in.dead {
+			next = in.takeSendable(in.pending)
+		}
+	} else if errors.Is(err, store.ErrTooLarge) && !in.dead {
+		answers = in.revertLocked(answers)
+	}
+	in.mu.Unlock()
+
+	switch {
+	case err == nil:
+		for _, a := range answers {
+			h.answer(a.c, a.reply, a.result)
+		}
+		if w.end {
+			in.die()
+			in.sh.remove(in)
+			in.sh.log.Info("instance ended", "instance", in.id, "token", in.grant.Token)
+		}
+		if next != nil {
+			in.send(next)
+		}
+	case errors.Is(err, store.ErrTooLarge):
+		for _, a := range answers {
+			h.answerErr(a.c, wire.CodeTooLarge, "the instance's record would exceed %d bytes; the command was undone", store.MaxRecordBytes)
+		}
+		in.sh.log.Error("record too large: instance reverted to its last stored state", "instance", in.id, "token", in.grant.Token, "err", err)
+	default:
+		for _, a := range answers {
+			h.answerErr(a.c, wire.CodeRetry, "write of instance %s failed: %v", in.id, err)
+		}
+		in.sh.writeFailed(in, err)
+	}
+}
+
+// revertLocked restores the last acknowledged record after a write the store refused outright;
+// it returns every answer that was waiting, none of which took effect.
+func (in *instance) revertLocked(answers []answer) []answer {
+	if in.pending != nil {
+		answers = append(answers, in.pending.answers...)
+		in.pending = nil
+	}
+	logic, err := in.kind.Restore(in.id, in.acked.State)
+	if err != nil {
+		panic(fmt.Sprintf("restore acknowledged state of %s: %v", in.id, err))
+	}
+	in.logic = logic
+	tick := in.rec.Tick
+	in.rec = in.acked
+	in.rec.Tick = tick
+	return answers
+}
+
+// poison stops an instance whose game code panicked; its stored state stays as it was.
+func (in *instance) poison(p any) []Command {
+	in.sh.log.Error("instance panicked; stopped on this node", "instance", in.id, "token", in.grant.Token,
+		"tick", in.rec.Tick, "panic", p, "stack", string(debug.Stack()))
+	in.dead = true
+	in.sh.h.cfg.Engine.Remove(in.handle)
+	cmds := in.mailbox
+	in.mailbox = nil
+	return cmds
+}
+
+// flush stops ticking, waits for the write in flight, and writes the latest state synchronously.
+func (in *instance) flush(ctx context.Context) error {
+	for {
+		in.mu.Lock()
+		if in.inflight == nil {
+			break
+		}
+		in.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("flush %s: %w", in.id, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	// in.mu held
+	in.dead = true
+	in.sh.h.cfg.Engine.Remove(in.handle)
+	cmds := in.mailbox
+	in.mailbox = nil
+	var w *write
+	if in.pending != nil {
+		w, in.pending = in.pending, nil
+	}
+	ending := in.ending
+	rec := in.rec
+	needWrite := !ending && (w != nil || rec.Tick > in.lastWrite || in.forceWrite)
+	if needWrite {
+		state, err := in.logic.MarshalState()
+		if err != nil {
+			in.mu.Unlock()
+			return fmt.Errorf("flush %s: %w", in.id, err)
+		}
+		rec.State = state
+	}
+	in.mu.Unlock()
+	for _, c := range cmds {
+		in.sh.h.answerErr(c, wire.CodeRetry, "node %s is shutting down; retry with the same request id", in.sh.h.cfg.Node)
+	}
+	var answers []answer
+	if w != nil {
+		answers = w.answers
+	}
+	var err error
+	switch {
+	case ending && w != nil: // else the delete marker is already stored
+		_, err = in.sh.h.cfg.Store.End(ctx, in.grant, in.id)
+	case needWrite:
+		_, err = in.sh.h.cfg.Store.Write(ctx, in.grant, in.id, rec)
+	}
+	in.sh.h.cfg.Metrics.StateWrite(writeResult(err))
+	for _, a := range answers {
+		if err == nil {
+			in.sh.h.answer(a.c, a.reply, a.result)
+		} else {
+			in.sh.h.answerErr(a.c, wire.CodeRetry, "final write failed: %v", err)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("flush %s: %w", in.id, err)
+	}
+	return nil
+}

@@ -1,0 +1,494 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
+)
+
+type runState int
+
+const (
+	loading    runState = iota // loading and registering under sh.grant
+	running                    // ticking
+	rebuilding                 // rotating the token, then loading again
+	stopped                    // lost or released: never runs again (a new grant makes a new shardRun)
+)
+
+// shardRun is one grant of one shard to this session, through its rotations.
+type shardRun struct {
+	h   *Host
+	id  uint32
+	log *slog.Logger
+
+	mu          sync.Mutex
+	grant       store.Grant
+	state       runState
+	insts       map[string]*instance
+	creating    map[string][]Command // commands that arrived while their instance is being created
+	rotatedAway map[uint64]bool      // tokens this session rotated away from itself
+	stopServe   func()
+	ctx         context.Context
+	cancel      context.CancelFunc
+}
+
+func newShardRun(h *Host, g store.Grant) *shardRun {
+	ctx, cancel := context.WithCancel(h.ctx)
+	return &shardRun{h: h, id: g.Shard, grant: g, state: loading, insts: map[string]*instance{},
+		creating: map[string][]Command{}, rotatedAway: map[uint64]bool{}, ctx: ctx, cancel: cancel,
+		log: h.log.With("shard", g.Shard, "epoch", g.Epoch)}
+}
+
+// retry runs f with backoff until it succeeds, returns a permanent error, or the shard stops.
+func (sh *shardRun) retry(what string, f func() error, permanent func(error) bool) error {
+	backoff := 10 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || permanent(err) {
+			return err
+		}
+		sh.log.Warn("retrying", "op", what, "err", err, "backoff", backoff)
+		select {
+		case <-sh.ctx.Done():
+			return sh.ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// load reads every instance of the shard, registers it under g, and starts ticking.
+func (sh *shardRun) load(g store.Grant) {
+	st := sh.h.cfg.Store
+	start := time.Now()
+	var ids []string
+	err := sh.retry("list instances", func() (err error) {
+		ids, err = st.Instances(sh.ctx, g.Epoch, g.Shard)
+		return err
+	}, func(error) bool { return false })
+	if err != nil {
+		return // stopped meanwhile
+	}
+	loaded := make([]*instance, len(ids))
+	sem := make(chan struct{}, sh.h.cfg.LoadParallelism)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			loaded[i] = sh.loadOne(g, id)
+		}()
+	}
+	wg.Wait()
+	sh.mu.Lock()
+	if sh.state == stopped || sh.grant.Token != g.Token {
+		sh.mu.Unlock()
+		return
+	}
+	for _, in := range loaded {
+		if in != nil {
+			sh.insts[in.id] = in
+		}
+	}
+	n := len(sh.insts)
+	sh.state = running
+	needServe := sh.stopServe == nil && sh.h.cfg.Commands != nil
+	sh.mu.Unlock()
+	sh.h.cfg.Metrics.Instances.Add(float64(n))
+	for _, in := range loaded {
+		if in != nil {
+			in.schedule()
+		}
+	}
+	if needServe {
+		stop, err := sh.h.cfg.Commands.Serve(sh.id, sh.submit)
+		if err != nil {
+			sh.stop("subscribe failed", "err", err)
+			return
+		}
+		sh.mu.Lock()
+		if sh.state == stopped {
+			sh.mu.Unlock()
+			stop()
+			return
+		}
+		sh.stopServe = stop
+		sh.mu.Unlock()
+	}
+	sh.log.Debug("shard running", "token", g.Token, "instances", n, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// loadOne loads and registers one instance; nil if it is gone or unusable (logged).
+func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
+	st := sh.h.cfg.Store
+	var rec store.Record
+	var rev uint64
+	err := sh.retry("load "+id, func() error {
+		var err error
+		if rec, rev, err = st.Load(sh.ctx, g.Epoch, g.Shard, id); err != nil {
+			return err
+		}
+		_, err = st.Register(sh.ctx, g, id, rec, rev)
+		return err // ErrConflict: the load was not current (a lagging replica); load again
+	}, func(err error) bool { return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrBadRecord) })
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		sh.log.Error("instance not loaded", "instance", id, "token", g.Token, "revision", rev, "err", err)
+		return nil
+	}
+	rec.Token = g.Token
+	kind, ok := sh.h.cfg.Kinds.Get(rec.Kind)
+	if !ok {
+		sh.log.Error("instance of unknown kind not loaded", "instance", id, "kind", rec.Kind, "known", sh.h.cfg.Kinds.Names())
+		return nil
+	}
+	var logic actor.Logic
+	if len(rec.State) == 0 { // created, but its initial state was never written
+		logic, err = kind.New(id, actor.Command{Type: "create"})
+	} else {
+		logic, err = kind.Restore(id, rec.State)
+	}
+	if err != nil {
+		sh.log.Error("instance state unreadable, not loaded", "instance", id, "revision", rev, "err", err)
+		return nil
+	}
+	in := newInstance(sh, g, id, kind, logic, rec)
+	if len(rec.State) == 0 {
+		in.lastWrite = 0
+		in.forceWrite = true
+	}
+	return in
+}
+
+// observe handles a revision of shard.<S> that still names this session.
+func (sh *shardRun) observe(rev uint64) {
+	sh.mu.Lock()
+	if rev <= sh.grant.Token || sh.rotatedAway[rev] || sh.state != running {
+		sh.mu.Unlock()
+		return
+	}
+	// A newer revision with our own value that we did not see acknowledged (a rotation whose ack
+	// was lost): adopt it. Our writes under the old token are fenced by it.
+	sh.mu.Unlock()
+	sh.rebuild("adopted a newer revision of the shard key", rev)
+}
+
+// writeFailed sorts a failed write: stale owner stops the shard, unknown outcome rebuilds it.
+func (sh *shardRun) writeFailed(in *instance, err error) {
+	switch {
+	case errors.Is(err, store.ErrStaleOwner):
+		sh.mu.Lock()
+		ours := sh.rotatedAway[in.grant.Token]
+		sh.mu.Unlock()
+		if ours { // a write that raced our own rotation: expected, the shard is being rebuilt
+			return
+		}
+		a, rev, rerr := sh.h.cfg.Store.Assignment(sh.ctx, in.grant.Epoch, sh.id)
+		sh.stop("stale_owner", "instance", in.id, "token", in.grant.Token, "revision", rev,
+			"new_owner", a.Owner, "new_session", a.Session, "read_err", rerr, "err", err)
+	default:
+		sh.rebuild("write outcome unknown: "+err.Error(), 0)
+	}
+}
+
+// rebuild rotates the token (unless adopt names a revision already made) and reloads the shard
+// from the store under the new token. Single-flight: a shard that is not running ignores it.
+func (sh *shardRun) rebuild(cause string, adopt uint64) {
+	sh.mu.Lock()
+	if sh.state != running {
+		sh.mu.Unlock()
+		return
+	}
+	sh.state = rebuilding
+	old := sh.grant
+	insts := sh.insts
+	sh.insts = map[string]*instance{}
+	sh.mu.Unlock()
+	sh.kill(insts, wire.CodeRetry, "shard %d is being rebuilt after an uncertain write; retry with the same request id", sh.id)
+	sh.log.Warn("rebuilding shard", "token", old.Token, "cause", cause, "adopt", adopt)
+	sh.h.spawn(func() {
+		g, ok := sh.rotate(old, adopt)
+		if !ok {
+			return
+		}
+		sh.h.cfg.Metrics.Rotations.Inc()
+		sh.mu.Lock()
+		if sh.state == stopped {
+			sh.mu.Unlock()
+			return
+		}
+		sh.rotatedAway[old.Token] = true
+		sh.grant = g
+		sh.state = loading
+		sh.mu.Unlock()
+		sh.log.Info("token rotated", "from", old.Token, "token", g.Token)
+		sh.load(g)
+	})
+}
+
+// rotate makes every write under old fail the fence. On an unknown or failed outcome it re-reads
+// shard.<S>: still ours at a newer revision, adopt it; still ours at old, try again; else stop.
+func (sh *shardRun) rotate(old store.Grant, adopt uint64) (store.Grant, bool) {
+	st := sh.h.cfg.Store
+	if adopt > old.Token {
+		g := old
+		g.Token = adopt
+		return g, true
+	}
+	var g store.Grant
+	err := sh.retry("rotate token", func() error {
+		var err error
+		if g, err = st.Rotate(sh.ctx, old); err == nil {
+			return nil
+		}
+		a, rev, rerr := st.Assignment(sh.ctx, old.Epoch, old.Shard)
+		switch {
+		case rerr != nil && !errors.Is(rerr, store.ErrNotFound):
+			return rerr // cannot tell yet
+		case rerr == nil && a == old.Assignment && rev > old.Token:
+			g = old
+			g.Token = rev // our rotation landed; its answer was lost
+			return nil
+		case rerr == nil && a == old.Assignment && rev == old.Token:
+			return err // nothing happened; rotate again
+		default:
+			return errLost
+		}
+	}, func(err error) bool { return errors.Is(err, errLost) })
+	if err != nil {
+		sh.stop("stale_owner", "token", old.Token, "err", err)
+		return store.Grant{}, false
+	}
+	return g, true
+}
+
+var errLost = errors.New("the shard is assigned to someone else")
+
+// kill takes instances out of service and answers every command they still held.
+func (sh *shardRun) kill(insts map[string]*instance, code, format string, args ...any) {
+	for _, in := range insts {
+		for _, c := range in.die() {
+			sh.h.answerErr(c, code, format, args...)
+		}
+	}
+	sh.h.cfg.Metrics.Instances.Sub(float64(len(insts)))
+}
+
+// stop takes the shard out of service at once, for good.
+func (sh *shardRun) stop(reason string, attrs ...any) {
+	sh.mu.Lock()
+	if sh.state == stopped {
+		sh.mu.Unlock()
+		return
+	}
+	sh.state = stopped
+	insts := sh.insts
+	sh.insts = nil
+	stopServe := sh.stopServe
+	token := sh.grant.Token
+	creating := sh.creating
+	sh.creating = nil
+	sh.mu.Unlock()
+	sh.cancel()
+	if stopServe != nil {
+		stopServe()
+	}
+	sh.kill(insts, wire.CodeNotOwner, "shard %d moved away from node %s", sh.id, sh.h.cfg.Node)
+	for _, waiting := range creating {
+		for _, c := range waiting {
+			sh.h.answerErr(c, wire.CodeNotOwner, "shard %d moved away from node %s", sh.id, sh.h.cfg.Node)
+		}
+	}
+	sh.h.forget(sh)
+	sh.h.cfg.Metrics.ShardStops.WithLabelValues(reason).Inc()
+	level := slog.LevelInfo
+	if reason == "stale_owner" {
+		level = slog.LevelError
+	}
+	sh.log.Log(context.Background(), level, "shard stopped: its actors no longer tick",
+		append([]any{"reason", reason, "token", token, "instances", len(insts)}, attrs...)...)
+}
+
+// submit routes a command to its instance's mailbox, or creates the instance.
+func (sh *shardRun) submit(c Command) {
+	sh.mu.Lock()
+	switch sh.state {
+	case stopped:
+		sh.mu.Unlock()
+		sh.h.answerErr(c, wire.CodeNotOwner, "node %s no longer owns shard %d", sh.h.cfg.Node, sh.id)
+		return
+	case loading, rebuilding:
+		sh.mu.Unlock()
+		sh.h.answerErr(c, wire.CodeRetry, "shard %d is loading; retry with the same request id", sh.id)
+		return
+	}
+	if in := sh.insts[c.Instance]; in != nil {
+		sh.mu.Unlock()
+		in.enqueue(c)
+		return
+	}
+	if waiting, ok := sh.creating[c.Instance]; ok {
+		sh.creating[c.Instance] = append(waiting, c)
+		sh.mu.Unlock()
+		return
+	}
+	if c.Type != "create" {
+		sh.mu.Unlock()
+		sh.h.answerErr(c, wire.CodeUnknownInstance, "no instance %s (create it first)", c.Instance)
+		return
+	}
+	sh.creating[c.Instance] = nil
+	g := sh.grant
+	sh.mu.Unlock()
+	sh.h.spawn(func() { sh.create(g, c) })
+}
+
+// create makes a new instance: KV Create of a stateless record, then a fenced write of its
+// initial state (DESIGN 4). If it exists already, it is loaded and registered instead.
+func (sh *shardRun) create(g store.Grant, c Command) {
+	var in *instance
+	defer func() { sh.finishCreate(g, c.Instance, in) }()
+	var args struct {
+		Kind string `msgpack:"kind"`
+	}
+	cmd := actor.Command{Type: c.Type, Body: c.Body}
+	if err := cmd.Decode(&args); err != nil || args.Kind == "" {
+		sh.h.answerErr(c, wire.CodeBadRequest, `create needs a string "kind" (one of %v)`, sh.h.cfg.Kinds.Names())
+		return
+	}
+	kind, ok := sh.h.cfg.Kinds.Get(args.Kind)
+	if !ok {
+		sh.h.answerErr(c, wire.CodeBadRequest, "unknown kind %q (one of %v)", args.Kind, sh.h.cfg.Kinds.Names())
+		return
+	}
+	logic, err := kind.New(c.Instance, cmd)
+	if err != nil {
+		reply, code := replyFor(nil, err)
+		sh.h.answer(c, reply, code)
+		return
+	}
+	state, err := logic.MarshalState()
+	if err != nil {
+		sh.h.answerErr(c, wire.CodeInternal, "encode initial state: %v", err)
+		return
+	}
+	st := sh.h.cfg.Store
+	if _, err := st.Create(sh.ctx, g, c.Instance, args.Kind); errors.Is(err, store.ErrConflict) {
+		// It exists, perhaps missing from a lagging listing: never overwrite, load it.
+		if in = sh.loadOne(g, c.Instance); in == nil {
+			sh.h.answerErr(c, wire.CodeRetry, "instance %s exists but could not be loaded", c.Instance)
+			return
+		}
+		in.enqueue(c) // answers with the first result, or already_exists
+		return
+	} else if err != nil {
+		sh.h.answerErr(c, wire.CodeRetry, "create %s: %v", c.Instance, err)
+		return
+	}
+	reply := wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"created": c.Instance, "kind": args.Kind}})
+	rec := store.Record{Kind: args.Kind, State: state}
+	rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: reply})
+	if sh.h.cfg.BeforeWrite != nil {
+		sh.h.cfg.BeforeWrite(sh.id, c.Instance)
+	}
+	_, err = st.Write(sh.ctx, g, c.Instance, rec)
+	sh.h.cfg.Metrics.StateWrite(writeResult(err))
+	if err != nil {
+		sh.h.answerErr(c, wire.CodeRetry, "initial write of %s: %v", c.Instance, err)
+		probe := &instance{id: c.Instance, grant: g}
+		sh.writeFailed(probe, err)
+		return
+	}
+	rec.Token = g.Token
+	in = newInstance(sh, g, c.Instance, kind, logic, rec)
+	sh.h.answer(c, reply, "ok")
+}
+
+// finishCreate adds a created instance to the shard and replays the commands that waited for it.
+func (sh *shardRun) finishCreate(g store.Grant, id string, in *instance) {
+	sh.mu.Lock()
+	waiting := sh.creating[id]
+	delete(sh.creating, id)
+	added := in != nil && sh.state == running && sh.grant.Token == g.Token && sh.insts[id] == nil
+	if added {
+		sh.insts[id] = in
+	}
+	sh.mu.Unlock()
+	if added {
+		sh.h.cfg.Metrics.Instances.Inc()
+		in.schedule()
+	}
+	for _, c := range waiting {
+		sh.submit(c)
+	}
+}
+
+// remove forgets an ended instance.
+func (sh *shardRun) remove(in *instance) {
+	sh.mu.Lock()
+	removed := sh.insts[in.id] == in
+	if removed {
+		delete(sh.insts, in.id)
+	}
+	sh.mu.Unlock()
+	if removed {
+		sh.h.cfg.Metrics.Instances.Dec()
+	}
+}
+
+// flushAndRelease writes every instance's latest state, then releases the shard key.
+func (sh *shardRun) flushAndRelease(ctx context.Context) error {
+	sh.mu.Lock()
+	if sh.state == stopped {
+		sh.mu.Unlock()
+		return nil
+	}
+	sh.state = stopped
+	insts := sh.insts
+	sh.insts = nil
+	stopServe := sh.stopServe
+	g := sh.grant
+	sh.mu.Unlock()
+	if stopServe != nil {
+		stopServe()
+	}
+	var errs []error
+	for _, in := range insts {
+		if err := in.flush(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	sh.h.cfg.Metrics.Instances.Sub(float64(len(insts)))
+	if len(errs) == 0 {
+		if err := sh.h.cfg.Store.ReleaseShard(ctx, g); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	sh.cancel()
+	sh.h.forget(sh)
+	sh.h.cfg.Metrics.ShardStops.WithLabelValues("shutdown").Inc()
+	sh.log.Debug("shard flushed and released", "token", g.Token, "instances", len(insts), "errors", len(errs))
+	return errors.Join(errs...)
+}
+
+func writeResult(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, store.ErrStaleOwner):
+		return "stale_owner"
+	case errors.Is(err, store.ErrConflict):
+		return "conflict"
+	default:
+		return "error"
+	}
+}
