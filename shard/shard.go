@@ -193,7 +193,7 @@ func (sh *shardRun) writeFailed(in *instance, err error) {
 			return
 		}
 		a, rev, rerr := sh.h.cfg.Store.Assignment(sh.ctx, in.grant.Epoch, sh.id)
-		sh.stop("stale_owner", "instance", in.id, "token", in.grant.Token, "revision", rev,
+		sh.stop("stale_owner", "instance", in.id, "revision", rev,
 			"new_owner", a.Owner, "new_session", a.Session, "read_err", rerr, "err", err)
 	default:
 		sh.rebuild("write outcome unknown: "+err.Error(), 0)

@@ -50,9 +50,10 @@ func Subject(shard uint32, id string) string {
 	return SubjectPrefix + "." + strconv.FormatUint(uint64(shard), 10) + "." + id
 }
 
-// ShardSubject is what the owner of a shard subscribes to.
+// ShardSubject is what the owner of a shard subscribes to: ">" so that a malformed instance ID
+// (one with dots) still reaches the owner and gets a clear error instead of silence.
 func ShardSubject(shard uint32) string {
-	return SubjectPrefix + "." + strconv.FormatUint(uint64(shard), 10) + ".*"
+	return SubjectPrefix + "." + strconv.FormatUint(uint64(shard), 10) + ".>"
 }
 
 // Request is a decoded, validated command.

@@ -1,0 +1,329 @@
+package shard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/actor/dungeon"
+	"github.com/tickfence/tickfence/internal/metrics"
+	"github.com/tickfence/tickfence/internal/natsserver"
+	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/memstore"
+	"github.com/tickfence/tickfence/store/natskv"
+)
+
+const testShards = 8
+
+// counter is a test kind: a number, and a blob that "grow" makes as large as asked.
+type counter struct{}
+
+func (counter) Name() string { return "counter" }
+func (counter) New(string, actor.Command) (actor.Logic, error) {
+	return &counterState{}, nil
+}
+func (counter) Restore(_ string, b []byte) (actor.Logic, error) {
+	s := &counterState{}
+	return s, msgpack.Unmarshal(b, s)
+}
+
+type counterState struct {
+	N     int64  `msgpack:"n"`
+	Blob  []byte `msgpack:"blob"`
+	Ticks uint64 `msgpack:"ticks"`
+}
+
+func (s *counterState) Tick(tick uint64) { s.Ticks = tick }
+func (s *counterState) Handle(_ uint64, c actor.Command) (any, error) {
+	var a struct {
+		By int64 `msgpack:"by"`
+		N  int   `msgpack:"n"`
+	}
+	if err := c.Decode(&a); err != nil {
+		return nil, err
+	}
+	switch c.Type {
+	case "add":
+		s.N += a.By
+		return map[string]any{"n": s.N}, nil
+	case "grow":
+		s.Blob = make([]byte, a.N)
+		return map[string]any{"blob": a.N}, nil
+	case "get":
+		return map[string]any{"n": s.N}, nil
+	}
+	return nil, actor.Reject("unknown %q", c.Type)
+}
+func (s *counterState) MarshalState() ([]byte, error) { return msgpack.Marshal(s) }
+
+// backend is a store under test: the in-memory one or a real embedded JetStream server.
+type backend struct {
+	name string
+	// open returns a new client of the same store (one per node, as separate processes would have).
+	open func(t *testing.T) store.Store
+	// nc is a raw NATS connection to the server (nil for memory).
+	nc func(t *testing.T) *nats.Conn
+}
+
+func backends(t *testing.T) []backend {
+	mem := memstore.New()
+	var once sync.Once
+	var srv *natsserver.Server
+	start := func(t *testing.T) *natsserver.Server {
+		once.Do(func() {
+			var err error
+			srv, err = natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
+			if err != nil {
+				t.Fatalf("embedded NATS server: %v", err)
+			}
+			t.Cleanup(srv.Stop)
+		})
+		return srv
+	}
+	connect := func(t *testing.T) *nats.Conn {
+		nc, err := natskv.Connect("", start(t).ConnectOption())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	return []backend{
+		{name: "memory", open: func(*testing.T) store.Store { return mem }},
+		{name: "jetstream", open: func(t *testing.T) store.Store {
+			s, err := natskv.Open(connect(t), natskv.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}, nc: connect},
+	}
+}
+
+// forEachBackend runs a test against both stores.
+func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) { f(t, b) })
+	}
+}
+
+// node is one tickfence node under test, fed its grants by the test (no watch: a frozen node
+// must not learn of its loss except from the store).
+type node struct {
+	t       *testing.T
+	name    string
+	st      store.Store
+	host    *shard.Host
+	engine  *actor.Engine
+	metrics *metrics.Node
+	freeze  *freezer
+}
+
+type nodeOpt struct {
+	commands        func(m *metrics.Node) shard.Commands
+	checkpointEvery uint64
+}
+
+func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.Bootstrap(ctx, store.Cluster{Shards: testShards, Partitions: 1, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })
+	e, err := actor.NewEngine(actor.EngineConfig{Rate: 50, Observe: m.ObserveTick})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{})
+	n := &node{t: t, name: name, st: st, engine: e, metrics: m, freeze: &freezer{}}
+	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Metrics: m,
+		CheckpointEvery: opt.checkpointEvery, BeforeWrite: n.freeze.before,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)}
+	if opt.commands != nil {
+		cfg.Commands = opt.commands(m)
+	}
+	if n.host, err = shard.New(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.freeze.release()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = n.host.Close(ctx)
+		e.Stop()
+	})
+	return n
+}
+
+// grant assigns a shard to this node's session in the store and tells the host, as its watch
+// would; it waits until the shard is running.
+func (n *node) grant(shardID uint32) store.Grant {
+	n.t.Helper()
+	ctx := context.Background()
+	_, rev, err := n.st.Assignment(ctx, 1, shardID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		n.t.Fatal(err)
+	}
+	a := store.Assignment{Owner: n.name, Session: n.name + "-s1"}
+	tok, err := n.st.Assign(ctx, 1, shardID, a, rev)
+	if err != nil {
+		n.t.Fatalf("assign shard %d to %s: %v", shardID, n.name, err)
+	}
+	n.host.Apply(store.AssignmentEvent{Shard: shardID, Revision: tok, Assignment: a})
+	waitFor(n.t, fmt.Sprintf("%s runs shard %d", n.name, shardID), func() bool { return n.host.Running(shardID) })
+	return store.Grant{Epoch: 1, Shard: shardID, Token: tok, Assignment: a}
+}
+
+// send submits a command in-process and waits for its answer.
+func (n *node) send(id, reqID string, cmd map[string]any) wire.Reply {
+	n.t.Helper()
+	body, err := wire.Canonical(cmd)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	ch := n.submit(id, reqID, body)
+	select {
+	case b := <-ch:
+		r, err := wire.DecodeReply(b, false)
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		return r
+	case <-time.After(10 * time.Second):
+		n.t.Fatalf("%s: no answer to %s %v", n.name, reqID, cmd)
+	}
+	return wire.Reply{}
+}
+
+// submit submits a command and returns where its answer will arrive.
+func (n *node) submit(id, reqID string, body []byte) <-chan []byte {
+	n.t.Helper()
+	req, err := wire.DecodeRequest(wire.Subject(store.ShardOf(id, testShards), id), reqID, "", body, testShards)
+	if err != nil {
+		n.t.Fatalf("bad test command: %v", err)
+	}
+	ch := make(chan []byte, 1)
+	n.host.Submit(shard.Command{Request: req, Received: time.Now(), Reply: func(b []byte) { ch <- b }})
+	return ch
+}
+
+func (n *node) writes(result string) float64 {
+	return testutil.ToFloat64(n.metrics.StateWrites.WithLabelValues(result))
+}
+
+// freezer blocks a node's next fenced write of one instance, as a GC pause or SIGSTOP would.
+type freezer struct {
+	mu     sync.Mutex
+	target string
+	frozen chan struct{} // closed when the write is held
+	thaw   chan struct{}
+}
+
+func (f *freezer) arm(id string) (frozen <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.target, f.frozen, f.thaw = id, make(chan struct{}), make(chan struct{})
+	return f.frozen
+}
+
+func (f *freezer) before(_ uint32, id string) {
+	f.mu.Lock()
+	if f.target == "" || id != f.target {
+		f.mu.Unlock()
+		return
+	}
+	f.target = ""
+	frozen, thaw := f.frozen, f.thaw
+	f.mu.Unlock()
+	close(frozen)
+	<-thaw
+}
+
+func (f *freezer) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.thaw != nil {
+		select {
+		case <-f.thaw:
+		default:
+			close(f.thaw)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// idIn returns an instance ID of the shard.
+func idIn(shardID uint32, n int) string {
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("i%d-%d", n, i)
+		if store.ShardOf(id, testShards) == shardID {
+			return id
+		}
+	}
+}
+
+func load(t *testing.T, st store.Store, id string) (store.Record, *counterState) {
+	t.Helper()
+	rec, _, err := st.Load(context.Background(), 1, store.ShardOf(id, testShards), id)
+	if err != nil {
+		t.Fatalf("load %s: %v", id, err)
+	}
+	s := &counterState{}
+	if err := msgpack.Unmarshal(rec.State, s); err != nil {
+		t.Fatalf("state of %s: %v", id, err)
+	}
+	return rec, s
+}
+
+func mustOK(t *testing.T, r wire.Reply, what string) {
+	t.Helper()
+	if !r.OK {
+		t.Fatalf("%s: got error %v, want ok", what, r.Error)
+	}
+}
+
+func wantCode(t *testing.T, r wire.Reply, code, what string) {
+	t.Helper()
+	if r.OK || r.Error.Code != code {
+		t.Fatalf("%s: got %+v, want error %s", what, r, code)
+	}
+}
+
+var _ = natscmd.NewServer
+
+func mustBody(t *testing.T, cmd map[string]any) []byte {
+	t.Helper()
+	b, err := wire.Canonical(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func errorsIsStale(err error) bool { return errors.Is(err, store.ErrStaleOwner) }
