@@ -28,7 +28,9 @@ type Logic interface {
 	Tick(tick uint64)
 	// Handle applies a command at the start of a tick. The returned value (msgpack-encodable) is
 	// the command's result; an error refuses it (use *Rejected for a code the client can read).
-	// Either way the answer is remembered and a retransmission gets it again.
+	// Either way the answer is remembered and a retransmission gets it again; except a
+	// *Rejected with code "bad_request", which says the command is malformed: Handle must not have
+	// changed anything, and the refusal is answered at once, neither remembered nor stored.
 	Handle(tick uint64, cmd Command) (any, error)
 	// MarshalState encodes the whole state as msgpack.
 	MarshalState() ([]byte, error)

@@ -195,6 +195,9 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 	default:
 		res, err := in.logic.Handle(tick, actor.Command{Type: c.Type, Body: c.Body})
 		a.reply, a.result = replyFor(res, err)
+		if a.result == wire.CodeBadRequest {
+			return a, true // malformed: nothing changed, nothing to remember or store
+		}
 	}
 	in.rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: a.reply})
 	return a, false

@@ -1,0 +1,263 @@
+package shard_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tickfence/tickfence/internal/metrics"
+	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
+)
+
+func TestDuplicateRequestID(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		st := b.open(t)
+		n := newNode(t, st, "A", nodeOpt{})
+		id := idIn(1, 0)
+		n.grant(1)
+		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
+		first := n.send(id, "r1", map[string]any{"type": "add", "by": 7})
+		mustOK(t, first, "add 7")
+		again := n.send(id, "r1", map[string]any{"type": "add", "by": 7})
+		if !again.OK || !sameJSON(first.Result, again.Result) {
+			t.Fatalf("retransmission answered %+v, want the first answer %+v", again, first)
+		}
+		wantCode(t, n.send(id, "r1", map[string]any{"type": "add", "by": 9}), wire.CodeRequestIDReused, "same id, other payload")
+		_, cs := load(t, st, id)
+		if cs.N != 7 {
+			t.Fatalf("n = %d, want 7 (one effect)", cs.N)
+		}
+		// Concurrent copies in one tick: still one effect.
+		chans := make([]<-chan []byte, 5)
+		for i := range chans {
+			chans[i] = n.submit(id, "r2", mustBody(t, map[string]any{"type": "add", "by": 100}))
+		}
+		for _, ch := range chans {
+			r, _ := wire.DecodeReply(<-ch, false)
+			mustOK(t, r, "concurrent copy")
+		}
+		if _, cs := load(t, st, id); cs.N != 107 {
+			t.Fatalf("n = %d after 5 copies of +100, want 107", cs.N)
+		}
+		// A create retransmitted gets its first answer; a new create of an existing one does not.
+		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create retransmitted")
+		wantCode(t, n.send(id, "c2", map[string]any{"type": "create", "kind": "counter"}), wire.CodeExists, "second create")
+	})
+}
+
+func sameJSON(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// TestCreateNeverOverwritesUnlistedInstance: an instance that exists in the store but that the
+// owner's listing missed (a lagging listing) is loaded, never overwritten, by a create.
+func TestCreateNeverOverwritesUnlistedInstance(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		st := b.open(t)
+		n := newNode(t, st, "A", nodeOpt{})
+		g := n.grant(4)
+		id := idIn(4, 0)
+		// Written behind the running owner's back, so its in-memory listing lacks it.
+		if _, err := st.Create(context.Background(), g, id, "counter"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Write(context.Background(), g, id, store.Record{Kind: "counter", Tick: 3, State: mustBody(t, map[string]any{"n": 42})}); err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), wire.CodeExists, "create of unlisted instance")
+		r := n.send(id, "g", map[string]any{"type": "get"})
+		mustOK(t, r, "get")
+		if got := r.Result.(map[string]any)["n"]; got != int8(42) && got != int64(42) && got != uint8(42) {
+			t.Fatalf("n = %v (%T), want 42", got, got)
+		}
+		if _, cs := load(t, st, id); cs.N != 42 {
+			t.Fatalf("stored n = %d, want 42", cs.N)
+		}
+	})
+}
+
+// TestOversizedRecordChangesNothing: a command that would make the record exceed its limit is
+// undone and answered too_large; the stored record is unchanged and the instance keeps working.
+func TestOversizedRecordChangesNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		st := b.open(t)
+		n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30})
+		n.grant(6)
+		id := idIn(6, 0)
+		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
+		mustOK(t, n.send(id, "a", map[string]any{"type": "add", "by": 1}), "add")
+		before, _ := load(t, st, id)
+		wantCode(t, n.send(id, "big", map[string]any{"type": "grow", "n": store.MaxRecordBytes}), wire.CodeTooLarge, "grow past the limit")
+		after, _ := load(t, st, id)
+		if after.Tick != before.Tick || string(after.State) != string(before.State) {
+			t.Fatal("the oversized command changed the stored record")
+		}
+		mustOK(t, n.send(id, "a2", map[string]any{"type": "add", "by": 1}), "add after too_large")
+		if _, cs := load(t, st, id); cs.N != 2 || len(cs.Blob) != 0 {
+			t.Fatalf("n = %d, blob %d bytes; want 2 and no blob", cs.N, len(cs.Blob))
+		}
+	})
+}
+
+func TestEndIsFencedDeleteAndFlushOnClose(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		st := b.open(t)
+		n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30})
+		n.grant(7)
+		id, keep := idIn(7, 0), idIn(7, 1)
+		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
+		mustOK(t, n.send(keep, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
+		mustOK(t, n.send(id, "e", map[string]any{"type": "end"}), "end")
+		if _, _, err := st.Load(context.Background(), 1, 7, id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("load after end: %v, want ErrNotFound", err)
+		}
+		wantCode(t, n.send(id, "x", map[string]any{"type": "get"}), wire.CodeUnknownInstance, "command after end")
+		// Ticks advance only in memory (no checkpoint); Close writes them.
+		time.Sleep(200 * time.Millisecond)
+		before, _ := load(t, st, keep)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := n.host.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := load(t, st, keep)
+		if after.Tick <= before.Tick {
+			t.Fatalf("tick after Close = %d, want above %d", after.Tick, before.Tick)
+		}
+		if _, _, err := st.Assignment(context.Background(), 1, 7); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("shard still assigned after Close: %v", err)
+		}
+		// A new owner resumes from the stored tick.
+		n2 := newNode(t, st, "B", nodeOpt{})
+		n2.grant(7)
+		mustOK(t, n2.send(keep, "g", map[string]any{"type": "get"}), "get on new owner")
+		if rec, _ := load(t, st, keep); rec.Tick < after.Tick {
+			t.Fatalf("new owner's tick %d went back from %d", rec.Tick, after.Tick)
+		}
+	})
+}
+
+// TestBadInputOverNATS sends hostile commands from a raw NATS client: each gets a clear error and
+// nothing is written.
+func TestBadInputOverNATS(t *testing.T) {
+	b := backends(t)[1]
+	st := b.open(t)
+	n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30, commands: func(m *metrics.Node) shard.Commands {
+		return natscmd.NewServer(b.nc(t), testShards, m)
+	}})
+	for s := uint32(0); s < testShards; s++ {
+		n.grant(s)
+	}
+	raw := b.nc(t)
+	client := natscmd.NewClient(raw, testShards)
+	id := idIn(0, 0)
+	if r, err := client.SendMap(context.Background(), id, "c", map[string]any{"type": "create", "kind": "counter"}); err != nil || !r.OK {
+		t.Fatalf("create: %+v, %v", r, err)
+	}
+	js, err := jetstream.New(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastSeq := func() uint64 {
+		stream, err := js.Stream(context.Background(), "KV_"+store.DataBucket(1, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := stream.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	waitFor(t, "writes settle", func() bool { a := lastSeq(); time.Sleep(50 * time.Millisecond); return a == lastSeq() })
+	subj := wire.Subject(0, id)
+	huge := make([]byte, store.MaxCommandBytes+1)
+	cases := []struct {
+		name, subject, reqID, ctype string
+		body                        []byte
+		code                        string
+	}{
+		{"malformed msgpack", subj, "r1", "", []byte{0xc1, 0x00}, wire.CodeBadRequest},
+		{"truncated msgpack", subj, "r2", "", []byte{0x82, 0xa4, 't', 'y'}, wire.CodeBadRequest},
+		{"map claiming 4G entries", subj, "r3", "", []byte{0xdf, 0xff, 0xff, 0xff, 0xff}, wire.CodeBadRequest},
+		{"not a map", subj, "r4", "", []byte{0x93, 1, 2, 3}, wire.CodeBadRequest},
+		{"no type", subj, "r5", "", mustBody(t, map[string]any{"by": 1}), wire.CodeBadRequest},
+		{"type not a string", subj, "r6", "", mustBody(t, map[string]any{"type": 7}), wire.CodeBadRequest},
+		{"wrong field types", subj, "r7", "", mustBody(t, map[string]any{"type": "add", "by": "lots"}), wire.CodeBadRequest},
+		{"malformed JSON", subj, "r8", wire.ContentJSON, []byte(`{"type":`), wire.CodeBadRequest},
+		{"oversized command", subj, "r9", "", huge, wire.CodeTooLarge},
+		{"no request id", subj, "", "", mustBody(t, map[string]any{"type": "get"}), wire.CodeBadRequest},
+		{"request id too long", subj, strings.Repeat("x", 65), "", mustBody(t, map[string]any{"type": "get"}), wire.CodeBadRequest},
+		{"instance id with a dot", wire.Subject(0, "a.b"), "r10", "", mustBody(t, map[string]any{"type": "get"}), wire.CodeBadRequest},
+		{"instance id of 65 chars", wire.Subject(0, strings.Repeat("a", 65)), "r11", "", mustBody(t, map[string]any{"type": "get"}), wire.CodeBadRequest},
+		{"non-ASCII instance id", wire.Subject(0, "héllo"), "r12", "", mustBody(t, map[string]any{"type": "get"}), wire.CodeBadRequest},
+		{"instance of another shard", wire.Subject(0, idIn(1, 0)), "r13", "", mustBody(t, map[string]any{"type": "get"}), wire.CodeBadRequest},
+		{"unknown instance", wire.Subject(0, idIn(0, 9)), "r14", "", mustBody(t, map[string]any{"type": "get"}), wire.CodeUnknownInstance},
+		{"create of unknown kind", wire.Subject(0, idIn(0, 9)), "r15", "", mustBody(t, map[string]any{"type": "create", "kind": "nope"}), wire.CodeBadRequest},
+		{"unknown command type", subj, "r16", "", mustBody(t, map[string]any{"type": "fly"}), wire.CodeRejected},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := lastSeq()
+			m := nats.NewMsg(tc.subject)
+			m.Data = tc.body
+			if tc.reqID != "" {
+				m.Header.Set(wire.HeaderRequestID, tc.reqID)
+			}
+			if tc.ctype != "" {
+				m.Header.Set(wire.HeaderContent, tc.ctype)
+			}
+			resp, err := raw.RequestMsg(m, 5*time.Second)
+			if err != nil {
+				t.Fatalf("request: %v", err)
+			}
+			r, err := wire.DecodeReply(resp.Data, tc.ctype == wire.ContentJSON)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.OK || r.Error.Code != tc.code || r.Error.Message == "" {
+				t.Fatalf("reply %+v, want error %s with a message", r, tc.code)
+			}
+			time.Sleep(30 * time.Millisecond) // a write, if one were made, would have landed (ticks are 20 ms)
+			if tc.code != wire.CodeRejected {
+				if after := lastSeq(); after != before {
+					t.Fatalf("stream moved from %d to %d: something was written", before, after)
+				}
+			}
+		})
+	}
+	// IDs that cannot even form a NATS subject are refused by the client before sending.
+	for _, bad := range []string{"", "*", ">", "has space", "a.b"} {
+		if _, err := client.SendMap(context.Background(), bad, "r", map[string]any{"type": "get"}); !errors.Is(err, store.ErrInvalidID) {
+			t.Errorf("client.Send(%q): err = %v, want ErrInvalidID", bad, err)
+		}
+	}
+	// JSON in, JSON out; and the node kept ticking through all of it.
+	m := nats.NewMsg(subj)
+	m.Data = []byte(`{"type":"add","by":2}`)
+	m.Header.Set(wire.HeaderRequestID, "json-1")
+	m.Header.Set(wire.HeaderContent, wire.ContentJSON)
+	resp, err := raw.RequestMsg(m, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(resp.Data) != `{"ok":true,"result":{"n":2}}` {
+		t.Fatalf("JSON reply = %s", resp.Data)
+	}
+	t0 := n.engine.Ticks()
+	time.Sleep(100 * time.Millisecond)
+	if n.engine.Ticks() == t0 {
+		t.Fatal("node stopped ticking")
+	}
+}
