@@ -1,0 +1,114 @@
+package store_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tickfence/tickfence/store"
+)
+
+func TestRecordRoundTrip(t *testing.T) {
+	r := store.Record{Token: 42, Tick: 7, Kind: "dungeon", State: []byte{1, 2, 3}}
+	for i := 0; i < store.RequestWindow+10; i++ {
+		r.RememberRequest(store.Request{ID: string(rune('a' + i%26)), Fingerprint: uint64(i), Result: []byte{0x80}})
+	}
+	if len(r.Reqs) != store.RequestWindow {
+		t.Fatalf("window holds %d requests, want %d", len(r.Reqs), store.RequestWindow)
+	}
+	b, err := store.EncodeRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.DecodeRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.V != store.SchemaVersion || got.Token != 42 || got.Tick != 7 || got.Kind != "dungeon" ||
+		!bytes.Equal(got.State, r.State) || len(got.Reqs) != store.RequestWindow || got.Reqs[0].Fingerprint != 10 {
+		t.Fatalf("round trip: got %+v", got)
+	}
+	// The keys are the contract of DESIGN.md section 3.
+	var m map[string]any
+	if err := msgpack.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"v", "token", "tick", "kind", "state", "reqs"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("encoded record lacks key %q", k)
+		}
+	}
+}
+
+func TestDecodeRecordRejects(t *testing.T) {
+	good, _ := store.EncodeRecord(store.Record{Kind: "k"})
+	future, _ := msgpack.Marshal(map[string]any{"v": 99, "kind": "k"})
+	noKind, _ := msgpack.Marshal(map[string]any{"v": 1})
+	cases := map[string][]byte{
+		"empty":          {},
+		"garbage":        []byte("hello"),
+		"trailing bytes": append(append([]byte{}, good...), 0x00),
+		"future schema":  future,
+		"no kind":        noKind,
+		"huge map claim": {0xdf, 0xff, 0xff, 0xff, 0xff},
+		"huge bin claim": {0x81, 0xa5, 's', 't', 'a', 't', 'e', 0xc6, 0xff, 0xff, 0xff, 0xff},
+		"too large":      make([]byte, store.MaxRecordBytes+1),
+	}
+	for name, b := range cases {
+		if _, err := store.DecodeRecord(b); !errors.Is(err, store.ErrBadRecord) && !errors.Is(err, store.ErrTooLarge) {
+			t.Errorf("%s: err = %v, want ErrBadRecord or ErrTooLarge", name, err)
+		}
+	}
+}
+
+func TestEncodeRecordTooLarge(t *testing.T) {
+	_, err := store.EncodeRecord(store.Record{Kind: "k", State: make([]byte, store.MaxRecordBytes)})
+	if !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("err = %v, want ErrTooLarge", err)
+	}
+}
+
+func TestValidIDAndShardOf(t *testing.T) {
+	for _, id := range []string{"a", "demo-0", "A_b-9", string(bytes.Repeat([]byte("x"), 64))} {
+		if err := store.ValidID(id); err != nil {
+			t.Errorf("ValidID(%q) = %v", id, err)
+		}
+	}
+	for _, id := range []string{"", "a.b", "*", ">", "a b", "é", string(bytes.Repeat([]byte("x"), 65))} {
+		if err := store.ValidID(id); !errors.Is(err, store.ErrInvalidID) {
+			t.Errorf("ValidID(%q) = %v, want ErrInvalidID", id, err)
+		}
+	}
+	// FNV-1a-32 of "demo-0" is 0x0d5ff1a3 (a fixed point gateways in other languages can check).
+	if got := store.ShardOf("demo-0", 256); got != 0x0d5ff1a3%256 {
+		t.Fatalf("ShardOf(demo-0) = %#x", got)
+	}
+}
+
+func FuzzDecodeRecord(f *testing.F) {
+	good, _ := store.EncodeRecord(store.Record{Token: 1, Tick: 2, Kind: "dungeon", State: []byte{0x80},
+		Reqs: []store.Request{{ID: "r", Fingerprint: 3, Result: []byte{0x81, 0xa2, 'o', 'k', 0xc3}}}})
+	f.Add(good)
+	f.Add([]byte{0xdf, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := store.DecodeRecord(b)
+		if err != nil {
+			if !errors.Is(err, store.ErrBadRecord) && !errors.Is(err, store.ErrTooLarge) {
+				t.Fatalf("unclassified error %v", err)
+			}
+			return
+		}
+		// What decodes must re-encode and decode to the same record.
+		b2, err := store.EncodeRecord(r)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		r2, err := store.DecodeRecord(b2)
+		if err != nil || r2.Token != r.Token || r2.Tick != r.Tick || r2.Kind != r.Kind || !bytes.Equal(r2.State, r.State) || len(r2.Reqs) != len(r.Reqs) {
+			t.Fatalf("re-decode: %+v, %v; want %+v", r2, err, r)
+		}
+	})
+}
