@@ -1,0 +1,72 @@
+// Package bench holds Go benchmarks of tickfence's hot paths. Run them with
+//
+//	go test -run '^$' -bench . ./bench/
+package bench
+
+import (
+	"context"
+	"testing"
+
+	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/actor/dungeon"
+	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/memstore"
+)
+
+func record(b *testing.B) store.Record {
+	l, err := dungeon.Kind{}.New("bench", actor.Command{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := l.(*dungeon.State)
+	for i := 0; i < 8; i++ {
+		body, _ := wire.Canonical(map[string]any{"type": "join", "player": string(rune('a' + i))})
+		_, _ = s.Handle(1, actor.Command{Type: "join", Body: body})
+	}
+	state, _ := s.MarshalState()
+	r := store.Record{Token: 123, Tick: 4567, Kind: "dungeon", State: state}
+	for i := 0; i < store.RequestWindow; i++ {
+		r.RememberRequest(store.Request{ID: "req-0123456789", Fingerprint: uint64(i), Result: []byte{0x81, 0xa2, 'o', 'k', 0xc3}})
+	}
+	return r
+}
+
+func BenchmarkEncodeRecord(b *testing.B) {
+	r := record(b)
+	for b.Loop() {
+		if _, err := store.EncodeRecord(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeRecord(b *testing.B) {
+	enc, _ := store.EncodeRecord(record(b))
+	b.SetBytes(int64(len(enc)))
+	for b.Loop() {
+		if _, err := store.DecodeRecord(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFencedWriteMemory(b *testing.B) {
+	ctx := context.Background()
+	st := memstore.New()
+	if _, err := st.Bootstrap(ctx, store.Cluster{Shards: 1, Partitions: 1, Epoch: 1}); err != nil {
+		b.Fatal(err)
+	}
+	a := store.Assignment{Owner: "n", Session: "s"}
+	tok, _ := st.Assign(ctx, 1, 0, a, 0)
+	g := store.Grant{Epoch: 1, Shard: 0, Token: tok, Assignment: a}
+	if _, err := st.Create(ctx, g, "i", "dungeon"); err != nil {
+		b.Fatal(err)
+	}
+	r := record(b)
+	for b.Loop() {
+		if _, err := st.Write(ctx, g, "i", r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

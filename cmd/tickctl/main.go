@@ -1,0 +1,354 @@
+// Command tickctl inspects and drives a tickfence cluster: shards and their owners, instances and
+// their decoded records, and commands sent through the same path gateways use.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/natskv"
+)
+
+const usage = `tickctl inspects and drives a tickfence cluster.
+
+Usage:
+  tickctl shards                                  owner, session and token of every shard
+  tickctl instances [--shard N]                   instances with shard, token, tick and kind
+  tickctl instance get <id>                       the decoded record of one instance
+  tickctl instance create <id> --kind dungeon     create an instance (through its owner)
+  tickctl instance end <id>                       end an instance (a fenced delete by its owner)
+  tickctl instance send <id> '<json command>'     send a command, e.g. '{"type":"attack","player":"p1"}'
+
+Flags (before or after the arguments):
+  --nats URL          NATS server (default $NATS_URL, else nats://127.0.0.1:4222; start tickd with
+                      --nats-listen 127.0.0.1:4222 to expose its embedded server)
+  --json              JSON output for scripts
+  --request-id ID     request ID of create/end/send (default: a new random one; reuse one to retry)
+  --timeout D         give up after D (default 10s)
+`
+
+type globals struct {
+	natsURL   string
+	json      bool
+	requestID string
+	timeout   time.Duration
+	kind      string
+	bossHP    int
+	shard     int
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "tickctl:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg + " (see tickctl --help)" }
+
+// parse accepts flags before, between and after positional arguments.
+func parse(args []string) (globals, []string, error) {
+	var g globals
+	fs := flag.NewFlagSet("tickctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	url := os.Getenv("NATS_URL")
+	if url == "" {
+		url = "nats://127.0.0.1:4222"
+	}
+	fs.StringVar(&g.natsURL, "nats", url, "")
+	fs.BoolVar(&g.json, "json", false, "")
+	fs.StringVar(&g.requestID, "request-id", "", "")
+	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "")
+	fs.StringVar(&g.kind, "kind", "", "")
+	fs.IntVar(&g.bossHP, "boss-hp", 0, "")
+	fs.IntVar(&g.shard, "shard", -1, "")
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return g, nil, flag.ErrHelp
+			}
+			return g, nil, usageError{err.Error()}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return g, pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func run(args []string, out io.Writer) error {
+	g, pos, err := parse(args)
+	if errors.Is(err, flag.ErrHelp) || (err == nil && len(pos) == 0) {
+		fmt.Fprint(out, usage)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	nc, err := natskv.Connect(g.natsURL, nats.Name("tickctl"), nats.Timeout(3*time.Second))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w (is tickd running with --nats-listen?)", g.natsURL, err)
+	}
+	defer nc.Close()
+	st, err := natskv.Open(nc, natskv.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	cl, err := st.Cluster(ctx)
+	if err != nil {
+		return fmt.Errorf("read cluster record: %w (has a tickd started against %s?)", err, g.natsURL)
+	}
+	c := &cli{g: g, st: st, cl: cl, nc: nc, out: out}
+	switch {
+	case pos[0] == "shards" && len(pos) == 1:
+		return c.shards(ctx)
+	case pos[0] == "instances" && len(pos) == 1:
+		return c.instances(ctx)
+	case pos[0] == "instance" && len(pos) >= 3:
+		id := pos[2]
+		if err := store.ValidID(id); err != nil {
+			return usageError{err.Error()}
+		}
+		switch {
+		case pos[1] == "get" && len(pos) == 3:
+			return c.get(ctx, id)
+		case pos[1] == "create" && len(pos) == 3:
+			if g.kind == "" {
+				return usageError{"instance create needs --kind"}
+			}
+			m := map[string]any{"type": "create", "kind": g.kind}
+			if g.bossHP > 0 {
+				m["boss_hp"] = g.bossHP
+			}
+			b, _ := json.Marshal(m)
+			return c.send(ctx, id, b)
+		case pos[1] == "end" && len(pos) == 3:
+			return c.send(ctx, id, []byte(`{"type":"end"}`))
+		case pos[1] == "send" && len(pos) == 4:
+			return c.send(ctx, id, []byte(pos[3]))
+		}
+	}
+	return usageError{fmt.Sprintf("unknown command %q", strings.Join(pos, " "))}
+}
+
+type cli struct {
+	g   globals
+	st  *natskv.Store
+	cl  store.Cluster
+	nc  *nats.Conn
+	out io.Writer
+}
+
+func (c *cli) printJSON(v any) error {
+	enc := json.NewEncoder(c.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (c *cli) table() *tabwriter.Writer { return tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0) }
+
+type shardRow struct {
+	Shard     uint32 `json:"shard"`
+	Owner     string `json:"owner"`
+	Session   string `json:"session"`
+	Token     uint64 `json:"token"`
+	Instances int    `json:"instances"`
+}
+
+func (c *cli) shards(ctx context.Context) error {
+	var rows []shardRow
+	owners := map[string]int{}
+	fi, _ := os.Stderr.Stat()
+	progress := !c.g.json && fi != nil && fi.Mode()&os.ModeCharDevice != 0 // only on a terminal
+	for s := uint32(0); s < c.cl.Shards; s++ {
+		a, rev, err := c.st.Assignment(ctx, c.cl.Epoch, s)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		ids, err := c.st.Instances(ctx, c.cl.Epoch, s)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, shardRow{Shard: s, Owner: a.Owner, Session: a.Session, Token: rev, Instances: len(ids)})
+		owners[a.Owner]++
+		if progress && s%64 == 63 && s+1 < c.cl.Shards {
+			fmt.Fprintf(os.Stderr, "\rreading shards %d/%d", s+1, c.cl.Shards)
+		}
+	}
+	if progress && c.cl.Shards > 64 {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
+	if c.g.json {
+		return c.printJSON(map[string]any{"cluster": c.cl, "shards": rows})
+	}
+	fmt.Fprintf(c.out, "cluster: %d shards, %d partitions, epoch %d\n", c.cl.Shards, c.cl.Partitions, c.cl.Epoch)
+	var names []string
+	for o := range owners {
+		names = append(names, o)
+	}
+	sort.Strings(names)
+	for _, o := range names {
+		label := o
+		if label == "" {
+			label = "(unassigned)"
+		}
+		fmt.Fprintf(c.out, "  %-20s %d shards\n", label, owners[o])
+	}
+	w := c.table()
+	fmt.Fprintln(w, "SHARD\tOWNER\tSESSION\tTOKEN\tINSTANCES")
+	for _, r := range rows {
+		owner := r.Owner
+		if owner == "" {
+			owner = "-"
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\n", r.Shard, owner, r.Session, r.Token, r.Instances)
+	}
+	return w.Flush()
+}
+
+type instRow struct {
+	ID    string `json:"id"`
+	Shard uint32 `json:"shard"`
+	Kind  string `json:"kind"`
+	Token uint64 `json:"token"`
+	Tick  uint64 `json:"tick"`
+	Rev   uint64 `json:"revision"`
+	Error string `json:"error,omitempty"`
+}
+
+func (c *cli) instances(ctx context.Context) error {
+	var rows []instRow
+	for s := uint32(0); s < c.cl.Shards; s++ {
+		if c.g.shard >= 0 && uint32(c.g.shard) != s {
+			continue
+		}
+		ids, err := c.st.Instances(ctx, c.cl.Epoch, s)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			rec, rev, err := c.st.Load(ctx, c.cl.Epoch, s, id)
+			row := instRow{ID: id, Shard: s, Kind: rec.Kind, Token: rec.Token, Tick: rec.Tick, Rev: rev}
+			if err != nil {
+				row.Error = err.Error()
+			}
+			rows = append(rows, row)
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
+	if c.g.json {
+		return c.printJSON(rows)
+	}
+	w := c.table()
+	fmt.Fprintln(w, "INSTANCE\tSHARD\tKIND\tTOKEN\tTICK\tREVISION")
+	for _, r := range rows {
+		if r.Error != "" {
+			fmt.Fprintf(w, "%s\t%d\t!\t\t\t%s\n", r.ID, r.Shard, r.Error)
+			continue
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\n", r.ID, r.Shard, r.Kind, r.Token, r.Tick, r.Rev)
+	}
+	fmt.Fprintf(w, "%d instances\n", len(rows))
+	return w.Flush()
+}
+
+func (c *cli) get(ctx context.Context, id string) error {
+	s := store.ShardOf(id, c.cl.Shards)
+	rec, rev, err := c.st.Load(ctx, c.cl.Epoch, s, id)
+	if err != nil {
+		return err
+	}
+	a, token, aerr := c.st.Assignment(ctx, c.cl.Epoch, s)
+	var state map[string]any
+	if err := msgpack.Unmarshal(rec.State, &state); err != nil && len(rec.State) > 0 {
+		state = map[string]any{"undecodable": err.Error()}
+	}
+	var reqs []string
+	for _, q := range rec.Reqs {
+		reqs = append(reqs, q.ID)
+	}
+	if c.g.json {
+		v := map[string]any{"id": id, "shard": s, "kind": rec.Kind, "schema": rec.V, "token": rec.Token, "tick": rec.Tick,
+			"revision": rev, "state": state, "recent_request_ids": reqs}
+		if aerr == nil {
+			v["owner"], v["session"], v["current_token"] = a.Owner, a.Session, token
+		}
+		return c.printJSON(v)
+	}
+	w := c.table()
+	fmt.Fprintf(w, "instance\t%s\nshard\t%d\nkind\t%s\ntoken\t%d\ntick\t%d\nrevision\t%d\n", id, s, rec.Kind, rec.Token, rec.Tick, rev)
+	if aerr == nil {
+		fmt.Fprintf(w, "owner\t%s (session %s, current token %d)\n", a.Owner, a.Session, token)
+	} else {
+		fmt.Fprintf(w, "owner\t(unassigned)\n")
+	}
+	fmt.Fprintf(w, "requests\t%d remembered\n", len(rec.Reqs))
+	if rec.Kind == "dungeon" && state != nil {
+		fmt.Fprintf(w, "boss\tHP %v/%v, phase %v, run %v, kills %v\n", state["hp"], state["max_hp"], state["phase"], state["run"], state["kills"])
+		if ps, ok := state["players"].([]any); ok {
+			fmt.Fprintf(w, "players\t%d\n", len(ps))
+		}
+		if loot, ok := state["loot"].([]any); ok {
+			fmt.Fprintf(w, "loot\t%d items granted\n", len(loot))
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if rec.Kind != "dungeon" && state != nil {
+		b, _ := json.MarshalIndent(state, "", "  ")
+		fmt.Fprintf(c.out, "state:\n%s\n", b)
+	}
+	return nil
+}
+
+func (c *cli) send(ctx context.Context, id string, body []byte) error {
+	if !json.Valid(body) {
+		return usageError{fmt.Sprintf("command is not valid JSON: %s", body)}
+	}
+	reqID := c.g.requestID
+	if reqID == "" {
+		reqID = fmt.Sprintf("tickctl-%d", time.Now().UnixNano())
+	}
+	client := natscmd.NewClient(c.nc, c.cl.Shards)
+	raw, r, err := client.Send(ctx, id, reqID, body, true)
+	if err != nil {
+		return err
+	}
+	if c.g.json {
+		_, err := fmt.Fprintf(c.out, "%s\n", raw)
+		return err
+	}
+	if !r.OK {
+		return fmt.Errorf("%s: %s (request id %s)", r.Error.Code, r.Error.Message, reqID)
+	}
+	res, _ := json.Marshal(r.Result)
+	fmt.Fprintf(c.out, "ok (request id %s): %s\n", reqID, res)
+	return nil
+}
