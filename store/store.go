@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"time"
 )
 
 // Sentinel errors. Callers branch on them with errors.Is; backends classify their own errors
@@ -126,7 +127,48 @@ type Store interface {
 	// End stores a fenced delete marker for the instance.
 	End(ctx context.Context, g Grant, id string) (uint64, error)
 
+	Control
+
 	Close() error
+}
+
+// Entry is one value of a key in the control bucket. Deleted marks a delete, a purge or the
+// server's marker for a per-message TTL that ran out (then Expired is set too).
+type Entry struct {
+	Key      string
+	Value    []byte
+	Revision uint64
+	Deleted  bool
+	Expired  bool
+}
+
+// Control is the control bucket (DESIGN.md section 3): leases with per-message TTLs, hand-offs and
+// the operator's placement inputs. Values are JSON; TTLs are whole seconds (at least 1 s).
+type Control interface {
+	// ControlGet reads a key; ErrNotFound if it is absent, deleted or expired.
+	ControlGet(ctx context.Context, key string) (Entry, error)
+	// ControlCreate writes a key that does not exist (or was deleted or expired), with a TTL if
+	// ttl > 0. ErrConflict if it exists.
+	ControlCreate(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error)
+	// ControlUpdate writes a key still at revision expect, with a fresh TTL if ttl > 0 (a renewal).
+	// ErrConflict if it moved on.
+	ControlUpdate(ctx context.Context, key string, value []byte, expect uint64, ttl time.Duration) (uint64, error)
+	// ControlDelete deletes a key still at revision expect (0: whatever its revision). ErrConflict
+	// if it moved on: a stale holder's release changes nothing.
+	ControlDelete(ctx context.Context, key string, expect uint64) error
+	// ControlList returns the live entries whose keys match a KV filter such as "node.*".
+	ControlList(ctx context.Context, filter string) ([]Entry, error)
+	// ControlWatch streams the current entries matching filter, then every change (markers
+	// included), until ctx ends; then the channel closes.
+	ControlWatch(ctx context.Context, filter string) (<-chan Entry, error)
+}
+
+// ValidTTL checks a lease TTL: JetStream counts per-message TTLs in whole seconds.
+func ValidTTL(ttl time.Duration) error {
+	if ttl < time.Second || ttl%time.Second != 0 {
+		return fmt.Errorf("TTL %v: must be a whole number of seconds, at least 1s", ttl)
+	}
+	return nil
 }
 
 // HeldWrite is a fenced write that a fault test kept from reaching the store: its sender was told

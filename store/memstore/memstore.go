@@ -18,6 +18,7 @@ type entry struct {
 	rev     uint64
 	value   []byte
 	deleted bool
+	expired bool
 }
 
 type bucket struct {
@@ -36,11 +37,12 @@ func (b *bucket) lastRev(key string) uint64 { return b.keys[key].rev }
 
 // Store is the in-memory backend. The zero value is not usable; call New.
 type Store struct {
-	mu       sync.Mutex
-	buckets  map[string]*bucket
-	watchers []*watcher
-	hold     func(string) bool
-	held     []store.HeldWrite
+	mu          sync.Mutex
+	buckets     map[string]*bucket
+	watchers    []*watcher
+	ctlWatchers []*controlWatcher
+	hold        func(string) bool
+	held        []store.HeldWrite
 }
 
 type watcher struct {
@@ -164,21 +166,14 @@ func (s *Store) Assign(_ context.Context, epoch uint64, shard uint32, a store.As
 }
 
 func (s *Store) notifyLocked(bucket string, ev store.AssignmentEvent) {
-	live := s.watchers[:0]
-	for _, w := range s.watchers {
-		if w.ctx.Err() != nil {
-			close(w.ch)
-			continue
-		}
-		live = append(live, w)
-		if w.bucket == bucket {
+	for _, w := range s.watchers { // a watcher whose ctx ended is closed by its own goroutine
+		if w.ctx.Err() == nil && w.bucket == bucket {
 			select {
 			case w.ch <- ev:
 			case <-w.ctx.Done():
 			}
 		}
 	}
-	s.watchers = live
 }
 
 // WatchAssignments implements store.Store. Events are delivered in order; a watcher that does not

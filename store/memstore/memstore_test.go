@@ -16,3 +16,12 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
+
+func TestControlConformance(t *testing.T) {
+	storetest.RunControl(t, storetest.Backend{
+		New: func(t *testing.T) store.Store { return memstore.New() },
+		PutRaw: func(t *testing.T, s store.Store, epoch uint64, shard uint32, id string, data []byte) {
+			s.(*memstore.Store).PutRaw(epoch, shard, id, data)
+		},
+	})
+}

@@ -45,6 +45,18 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestControlConformance(t *testing.T) {
+	storetest.RunControl(t, storetest.Backend{
+		New: newStore,
+		PutRaw: func(t *testing.T, s store.Store, epoch uint64, shard uint32, id string, data []byte) {
+			ns := s.(*natskv.Store)
+			if err := ns.PutRaw(context.Background(), epoch, shard, id, data); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}
+
 func TestOpenRefusesReconnectBuffer(t *testing.T) {
 	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
 	if err != nil {

@@ -480,3 +480,126 @@ func testWatch(t *testing.T, f *fixture) {
 	for range ch { // the channel closes once ctx ends
 	}
 }
+
+// RunControl runs the control-bucket part of the suite: leases with TTLs, compare-and-delete.
+func RunControl(t *testing.T, b Backend) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, *fixture)
+	}{
+		{"CreateUpdateDelete", testControlCAS},
+		{"LeaseExpiresWithMarker", testLeaseExpiry},
+		{"RenewalKeepsLeaseAlive", testLeaseRenewal},
+		{"ListAndWatchFilter", testControlList},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, setup(t, b)) })
+	}
+}
+
+func testControlCAS(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	rev, err := f.s.ControlCreate(ctx, "node.n1", []byte(`{"session":"a"}`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.ControlCreate(ctx, "node.n1", []byte(`{"session":"b"}`), 0); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second create: err = %v, want ErrConflict", err)
+	}
+	rev2, err := f.s.ControlUpdate(ctx, "node.n1", []byte(`{"session":"a","x":1}`), rev, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.ControlUpdate(ctx, "node.n1", []byte(`{}`), rev, 0); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale update: err = %v, want ErrConflict", err)
+	}
+	// A stale holder's release is a compare-and-delete that fails and changes nothing.
+	if err := f.s.ControlDelete(ctx, "node.n1", rev); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale release: err = %v, want ErrConflict", err)
+	}
+	e, err := f.s.ControlGet(ctx, "node.n1")
+	if err != nil || e.Revision != rev2 || string(e.Value) != `{"session":"a","x":1}` {
+		t.Fatalf("after stale release: %+v, %v", e, err)
+	}
+	if err := f.s.ControlDelete(ctx, "node.n1", rev2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.ControlGet(ctx, "node.n1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get after release: err = %v, want ErrNotFound", err)
+	}
+	if _, err := f.s.ControlCreate(ctx, "node.n1", []byte(`{"session":"c"}`), 0); err != nil {
+		t.Fatalf("create after release: %v", err)
+	}
+	if _, err := f.s.ControlCreate(ctx, "node.n2", nil, 1500*time.Millisecond); err == nil {
+		t.Fatal("a TTL of 1.5s was accepted; JetStream counts whole seconds")
+	}
+}
+
+func testLeaseExpiry(t *testing.T, f *fixture) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := f.s.ControlWatch(ctx, "node.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := f.s.ControlCreate(ctx, "node.n1", []byte(`{"session":"a"}`), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.ControlCreate(ctx, "node.n1", []byte(`{"session":"b"}`), time.Second); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("create over a live lease: err = %v, want ErrConflict", err)
+	}
+	deadline := time.After(10 * time.Second)
+	for expired := false; !expired; {
+		select {
+		case e := <-ch:
+			if e.Key == "node.n1" && e.Deleted {
+				if !e.Expired || e.Revision <= rev {
+					t.Fatalf("marker %+v, want an expiry after revision %d", e, rev)
+				}
+				expired = true
+			}
+		case <-deadline:
+			t.Fatal("no expiry marker for a 1s lease within 10s")
+		}
+	}
+	if _, err := f.s.ControlGet(ctx, "node.n1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get of an expired lease: err = %v, want ErrNotFound", err)
+	}
+	if _, err := f.s.ControlCreate(ctx, "node.n1", []byte(`{"session":"b"}`), time.Second); err != nil {
+		t.Fatalf("create after expiry: %v", err)
+	}
+}
+
+func testLeaseRenewal(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	rev, err := f.s.ControlCreate(ctx, "leader", []byte(`{"node":"n1"}`), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 6; i++ { // 1.8 s of renewals every 300 ms keep a 1 s lease alive
+		time.Sleep(300 * time.Millisecond)
+		if rev, err = f.s.ControlUpdate(ctx, "leader", []byte(`{"node":"n1"}`), rev, time.Second); err != nil {
+			t.Fatalf("renewal %d: %v", i, err)
+		}
+	}
+	if e, err := f.s.ControlGet(ctx, "leader"); err != nil || e.Revision != rev {
+		t.Fatalf("renewed lease: %+v, %v", e, err)
+	}
+}
+
+func testControlList(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	for _, k := range []string{"node.a", "node.b", "pin.3", "drain.a"} {
+		if _, err := f.s.ControlCreate(ctx, k, []byte(`{}`), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := f.s.ControlList(ctx, "node.*")
+	if err != nil || len(got) != 2 || got[0].Key != "node.a" || got[1].Key != "node.b" {
+		t.Fatalf("ControlList(node.*) = %+v, %v", got, err)
+	}
+	if got, _ := f.s.ControlList(ctx, "missing.*"); len(got) != 0 {
+		t.Fatalf("ControlList(missing.*) = %+v", got)
+	}
+}
