@@ -26,12 +26,27 @@ type EngineConfig struct {
 	// MaxCatchUp is how many periods a worker may fall behind and still run every tick late;
 	// beyond it, it skips to the present and counts the skipped ticks (default 2).
 	MaxCatchUp int
+	// Spin is how close to a bucket's deadline a worker stops trusting its timer (which wakes
+	// with ~1 ms granularity on Linux) and yields in a loop until the deadline instead. 0 never
+	// spins (lowest CPU); a value above Slot makes workers that are idle between buckets busy-wait.
+	Spin time.Duration
 	// Observe, if set, receives every tick's lateness (actual start minus scheduled start, so
 	// coordinated omission is not hidden) and duration. It runs on the hot path: keep it cheap.
+	// Workers call it concurrently.
 	Observe func(lateness, duration time.Duration)
+	// ObserveWorker, if set, is called once per worker at start and returns that worker's
+	// observer (nil for none); each returned function is only ever called from its worker, so it
+	// can record into unsynchronised per-worker state. It runs in addition to Observe.
+	ObserveWorker func(worker int) func(lateness, duration time.Duration)
+	// Start is the time of bucket 0 (default: now). Ticks are due at Start + k*Slot.
+	Start time.Time
+	// Manual starts no goroutines: the caller drives the engine with Advance (tests, benchmarks).
+	Manual bool
 }
 
-// Engine ticks many instances at a fixed rate with a few goroutines.
+// Engine ticks many instances at a fixed rate with a few goroutines: one worker per core, each
+// owning a share of the instances spread over phase buckets of one period, so that the cost per
+// instance is a slice entry, not a goroutine and a timer.
 //
 // Overrun policy: a worker runs its phase buckets in order. If ticks take longer than their
 // period, the following buckets run late, back to back, without sleeping (catch-up). If a worker is
@@ -56,13 +71,19 @@ type Engine struct {
 // Handle is an instance scheduled on an engine.
 type Handle struct {
 	w       *worker
-	slot    int
+	slot    int32
+	idx     int32 // position in w.slots[slot], under w.mu
 	t       Ticker
 	removed atomic.Bool
 }
 
 type worker struct {
-	e     *Engine
+	e       *Engine
+	id      int
+	observe func(lateness, duration time.Duration)
+	k       int64 // next bucket to run; owned by the worker goroutine (or Advance's caller)
+	batch   []*Handle
+
 	mu    sync.Mutex
 	slots [][]*Handle
 	count int
@@ -80,6 +101,9 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.MaxCatchUp <= 0 {
 		cfg.MaxCatchUp = 2
 	}
+	if cfg.Spin < 0 {
+		cfg.Spin = 0
+	}
 	period := time.Duration(float64(time.Second) / cfg.Rate)
 	if cfg.Slot <= 0 {
 		cfg.Slot = time.Millisecond
@@ -89,12 +113,27 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	}
 	nslots := int(period / cfg.Slot)
 	cfg.Slot = period / time.Duration(nslots)
-	e := &Engine{cfg: cfg, period: period, nslots: nslots, start: time.Now(), stop: make(chan struct{})}
+	period = cfg.Slot * time.Duration(nslots) // a whole number of buckets, so phases never drift
+	if cfg.Start.IsZero() {
+		cfg.Start = time.Now()
+	}
+	e := &Engine{cfg: cfg, period: period, nslots: nslots, start: cfg.Start, stop: make(chan struct{})}
+	k0 := int64(time.Since(e.start)/cfg.Slot) + 1
+	if cfg.Manual {
+		k0 = 1
+	}
 	for i := 0; i < cfg.Workers; i++ {
-		w := &worker{e: e, slots: make([][]*Handle, nslots)}
+		w := &worker{e: e, id: i, slots: make([][]*Handle, nslots), k: k0}
+		if cfg.ObserveWorker != nil {
+			w.observe = cfg.ObserveWorker(i)
+		}
 		e.workers = append(e.workers, w)
-		e.wg.Add(1)
-		go w.run()
+	}
+	if !cfg.Manual {
+		for _, w := range e.workers {
+			e.wg.Add(1)
+			go w.run()
+		}
 	}
 	return e, nil
 }
@@ -113,8 +152,9 @@ func (e *Engine) Add(t Ticker) *Handle {
 	w := e.workers[e.rr.Add(1)%uint64(len(e.workers))]
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	h := &Handle{w: w, slot: w.next, t: t}
+	h := &Handle{w: w, slot: int32(w.next), t: t}
 	w.next = (w.next + 1) % e.nslots
+	h.idx = int32(len(w.slots[h.slot]))
 	w.slots[h.slot] = append(w.slots[h.slot], h)
 	w.count++
 	return h
@@ -130,15 +170,12 @@ func (e *Engine) Remove(h *Handle) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.slots[h.slot]
-	for i, x := range s {
-		if x == h {
-			s[i] = s[len(s)-1]
-			s[len(s)-1] = nil
-			w.slots[h.slot] = s[:len(s)-1]
-			w.count--
-			return
-		}
-	}
+	last := s[len(s)-1]
+	s[h.idx] = last
+	last.idx = h.idx
+	s[len(s)-1] = nil
+	w.slots[h.slot] = s[:len(s)-1]
+	w.count--
 }
 
 // Stop stops every worker after its current tick and waits for them.
@@ -151,54 +188,99 @@ func (e *Engine) Stop() {
 	e.wg.Wait()
 }
 
+// Advance runs, on the calling goroutine, every tick of a Manual engine due at or before now,
+// applying the overrun policy as the workers would. It returns the number of ticks run.
+func (e *Engine) Advance(now time.Time) int {
+	if !e.cfg.Manual {
+		panic("actor: Advance on an engine that runs its own workers")
+	}
+	n := 0
+	for _, w := range e.workers {
+		for {
+			due := e.start.Add(time.Duration(w.k) * e.cfg.Slot)
+			if due.After(now) {
+				break
+			}
+			n += w.runBucket(now, due)
+		}
+	}
+	return n
+}
+
 func (w *worker) run() {
 	defer w.e.wg.Done()
 	e := w.e
-	slot := e.cfg.Slot
-	k := int64(time.Since(e.start)/slot) + 1
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var batch []*Handle
-	maxLag := time.Duration(e.cfg.MaxCatchUp) * e.period
 	for {
-		due := e.start.Add(time.Duration(k) * slot)
-		if d := time.Until(due); d > 0 {
-			timer.Reset(d)
+		due := e.start.Add(time.Duration(w.k) * e.cfg.Slot)
+		now := time.Now()
+		if d := due.Sub(now); d > e.cfg.Spin {
+			// The timer wakes up to ~1 ms late; with Spin set, aim it that much early and yield
+			// the rest of the way.
+			timer.Reset(d - e.cfg.Spin)
 			select {
 			case <-e.stop:
 				return
 			case <-timer.C:
 			}
-		} else {
+			now = time.Now()
+		}
+		for now.Before(due) {
 			select {
 			case <-e.stop:
 				return
 			default:
 			}
+			runtime.Gosched()
+			now = time.Now()
 		}
-		if lag := time.Since(due); lag > maxLag {
-			now := int64(time.Since(e.start) / slot)
-			e.skipped.Add(w.countBetween(k, now))
-			k = now
-			due = e.start.Add(time.Duration(k) * slot)
+		select {
+		case <-e.stop:
+			return
+		default:
 		}
-		w.mu.Lock()
-		batch = append(batch[:0], w.slots[int(k%int64(e.nslots))]...)
-		w.mu.Unlock()
-		for i, h := range batch {
-			batch[i] = nil
-			if h.removed.Load() {
-				continue
-			}
-			t0 := time.Now()
-			h.t.Tick(due)
-			if e.cfg.Observe != nil {
-				e.cfg.Observe(t0.Sub(due), time.Since(t0))
-			}
-			e.ticks.Add(1)
-		}
-		k++
+		w.runBucket(now, due)
 	}
+}
+
+// runBucket runs bucket w.k (due at due; now is the current time) and moves w.k on, or, if the
+// worker is more than MaxCatchUp periods behind, skips to the present bucket and counts the ticks
+// it jumped over.
+func (w *worker) runBucket(now, due time.Time) int {
+	e := w.e
+	slot := e.cfg.Slot
+	if lag := now.Sub(due); lag > time.Duration(e.cfg.MaxCatchUp)*e.period {
+		present := int64(now.Sub(e.start) / slot)
+		e.skipped.Add(w.countBetween(w.k, present))
+		w.k = present
+		due = e.start.Add(time.Duration(present) * slot)
+	}
+	w.mu.Lock()
+	w.batch = append(w.batch[:0], w.slots[int(w.k%int64(e.nslots))]...)
+	w.mu.Unlock()
+	w.k++
+	observe, observeW := e.cfg.Observe, w.observe
+	ran := 0
+	t0 := time.Now()
+	for i, h := range w.batch {
+		w.batch[i] = nil
+		if h.removed.Load() {
+			continue
+		}
+		h.t.Tick(due)
+		t1 := time.Now() // the end of one tick is the start of the next: one clock read per tick
+		if observe != nil {
+			observe(t0.Sub(due), t1.Sub(t0))
+		}
+		if observeW != nil {
+			observeW(t0.Sub(due), t1.Sub(t0))
+		}
+		t0 = t1
+		ran++
+	}
+	e.ticks.Add(uint64(ran))
+	return ran
 }
 
 // countBetween counts the ticks due in buckets [from, to).

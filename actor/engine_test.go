@@ -95,3 +95,83 @@ func TestEngineRejectsBadRate(t *testing.T) {
 		}
 	}
 }
+
+type nopTicker struct{ n int }
+
+func (t *nopTicker) Tick(time.Time) { t.n++ }
+
+// A manual engine runs exactly the ticks due, spread over the period, and allocates nothing per
+// tick once its buckets are warm.
+func TestEngineManualSpreadsPhasesWithoutAllocating(t *testing.T) {
+	start := time.Unix(1000, 0)
+	e, err := actor.NewEngine(actor.EngineConfig{Rate: 20, Workers: 2, Slot: time.Millisecond, Start: start, Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := make([]*nopTicker, 100)
+	for i := range ts {
+		ts[i] = &nopTicker{}
+		e.Add(ts[i])
+	}
+	// 100 instances over 2 workers x 50 buckets: 2 per bucket, so no 1 ms bucket holds more.
+	for k := 1; k <= 50; k++ {
+		if n := e.Advance(start.Add(time.Duration(k) * time.Millisecond)); n != 2 {
+			t.Fatalf("bucket %d ran %d ticks, want 2", k, n)
+		}
+	}
+	for i, c := range ts {
+		if c.n != 1 {
+			t.Fatalf("instance %d ticked %d times in one period, want 1", i, c.n)
+		}
+	}
+	k := 50
+	allocs := testing.AllocsPerRun(200, func() {
+		k++
+		e.Advance(start.Add(time.Duration(k) * time.Millisecond))
+	})
+	if allocs != 0 {
+		t.Fatalf("Advance allocates %v times per bucket, want 0", allocs)
+	}
+}
+
+func TestEngineManualOverrunSkipsAndCounts(t *testing.T) {
+	start := time.Unix(1000, 0)
+	e, err := actor.NewEngine(actor.EngineConfig{Rate: 100, Workers: 1, MaxCatchUp: 2, Start: start, Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &nopTicker{}
+	e.Add(c) // bucket 0 of 10: due at 10 ms, 20 ms, ...
+	e.Advance(start.Add(15 * time.Millisecond))
+	if c.n != 1 {
+		t.Fatalf("ticked %d times by 15 ms, want 1", c.n)
+	}
+	// 10 periods later: catch-up is allowed for 2 periods, the rest is skipped and counted.
+	e.Advance(start.Add(115 * time.Millisecond))
+	if got := uint64(c.n) + e.Skipped(); got != 11 {
+		t.Fatalf("ran %d + skipped %d = %d ticks by 115 ms, want 11", c.n, e.Skipped(), got)
+	}
+	if e.Skipped() == 0 || c.n >= 11 {
+		t.Fatalf("ran %d, skipped %d: a worker 10 periods behind must skip", c.n, e.Skipped())
+	}
+}
+
+func TestEngineRemoveKeepsOtherInstances(t *testing.T) {
+	start := time.Unix(1000, 0)
+	e, _ := actor.NewEngine(actor.EngineConfig{Rate: 1000, Workers: 1, Start: start, Manual: true})
+	ts := make([]*nopTicker, 5)
+	hs := make([]*actor.Handle, 5)
+	for i := range ts {
+		ts[i] = &nopTicker{}
+		hs[i] = e.Add(ts[i]) // one bucket: 1 ms period, 1 ms slot
+	}
+	e.Remove(hs[1])
+	e.Remove(hs[4])
+	e.Remove(hs[1]) // twice is harmless
+	e.Advance(start.Add(time.Millisecond))
+	for i, want := range []int{1, 0, 1, 1, 0} {
+		if ts[i].n != want {
+			t.Errorf("instance %d ticked %d times, want %d", i, ts[i].n, want)
+		}
+	}
+}
