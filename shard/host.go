@@ -64,9 +64,12 @@ type Host struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	shards map[uint32]*shardRun
-	closed bool
+	mu       sync.Mutex
+	shards   map[uint32]*shardRun
+	closed   bool
+	paused   bool
+	handoffs map[uint32]time.Time // shards arriving by a graceful move: when the old owner stopped
+	lastLoad time.Time
 }
 
 // New validates the config and reads the cluster record.
@@ -92,7 +95,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	hctx, cancel := context.WithCancel(context.Background())
 	return &Host{cfg: cfg, log: cfg.Logger.With("session", cfg.Session), cluster: cl,
-		ctx: hctx, cancel: cancel, shards: map[uint32]*shardRun{}}, nil
+		ctx: hctx, cancel: cancel, shards: map[uint32]*shardRun{}, lastLoad: time.Now()}, nil
 }
 
 // Cluster is the cluster record the host runs under.
@@ -124,6 +127,10 @@ func (h *Host) Apply(ev store.AssignmentEvent) {
 	case mine && sh == nil:
 		g := store.Grant{Epoch: h.cluster.Epoch, Shard: ev.Shard, Token: ev.Revision, Assignment: ev.Assignment}
 		sh = newShardRun(h, g)
+		if at, ok := h.handoffs[ev.Shard]; ok {
+			sh.resumeFrom = at
+			delete(h.handoffs, ev.Shard)
+		}
 		h.shards[ev.Shard] = sh
 		h.mu.Unlock()
 		h.cfg.Metrics.ShardsOwned.Inc()
@@ -249,4 +256,119 @@ func (h *Host) Instances() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+func (h *Host) isPaused() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.paused
+}
+
+func (h *Host) all() []*shardRun {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*shardRun, 0, len(h.shards))
+	for _, sh := range h.shards {
+		out = append(out, sh)
+	}
+	return out
+}
+
+// Pause is the self-fence: every shard stops ticking at once and answers retry, until Resume.
+func (h *Host) Pause() {
+	h.mu.Lock()
+	h.paused = true
+	h.mu.Unlock()
+	for _, sh := range h.all() {
+		sh.pause()
+	}
+	h.log.Warn("node self-fenced: every shard paused until its token is rotated")
+}
+
+// Resume re-validates every paused shard by rotating its token (never a plain reload: its writes
+// from before the pause may still land) and rebuilding it from the store.
+func (h *Host) Resume() {
+	h.mu.Lock()
+	h.paused = false
+	h.mu.Unlock()
+	for _, sh := range h.all() {
+		sh.rebuild("resuming after a self-fence", 0)
+	}
+}
+
+// Abandon stops every shard without writing anything: the session that owned them is gone.
+func (h *Host) Abandon(reason string) {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	for _, sh := range h.all() {
+		sh.stop(reason)
+	}
+	h.cancel()
+	h.wg.Wait()
+}
+
+// HandOff moves a shard away gracefully: it finishes the current tick, writes every instance
+// under its token, and then calls release with the time it stopped ticking. If release fails the
+// shard is rebuilt here (rotated, reloaded), since it was not handed on.
+func (h *Host) HandOff(ctx context.Context, shard uint32, release func(stoppedAt time.Time) error) error {
+	h.mu.Lock()
+	sh := h.shards[shard]
+	h.mu.Unlock()
+	if sh == nil {
+		return fmt.Errorf("shard %d is not running here", shard)
+	}
+	err := sh.flushThen(ctx, "handoff", func(_ store.Grant, stoppedAt time.Time) error { return release(stoppedAt) })
+	if err != nil {
+		sh.log.Error("hand-off failed; the shard will be reassigned by the coordinator", "err", err)
+	}
+	return err
+}
+
+// ExpectHandOff tells a shard about to be granted that its previous owner stopped ticking at
+// stoppedAt, so the pause its instances saw is measured.
+func (h *Host) ExpectHandOff(shard uint32, stoppedAt time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.handoffs == nil {
+		h.handoffs = map[uint32]time.Time{}
+	}
+	h.handoffs[shard] = stoppedAt
+}
+
+// Load is what a node reports in its lease: what it runs and what ticking costs.
+type Load struct {
+	Shards    int `json:"shards"`
+	Instances int `json:"instances"`
+	// TickCPU is seconds of tick work per second, by shard, since the previous report.
+	TickCPU map[uint32]float64 `json:"tick_cpu"`
+}
+
+// Load measures the host's load since the previous call.
+func (h *Host) Load() Load {
+	now := time.Now()
+	h.mu.Lock()
+	elapsed := now.Sub(h.lastLoad).Seconds()
+	h.lastLoad = now
+	shards := make([]*shardRun, 0, len(h.shards))
+	for _, sh := range h.shards {
+		shards = append(shards, sh)
+	}
+	h.mu.Unlock()
+	l := Load{TickCPU: map[uint32]float64{}}
+	for _, sh := range shards {
+		ns := sh.cpu.Swap(0)
+		sh.mu.Lock()
+		n, st := len(sh.insts), sh.state
+		sh.mu.Unlock()
+		if st == stopped || st == handingOff {
+			continue
+		}
+		l.Shards++
+		l.Instances += n
+		if elapsed > 0 {
+			l.TickCPU[sh.id] = float64(ns) / 1e9 / elapsed
+		}
+	}
+	return l
 }

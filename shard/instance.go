@@ -37,6 +37,7 @@ type instance struct {
 	handle     *actor.Handle
 	dead       bool
 	ending     bool
+	resumeFrom time.Time // set on a shard received by a graceful move: report the pause at the first tick
 }
 
 // write is one fenced write and the answers that wait for it.
@@ -107,7 +108,12 @@ func (in *instance) die() []Command {
 func (in *instance) Tick(time.Time) {
 	var w *write
 	var failed []Command
+	start := time.Now()
 	in.mu.Lock()
+	if !in.resumeFrom.IsZero() {
+		in.sh.h.cfg.Metrics.HandoffPause.Observe(start.Sub(in.resumeFrom).Seconds())
+		in.resumeFrom = time.Time{}
+	}
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -117,6 +123,7 @@ func (in *instance) Tick(time.Time) {
 		w = in.tickLocked()
 	}()
 	in.mu.Unlock()
+	in.sh.cpu.Add(int64(time.Since(start)))
 	for _, c := range failed {
 		in.sh.h.answerErr(c, wire.CodeInternal, "instance %s failed; it is stopped on this node", in.id)
 	}
@@ -328,6 +335,14 @@ func (in *instance) poison(p any) []Command {
 	cmds := in.mailbox
 	in.mailbox = nil
 	return cmds
+}
+
+// stopTicking makes the instance skip every tick from now on (one already running completes).
+func (in *instance) stopTicking() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.dead = true
+	in.sh.h.cfg.Engine.Remove(in.handle)
 }
 
 // flush stops ticking, waits for the write in flight, and writes the latest state synchronously.

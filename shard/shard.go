@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tickfence/tickfence/actor"
@@ -18,6 +19,8 @@ const (
 	loading    runState = iota // loading and registering under sh.grant
 	running                    // ticking
 	rebuilding                 // rotating the token, then loading again
+	paused                     // the node self-fenced: nothing ticks until a rotation re-validates it
+	handingOff                 // flushing for a graceful move; then stopped
 	stopped                    // lost or released: never runs again (a new grant makes a new shardRun)
 )
 
@@ -36,6 +39,11 @@ type shardRun struct {
 	stopServe   func()
 	ctx         context.Context
 	cancel      context.CancelFunc
+	// resumeFrom is when the previous owner stopped ticking, for a shard received by a graceful
+	// move: each instance's first tick here reports the pause.
+	resumeFrom time.Time
+
+	cpu atomic.Int64 // nanoseconds spent ticking this shard's instances
 }
 
 func newShardRun(h *Host, g store.Grant) *shardRun {
@@ -92,8 +100,17 @@ func (sh *shardRun) load(g store.Grant) {
 		sh.mu.Unlock()
 		return
 	}
+	if sh.h.isPaused() {
+		// Registered under g, but the node self-fenced meanwhile: resume rotates before loading.
+		sh.state = paused
+		sh.mu.Unlock()
+		return
+	}
+	resumeFrom := sh.resumeFrom
+	sh.resumeFrom = time.Time{}
 	for _, in := range loaded {
 		if in != nil {
+			in.resumeFrom = resumeFrom
 			sh.insts[in.id] = in
 		}
 	}
@@ -204,7 +221,7 @@ func (sh *shardRun) writeFailed(in *instance, err error) {
 // from the store under the new token. Single-flight: a shard that is not running ignores it.
 func (sh *shardRun) rebuild(cause string, adopt uint64) {
 	sh.mu.Lock()
-	if sh.state != running {
+	if sh.state != running && sh.state != paused {
 		sh.mu.Unlock()
 		return
 	}
@@ -326,9 +343,9 @@ func (sh *shardRun) submit(c Command) {
 		sh.mu.Unlock()
 		sh.h.answerErr(c, wire.CodeNotOwner, "node %s no longer owns shard %d", sh.h.cfg.Node, sh.id)
 		return
-	case loading, rebuilding:
+	case loading, rebuilding, paused, handingOff:
 		sh.mu.Unlock()
-		sh.h.answerErr(c, wire.CodeRetry, "shard %d is loading; retry with the same request id", sh.id)
+		sh.h.answerErr(c, wire.CodeRetry, "shard %d is loading, paused or moving; retry with the same request id", sh.id)
 		return
 	}
 	if in := sh.insts[c.Instance]; in != nil {
@@ -447,12 +464,20 @@ func (sh *shardRun) remove(in *instance) {
 
 // flushAndRelease writes every instance's latest state, then releases the shard key.
 func (sh *shardRun) flushAndRelease(ctx context.Context) error {
+	return sh.flushThen(ctx, "shutdown", func(g store.Grant, _ time.Time) error {
+		return sh.h.cfg.Store.ReleaseShard(ctx, g)
+	})
+}
+
+// flushThen stops ticking after the current tick, writes every instance's latest state under the
+// grant's token, and then runs release (which hands the shard on). The shard is stopped for good.
+func (sh *shardRun) flushThen(ctx context.Context, reason string, release func(g store.Grant, stoppedAt time.Time) error) error {
 	sh.mu.Lock()
-	if sh.state == stopped {
+	if sh.state == stopped || sh.state == handingOff {
 		sh.mu.Unlock()
 		return nil
 	}
-	sh.state = stopped
+	sh.state = handingOff
 	insts := sh.insts
 	sh.insts = nil
 	stopServe := sh.stopServe
@@ -463,21 +488,43 @@ func (sh *shardRun) flushAndRelease(ctx context.Context) error {
 	}
 	var errs []error
 	for _, in := range insts {
+		in.stopTicking()
+	}
+	stoppedAt := time.Now()
+	for _, in := range insts {
 		if err := in.flush(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	sh.h.cfg.Metrics.Instances.Sub(float64(len(insts)))
 	if len(errs) == 0 {
-		if err := sh.h.cfg.Store.ReleaseShard(ctx, g); err != nil {
+		if err := release(g, stoppedAt); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	sh.mu.Lock()
+	sh.state = stopped
+	sh.mu.Unlock()
 	sh.cancel()
 	sh.h.forget(sh)
-	sh.h.cfg.Metrics.ShardStops.WithLabelValues("shutdown").Inc()
-	sh.log.Debug("shard flushed and released", "token", g.Token, "instances", len(insts), "errors", len(errs))
+	sh.h.cfg.Metrics.ShardStops.WithLabelValues(reason).Inc()
+	sh.log.Debug("shard flushed", "reason", reason, "token", g.Token, "instances", len(insts), "errors", len(errs))
 	return errors.Join(errs...)
+}
+
+// pause takes a running shard out of service until resume: its instances stop ticking and their
+// commands are answered retry. Nothing is written.
+func (sh *shardRun) pause() {
+	sh.mu.Lock()
+	if sh.state != running {
+		sh.mu.Unlock()
+		return
+	}
+	sh.state = paused
+	insts := sh.insts
+	sh.insts = map[string]*instance{}
+	sh.mu.Unlock()
+	sh.kill(insts, wire.CodeRetry, "node %s is re-validating its lease; retry with the same request id", sh.h.cfg.Node)
 }
 
 func writeResult(err error) string {

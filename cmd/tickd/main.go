@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -49,9 +50,17 @@ type options struct {
 	summaryEvery    time.Duration
 	logLevel        string
 	logJSON         bool
+	lease           time.Duration
+	noCoordinator   bool
+	maxMoves        int
+	rebalanceEvery  time.Duration
+	handoffTimeout  time.Duration
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "server" {
+		os.Exit(serverMain(os.Args[2:]))
+	}
 	var o options
 	fs := flag.NewFlagSet("tickd", flag.ExitOnError)
 	host, _ := os.Hostname()
@@ -68,6 +77,11 @@ func main() {
 	fs.DurationVar(&o.summaryEvery, "summary-every", 5*time.Second, "interval of the one-line summary log")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines instead of text")
+	fs.DurationVar(&o.lease, "lease", 2*time.Second, "node and coordinator lease TTL (whole seconds); a dead node's shards move after about this long")
+	fs.BoolVar(&o.noCoordinator, "no-coordinator", false, "never become the coordinator leader (every node is a candidate otherwise)")
+	fs.IntVar(&o.maxMoves, "max-moves", 8, "coordinator: graceful moves under way at once (failover is exempt)")
+	fs.DurationVar(&o.rebalanceEvery, "rebalance-every", time.Second, "coordinator: minimum interval between load-based rebalancing rounds")
+	fs.DurationVar(&o.handoffTimeout, "handoff-timeout", 5*time.Second, "coordinator: reassign a moving shard anyway if its old owner has not released it by then")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tickd runs a tickfence node.
 
@@ -76,7 +90,10 @@ node of a 256-shard cluster, ticks 100 demo dungeons at 20 Hz with simulated pla
 Prometheus metrics on 127.0.0.1:9464/metrics and logs a summary line every 5 s. Ctrl-C flushes every
 instance's state and exits.
 
-Usage: tickd [flags]
+Usage:
+  tickd [flags]                              a node (and coordinator candidate)
+  tickd server --listen HOST:PORT --data DIR only the embedded JetStream server, for multi-node setups
+
 
 Flags:
 `)
@@ -88,7 +105,12 @@ Environment:
 Examples:
   tickd                                   # everything embedded
   tickd --nats-listen 127.0.0.1:4222      # let tickctl and the nats CLI connect
-  tickd --nats nats://10.0.0.5:4222 --node-id n1 --demo 0
+  tickd server --listen 127.0.0.1:4222 --data nats-data &
+  tickd --nats nats://127.0.0.1:4222 --node-id n1 --metrics 127.0.0.1:9465
+  tickd --nats nats://127.0.0.1:4222 --node-id n2 --metrics 127.0.0.1:9466 --demo 0
+
+Signals: SIGINT or SIGTERM hands every shard off to the other nodes (or, alone, flushes and
+releases them) and exits; a second signal exits at once.
 `)
 	}
 	_ = fs.Parse(os.Args[1:])
@@ -103,9 +125,7 @@ Examples:
 		fmt.Fprintln(os.Stderr, "tickd:", err)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o, shardsSet, log); err != nil {
+	if err := run(o, shardsSet, log); err != nil {
 		log.Error("tickd failed", "err", err)
 		os.Exit(1)
 	}
@@ -123,13 +143,7 @@ func newLogger(level string, asJSON bool) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
 }
 
-func newSession() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func run(ctx context.Context, o options, shardsSet bool, log *slog.Logger) error {
+func run(o options, shardsSet bool, log *slog.Logger) error {
 	if err := store.ValidID(o.nodeID); err != nil {
 		return fmt.Errorf("--node-id: %w", err)
 	}
@@ -139,16 +153,30 @@ func run(ctx context.Context, o options, shardsSet bool, log *slog.Logger) error
 	if o.checkpointEvery == 0 {
 		return errors.New("--checkpoint-every must be at least 1")
 	}
-	session := newSession()
+	if err := store.ValidTTL(o.lease); err != nil {
+		return fmt.Errorf("--lease: %w", err)
+	}
 	log = log.With("node", o.nodeID)
+	// First signal: hand off and exit. Second: exit at once.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, shutdown := context.WithCancel(context.Background())
+	defer shutdown()
+	go func() {
+		<-sigs
+		log.Info("signal: handing shards off, then exiting (signal again to exit at once)")
+		shutdown()
+		<-sigs
+		log.Warn("second signal: exiting at once")
+		os.Exit(1)
+	}()
 
 	// NATS: embedded unless --nats/NATS_URL names a server.
 	var nc *nats.Conn
 	var err error
-	var srv *natsserver.Server
 	if o.natsURL == "" {
 		dir, _ := filepath.Abs(o.data)
-		srv, err = natsserver.Start(natsserver.Config{DataDir: dir, Listen: o.natsListen, Sync: o.sync, Name: o.nodeID})
+		srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Listen: o.natsListen, Sync: o.sync, Name: o.nodeID})
 		if err != nil {
 			return err
 		}
@@ -159,14 +187,19 @@ func run(ctx context.Context, o options, shardsSet bool, log *slog.Logger) error
 		}
 		log.Info("embedded NATS JetStream server started", attrs...)
 		nc, err = natskv.Connect("", srv.ConnectOption(), nats.Name("tickd "+o.nodeID))
+		if err != nil {
+			return fmt.Errorf("connect to NATS: %w", err)
+		}
 	} else {
 		if o.sync {
 			log.Warn("--sync applies to the embedded server only; configure sync on the external server")
 		}
-		nc, err = natskv.Connect(o.natsURL, nats.Name("tickd "+o.nodeID))
-	}
-	if err != nil {
-		return fmt.Errorf("connect to NATS: %w", err)
+		nc, err = natskv.Connect(o.natsURL, nats.Name("tickd "+o.nodeID),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
+			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }))
+		if err != nil {
+			return fmt.Errorf("connect to NATS at %s: %w", o.natsURL, err)
+		}
 	}
 	defer nc.Close()
 	st, err := natskv.Open(nc, natskv.Options{})
@@ -175,14 +208,9 @@ func run(ctx context.Context, o options, shardsSet bool, log *slog.Logger) error
 	}
 	defer st.Close()
 
-	coord, err := coordinator.New(coordinator.Config{Store: st, Node: o.nodeID, Session: session, Logger: log,
-		Progress: func(done, total int) { log.Debug("coordinator reading shards", "done", done, "of", total) }})
-	if err != nil {
-		return err
-	}
 	want := store.DefaultCluster()
 	want.Shards = uint32(o.shards)
-	cl, err := coord.Bootstrap(ctx, want, shardsSet)
+	cl, err := coordinator.Bootstrap(ctx, st, want, shardsSet, log)
 	if err != nil {
 		return err
 	}
@@ -215,84 +243,81 @@ func run(ctx context.Context, o options, shardsSet bool, log *slog.Logger) error
 	}
 	defer engine.Stop()
 	kinds, _ := actor.NewKinds(dungeon.Kind{})
-	host, err := shard.New(ctx, shard.Config{Node: o.nodeID, Session: session, Store: st,
+	var reportLate metrics.Window
+	m.AlsoObserveLateness(&reportLate)
+	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: o.nodeID, Store: st,
 		Commands: natscmd.NewServer(nc, cl.Shards, m), Kinds: kinds, Engine: engine,
-		CheckpointEvery: o.checkpointEvery, Logger: log, Metrics: m})
+		CheckpointEvery: o.checkpointEvery, Logger: log, Metrics: m},
+		LeaseTTL:    o.lease,
+		P99Lateness: func() time.Duration { d, _ := reportLate.Quantile(0.99); return d }})
 	if err != nil {
 		return err
 	}
-	wctx, stopWatch := context.WithCancel(context.Background())
-	watchDone := make(chan error, 1)
-	go func() { watchDone <- host.Watch(wctx) }()
-
-	if _, err := coord.Round(ctx); err != nil {
-		stopWatch()
-		return err
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	var wg sync.WaitGroup
+	nodeErr := make(chan error, 1)
+	wg.Add(1)
+	go func() { defer wg.Done(); nodeErr <- node.Run(runCtx) }()
+	if !o.noCoordinator {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := coordinator.Run(runCtx, coordinator.Config{Store: st, Node: o.nodeID, Session: newSession(),
+				TTL: o.lease, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
+				Logger: log, Metrics: m}); err != nil {
+				log.Error("coordinator", "err", err)
+			}
+		}()
 	}
-	if err := waitRunning(ctx, host, cl.Shards, log); err != nil {
-		stopWatch()
-		<-watchDone
+	select {
+	case <-node.Ready():
+	case err := <-nodeErr:
+		stopRun()
+		wg.Wait()
 		return err
+	case <-ctx.Done():
 	}
-	log.Info("node running", "session", session, "shards", cl.Shards, "instances", host.Instances(),
-		"tick_rate_hz", o.tickRate, "checkpoint_every", o.checkpointEvery)
 
 	var driver *demo.Driver
-	if o.demo > 0 {
-		driver, err = demo.Start(ctx, demo.Config{Client: natscmd.NewClient(nc, cl.Shards), Instances: o.demo,
-			Session: session, Logger: log})
+	if o.demo > 0 && ctx.Err() == nil {
+		dctx, cancel := context.WithTimeout(ctx, time.Minute)
+		driver, err = demo.Start(dctx, demo.Config{Client: natscmd.NewClient(nc, cl.Shards), Instances: o.demo,
+			Session: node.Session(), Logger: log})
+		cancel()
 		if err != nil && ctx.Err() == nil {
 			log.Error("demo dungeons could not be created", "err", err)
 		}
 	}
-	summarize(ctx, o.summaryEvery, host, engine, m, driver, log)
+	summarize(ctx, o.summaryEvery, node, engine, m, driver, log)
 
-	log.Info("shutting down: flushing every instance")
 	if driver != nil {
 		driver.Stop()
 	}
-	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n := host.Instances()
-	ferr := host.Close(fctx)
-	stopWatch()
-	<-watchDone
-	engine.Stop()
-	if ferr != nil {
-		return fmt.Errorf("flush: %w", ferr)
+	n := 0
+	if h := node.Host(); h != nil {
+		n = h.Instances()
 	}
-	log.Info("flushed and released", "instances", n)
+	lerr := node.Leave(lctx)
+	stopRun()
+	wg.Wait()
+	engine.Stop()
+	if lerr != nil {
+		return fmt.Errorf("leave: %w", lerr)
+	}
+	log.Info("left the cluster: every shard handed off or flushed and released", "instances_at_signal", n)
 	return nil
 }
 
-// waitRunning waits until every shard is loaded, logging progress.
-func waitRunning(ctx context.Context, host *shard.Host, shards uint32, log *slog.Logger) error {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	last := time.Now()
-	for {
-		running := 0
-		for s := uint32(0); s < shards; s++ {
-			if host.Running(s) {
-				running++
-			}
-		}
-		if running == int(shards) {
-			return nil
-		}
-		if time.Since(last) > 2*time.Second {
-			log.Info("loading shards", "running", running, "of", shards)
-			last = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
+func newSession() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
-func summarize(ctx context.Context, every time.Duration, host *shard.Host, engine *actor.Engine, m *metrics.Node, d *demo.Driver, log *slog.Logger) {
+func summarize(ctx context.Context, every time.Duration, node *shard.Node, engine *actor.Engine, m *metrics.Node, d *demo.Driver, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	lastTicks, lastWrites, lastAt := engine.Ticks(), m.WritesOK(), time.Now()
@@ -308,7 +333,11 @@ func summarize(ctx context.Context, every time.Duration, host *shard.Host, engin
 		secs := now.Sub(lastAt).Seconds()
 		ticks, writes := engine.Ticks(), m.WritesOK()
 		p99, _ := m.Lateness.Quantile(0.99)
-		attrs := []any{"instances", host.Instances(), "shards", len(host.Shards()),
+		instances, shards := 0, 0
+		if h := node.Host(); h != nil {
+			instances, shards = h.Instances(), len(h.Shards())
+		}
+		attrs := []any{"instances", instances, "shards", shards,
 			"ticks_per_s", int((float64(ticks-lastTicks) / secs) + 0.5),
 			"p99_lateness", p99.String(),
 			"writes_per_s", int((float64(writes-lastWrites) / secs) + 0.5),
@@ -321,4 +350,32 @@ func summarize(ctx context.Context, every time.Duration, host *shard.Host, engin
 		log.Info("summary", attrs...)
 		lastTicks, lastWrites, lastAt = ticks, writes, now
 	}
+}
+
+// serverMain runs only the embedded JetStream server (`tickd server`): nodes connect to it with
+// --nats, so freezing or killing a node never freezes the store.
+func serverMain(args []string) int {
+	fs := flag.NewFlagSet("tickd server", flag.ExitOnError)
+	listen := fs.String("listen", "127.0.0.1:4222", "HOST:PORT for NATS clients")
+	data := fs.String("data", "tickd-server-data", "directory of JetStream's files (reused on restart)")
+	sync := fs.Bool("sync", false, "fsync every write (survives power loss; slower)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "tickd server runs only the embedded NATS JetStream server that tickd nodes share.\n\nUsage: tickd server [flags]\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(args)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	dir, _ := filepath.Abs(*data)
+	srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Listen: *listen, Sync: *sync, Name: "tickd-server"})
+	if err != nil {
+		log.Error("tickd server", "err", err)
+		return 1
+	}
+	log.Info("NATS JetStream server ready", "url", srv.ClientURL(), "data", dir, "sync_every_write", *sync)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	<-sigs
+	log.Info("shutting down")
+	srv.Stop()
+	return 0
 }

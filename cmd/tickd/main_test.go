@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -113,7 +114,7 @@ func runTickd(t *testing.T, tickd, tickctl, data string, atLeast uint64) uint64 
 	}
 	flushed := false
 	for m := range lines {
-		flushed = flushed || m["msg"] == "flushed and released"
+		flushed = flushed || strings.HasPrefix(fmt.Sprint(m["msg"]), "left the cluster")
 	}
 	if err := cmd.Wait(); err != nil || !flushed {
 		t.Fatalf("tickd exit: %v, flushed %v", err, flushed)

@@ -32,9 +32,18 @@ type Node struct {
 	ShardStops     *prometheus.CounterVec
 	Rotations      prometheus.Counter
 
+	// Cluster operation.
+	Failovers         prometheus.Counter
+	Handoffs          *prometheus.CounterVec
+	HandoffPause      prometheus.Histogram
+	CoordinatorLeader prometheus.Gauge
+	LeaseRenewal      prometheus.Histogram
+	SelfFenced        prometheus.Counter
+
 	// Lateness feeds the summary log (p99 over the last interval).
 	Lateness Window
 	writes   atomic.Uint64
+	extra    atomic.Pointer[Window]
 }
 
 // NewNode registers the node's metrics on reg (never the global registry). skipped reports the
@@ -64,6 +73,22 @@ func NewNode(reg prometheus.Registerer, skipped func() float64) *Node {
 		Rotations: prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_token_rotations_total",
 			Help: "Token rotations after a write with an unknown outcome; each is followed by a rebuild of the shard."}),
 	}
+	m.Failovers = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_failovers_total",
+		Help: "Shards this node, as coordinator, reassigned because their owner's lease was gone."})
+	m.Handoffs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tickfence_handoffs_total",
+		Help: "Graceful moves this node, as coordinator, completed: ok (released in time), timeout (reassigned anyway), aborted."}, []string{"result"})
+	m.HandoffPause = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_handoff_pause_seconds",
+		Help: "Ticks-missed time of an instance received by a graceful move: old owner's last tick to its first tick here.", Buckets: LatencyBuckets})
+	m.CoordinatorLeader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_coordinator_leader",
+		Help: "1 while this node holds the coordinator lease."})
+	m.LeaseRenewal = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_lease_renewal_seconds",
+		Help: "Round trip of acknowledged lease renewals (node and coordinator leases).", Buckets: LatencyBuckets})
+	m.SelfFenced = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_self_fenced_total",
+		Help: "Times a lease of this node went unrenewed past TTL minus margin and the node stopped acting on it."})
+	for _, r := range []string{"ok", "timeout", "aborted"} {
+		m.Handoffs.WithLabelValues(r)
+	}
+	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.LeaseRenewal, m.SelfFenced)
 	for _, r := range []string{"ok", "stale_owner", "conflict", "error"} {
 		m.StateWrites.WithLabelValues(r)
 	}
@@ -78,6 +103,9 @@ func (m *Node) ObserveTick(lateness, duration time.Duration) {
 	m.TickLateness.Observe(lateness.Seconds())
 	m.TickDuration.Observe(duration.Seconds())
 	m.Lateness.Observe(lateness)
+	if w := m.extra.Load(); w != nil {
+		w.Observe(lateness)
+	}
 }
 
 // StateWrite counts a write outcome.
@@ -146,3 +174,7 @@ func (w *Window) Quantile(q float64) (time.Duration, uint64) {
 	}
 	return upper(len(snap) - 1), n
 }
+
+// AlsoObserveLateness feeds every tick's lateness into a second window (the lease's load report
+// reads its own, independently of the summary log).
+func (m *Node) AlsoObserveLateness(w *Window) { m.extra.Store(w) }

@@ -1,0 +1,273 @@
+package coordinator
+
+import (
+	"math"
+	"sort"
+
+	"github.com/tickfence/tickfence/store"
+)
+
+// NodeState is a live node (it holds a lease) as the planner sees it.
+type NodeState struct {
+	ID      string
+	Session string
+	// Weight scales the load the node should carry (default 1).
+	Weight float64
+	// Drained nodes get nothing, and their shards move away; Leaving nodes (shutting down) too,
+	// without counting against the move limit.
+	Drained bool
+	Leaving bool
+	// TickCPU is the node's report: seconds of tick work per second, by shard.
+	TickCPU map[uint32]float64
+}
+
+// ShardState is one shard as the planner sees it.
+type ShardState struct {
+	Owner    store.Assignment
+	Revision uint64 // 0: unassigned
+	Pinned   bool   // never moved by the rebalancer (only on failure, drain or shutdown)
+	Moving   bool   // a graceful move is under way
+}
+
+// Input of a placement round.
+type Input struct {
+	Shards []ShardState
+	Nodes  []NodeState
+	// MaxMoves bounds graceful moves under way at once (moves already under way count).
+	MaxMoves int
+	// Rebalance allows load-based moves this round (the caller spaces rebalance rounds out).
+	Rebalance bool
+	// Tolerance: no load-based move unless max node load exceeds the mean by this factor
+	// (default 0: any strict improvement).
+	Tolerance float64
+}
+
+// Move is a graceful hand-off of a shard.
+type Move struct {
+	Shard  uint32 `json:"shard"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Reason string `json:"reason"` // drain, leave, rebalance
+}
+
+// Plan is what a round does.
+type Plan struct {
+	// Failover assigns shards whose owner has no live lease, at once (exempt from MaxMoves).
+	Failover map[uint32]string `json:"failover,omitempty"`
+	// Moves are graceful hand-offs to start.
+	Moves []Move `json:"moves,omitempty"`
+	// Before and After are max/mean node load (weighted), 1 is perfect balance.
+	Before float64 `json:"imbalance_before"`
+	After  float64 `json:"imbalance_after"`
+}
+
+type planNode struct {
+	NodeState
+	load float64
+}
+
+func (n *planNode) norm(extra float64) float64 { return (n.load + extra) / n.Weight }
+
+// ShardLoads estimates every shard's load from the owners' reports. A shard nobody reports (new,
+// unassigned, orphaned) gets the mean; every shard also gets a small base cost, so idle shards
+// still spread by count.
+func ShardLoads(in Input) []float64 {
+	loads := make([]float64, len(in.Shards))
+	known := make([]bool, len(in.Shards))
+	bySession := map[store.Assignment]*NodeState{}
+	for i := range in.Nodes {
+		n := &in.Nodes[i]
+		bySession[store.Assignment{Owner: n.ID, Session: n.Session}] = n
+	}
+	var sum float64
+	var count int
+	for s, sh := range in.Shards {
+		if n := bySession[sh.Owner]; n != nil && sh.Revision != 0 {
+			if cpu, ok := n.TickCPU[uint32(s)]; ok {
+				loads[s], known[s] = cpu, true
+				sum += cpu
+				count++
+			}
+		}
+	}
+	mean := 0.0
+	if count > 0 {
+		mean = sum / float64(count)
+	}
+	base := math.Max(mean*0.05, 1e-6)
+	for s := range loads {
+		if !known[s] {
+			loads[s] = mean
+		}
+		loads[s] += base
+	}
+	return loads
+}
+
+// MakePlan is the placement policy, a pure function of its input: sticky (a healthy assignment
+// moves only for a drain, a shutdown or a strict improvement of the load balance), load-aware,
+// bounded, and honouring drains, pins and weights.
+func MakePlan(in Input) Plan {
+	loads := ShardLoads(in)
+	nodes := map[string]*planNode{}
+	var ids []string
+	for _, n := range in.Nodes {
+		if n.Weight <= 0 {
+			n.Weight = 1
+		}
+		nodes[n.ID] = &planNode{NodeState: n}
+		ids = append(ids, n.ID)
+	}
+	sort.Strings(ids)
+	owner := make([]string, len(in.Shards)) // live owner node, or ""
+	moving := 0
+	for s, sh := range in.Shards {
+		if n := nodes[sh.Owner.Owner]; n != nil && sh.Revision != 0 && n.Session == sh.Owner.Session {
+			owner[s] = n.ID
+			n.load += loads[s]
+		}
+		if sh.Moving {
+			moving++
+		}
+	}
+	plan := Plan{Failover: map[uint32]string{}, Before: imbalance(nodes, ids)}
+	eligible := func() []*planNode {
+		var out []*planNode
+		for _, id := range ids {
+			if n := nodes[id]; !n.Drained && !n.Leaving {
+				out = append(out, n)
+			}
+		}
+		if len(out) == 0 { // everyone drained: better a drained owner than none
+			for _, id := range ids {
+				if n := nodes[id]; !n.Leaving {
+					out = append(out, n)
+				}
+			}
+		}
+		return out
+	}()
+	best := func(l float64, except string) *planNode {
+		var b *planNode
+		for _, n := range eligible {
+			if n.ID != except && (b == nil || n.norm(l) < b.norm(l)) {
+				b = n
+			}
+		}
+		return b
+	}
+	// 1. Failover: shards without a live owner, at once.
+	for s := range in.Shards {
+		if owner[s] != "" {
+			continue
+		}
+		if n := best(loads[s], ""); n != nil {
+			plan.Failover[uint32(s)] = n.ID
+			owner[s] = n.ID
+			n.load += loads[s]
+		}
+	}
+	if len(plan.Failover) > 0 {
+		// A membership change moves only what it must: nothing else this round.
+		plan.After = imbalance(nodes, ids)
+		return plan
+	}
+	budget := in.MaxMoves - moving
+	move := func(s int, to *planNode, reason string) {
+		from := nodes[owner[s]]
+		from.load -= loads[s]
+		to.load += loads[s]
+		plan.Moves = append(plan.Moves, Move{Shard: uint32(s), From: from.ID, To: to.ID, Reason: reason})
+		owner[s] = to.ID
+	}
+	// 2. Evacuate drained and leaving nodes (leaving is exempt from the budget).
+	for s, sh := range in.Shards {
+		n := nodes[owner[s]]
+		if n == nil || sh.Moving || !(n.Drained || n.Leaving) {
+			continue
+		}
+		if n.Drained && !n.Leaving && budget <= 0 {
+			continue
+		}
+		to := best(loads[s], n.ID)
+		if to == nil || to.Drained || to.Leaving {
+			continue
+		}
+		reason := "drain"
+		if n.Leaving {
+			reason = "leave"
+		} else {
+			budget--
+		}
+		move(s, to, reason)
+	}
+	// 3. Rebalance: move from the most to the least loaded node while that strictly lowers the
+	// larger of the two. A node that received this round gives nothing, and one that gave
+	// receives nothing: sources stay above the mean and targets below it, so nothing churns.
+	mean := meanLoad(nodes, ids)
+	gave, got := map[string]bool{}, map[string]bool{}
+	for in.Rebalance && budget > 0 && len(eligible) > 1 {
+		var hi, lo *planNode
+		for _, n := range eligible {
+			if !got[n.ID] && (hi == nil || n.norm(0) > hi.norm(0)) {
+				hi = n
+			}
+			if !gave[n.ID] && (lo == nil || n.norm(0) < lo.norm(0)) {
+				lo = n
+			}
+		}
+		if hi == nil || lo == nil || hi == lo {
+			break
+		}
+		if hi.norm(0) <= mean*(1+in.Tolerance) {
+			break
+		}
+		pick, pickMax := -1, hi.norm(0)*(1-1e-9)
+		for s, sh := range in.Shards {
+			if owner[s] != hi.ID || sh.Pinned || sh.Moving {
+				continue
+			}
+			after := math.Max((hi.load-loads[s])/hi.Weight, lo.norm(loads[s]))
+			if after < pickMax {
+				pick, pickMax = s, after
+			}
+		}
+		if pick < 0 {
+			break
+		}
+		move(pick, lo, "rebalance")
+		gave[hi.ID], got[lo.ID] = true, true
+		budget--
+	}
+	plan.After = imbalance(nodes, ids)
+	return plan
+}
+
+func meanLoad(nodes map[string]*planNode, ids []string) float64 {
+	var load, weight float64
+	for _, id := range ids {
+		if n := nodes[id]; !n.Drained && !n.Leaving {
+			load += n.load
+			weight += n.Weight
+		}
+	}
+	if weight == 0 {
+		return 0
+	}
+	return load / weight
+}
+
+// imbalance is max/mean of weighted node load over the nodes that should carry load.
+func imbalance(nodes map[string]*planNode, ids []string) float64 {
+	mean := meanLoad(nodes, ids)
+	if mean == 0 {
+		return 1
+	}
+	var hi float64
+	for _, id := range ids {
+		if n := nodes[id]; !n.Drained && !n.Leaving {
+			hi = math.Max(hi, n.norm(0))
+		}
+	}
+	return hi / mean
+}

@@ -1,0 +1,235 @@
+// Package lease keeps a key of the control bucket alive with a per-message TTL: the node leases
+// (node.<id>) and the coordinator's (leader). The holder self-fences on its own monotonic clock:
+// once sendTimeOfLastAckedRenewal + TTL − margin has passed, it must act as if it held nothing
+// until a renewal is acknowledged again. The server's clock drives the TTL, which may only make a
+// lease end early; no local time is ever compared with one read from the store.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tickfence/tickfence/store"
+)
+
+// ErrLost: the key is no longer ours (it expired, or someone else holds it).
+var ErrLost = errors.New("lease lost")
+
+// Clock is the time source; its Now must carry a monotonic reading (time.Now does).
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Config of a lease.
+type Config struct {
+	Store store.Control
+	Key   string
+	// TTL of the key, whole seconds (default 2s). Renewed every TTL/3.
+	TTL time.Duration
+	// Margin: self-fence this long before the TTL could run out (default 500ms).
+	Margin time.Duration
+	// Value returns what to write on each renewal (JSON that names the holder's session).
+	Value func() []byte
+	// Mine reports whether a stored value is ours (carries our session): a renewal whose ack was
+	// lost is adopted this way.
+	Mine   func(value []byte) bool
+	Clock  Clock
+	Logger *slog.Logger
+	// OnFenced runs when the lease can no longer be trusted; OnValid when a renewal is
+	// acknowledged again afterwards. Both run on the lease's goroutines; keep them short.
+	OnFenced func()
+	OnValid  func()
+	// ObserveRenewal receives each acknowledged renewal's round trip.
+	ObserveRenewal func(time.Duration)
+}
+
+// Lease is a held key.
+type Lease struct {
+	cfg Config
+
+	mu        sync.Mutex
+	rev       uint64
+	lastAcked time.Time // send time of the last acknowledged write, monotonic
+	fenced    bool
+	timer     *time.Timer
+	kick      chan struct{}
+}
+
+func (c *Config) defaults() error {
+	if c.TTL == 0 {
+		c.TTL = 2 * time.Second
+	}
+	if c.Margin == 0 {
+		c.Margin = 500 * time.Millisecond
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Value == nil || c.Mine == nil || c.Store == nil || c.Key == "" {
+		return errors.New("lease: store, key, Value and Mine are required")
+	}
+	if err := store.ValidTTL(c.TTL); err != nil {
+		return err
+	}
+	if c.Margin >= c.TTL-c.TTL/3 {
+		return fmt.Errorf("lease: margin %v leaves no time between renewals (TTL %v)", c.Margin, c.TTL)
+	}
+	return nil
+}
+
+// TryAcquire creates the key once; ErrConflict (wrapped) if someone holds it.
+func TryAcquire(ctx context.Context, cfg Config) (*Lease, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	sent := cfg.Clock.Now()
+	rev, err := cfg.Store.ControlCreate(ctx, cfg.Key, cfg.Value(), cfg.TTL)
+	if err != nil {
+		return nil, err
+	}
+	l := &Lease{cfg: cfg, rev: rev, lastAcked: sent, kick: make(chan struct{}, 1)}
+	l.timer = time.AfterFunc(l.untilFence(sent), l.fence)
+	return l, nil
+}
+
+// Acquire creates the key, waiting out a live holder (its lease must expire first).
+func Acquire(ctx context.Context, cfg Config, waiting func(holder store.Entry)) (*Lease, error) {
+	for {
+		l, err := TryAcquire(ctx, cfg)
+		if !errors.Is(err, store.ErrConflict) {
+			return l, err
+		}
+		if e, gerr := cfg.Store.ControlGet(ctx, cfg.Key); gerr == nil && waiting != nil {
+			waiting(e)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func (l *Lease) untilFence(sent time.Time) time.Duration {
+	return sent.Add(l.cfg.TTL - l.cfg.Margin).Sub(l.cfg.Clock.Now())
+}
+
+func (l *Lease) fence() {
+	l.mu.Lock()
+	if l.fenced || l.untilFence(l.lastAcked) > 0 {
+		l.mu.Unlock()
+		return
+	}
+	l.fenced = true
+	l.mu.Unlock()
+	l.cfg.Logger.Warn("lease self-fenced: no renewal acknowledged in time", "key", l.cfg.Key, "revision", l.Revision(),
+		"ttl", l.cfg.TTL, "margin", l.cfg.Margin)
+	if l.cfg.OnFenced != nil {
+		l.cfg.OnFenced()
+	}
+}
+
+// Valid reports whether the lease may be trusted now (not self-fenced).
+func (l *Lease) Valid() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.fenced && l.untilFence(l.lastAcked) > 0
+}
+
+// Revision is the key's revision as last written by us.
+func (l *Lease) Revision() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rev
+}
+
+// Renew asks the running lease to renew now (to publish a changed value at once).
+func (l *Lease) Renew() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run renews every TTL/3 until ctx ends (nil) or the key is no longer ours (ErrLost).
+func (l *Lease) Run(ctx context.Context) error {
+	defer l.timer.Stop()
+	t := time.NewTicker(l.cfg.TTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-l.kick:
+		}
+		if err := l.renew(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func (l *Lease) renew(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, l.cfg.TTL/3)
+	defer cancel()
+	sent := l.cfg.Clock.Now()
+	rev, err := l.cfg.Store.ControlUpdate(rctx, l.cfg.Key, l.cfg.Value(), l.Revision(), l.cfg.TTL)
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrConflict):
+		// Either an earlier renewal landed and only its ack was lost, or the key is gone.
+		e, gerr := l.cfg.Store.ControlGet(rctx, l.cfg.Key)
+		if gerr != nil || !l.cfg.Mine(e.Value) {
+			l.fence()
+			return fmt.Errorf("%s: %w (read back: %v)", l.cfg.Key, ErrLost, gerr)
+		}
+		l.cfg.Logger.Info("adopted a renewal whose acknowledgement was lost", "key", l.cfg.Key, "revision", e.Revision)
+		rev = e.Revision
+		// Its send time is unknown: count from none later than the last acknowledged one.
+		l.mu.Lock()
+		sent = l.lastAcked
+		l.mu.Unlock()
+	default:
+		if ctx.Err() != nil {
+			return nil
+		}
+		l.cfg.Logger.Warn("lease renewal failed", "key", l.cfg.Key, "err", err)
+		return nil // the fence timer decides when this stops being a lease
+	}
+	if l.cfg.ObserveRenewal != nil {
+		l.cfg.ObserveRenewal(l.cfg.Clock.Now().Sub(sent))
+	}
+	l.mu.Lock()
+	l.rev = rev
+	if sent.After(l.lastAcked) {
+		l.lastAcked = sent
+	}
+	wasFenced := l.fenced && l.untilFence(l.lastAcked) > 0
+	if wasFenced {
+		l.fenced = false
+	}
+	l.timer.Reset(l.untilFence(l.lastAcked))
+	l.mu.Unlock()
+	if wasFenced {
+		l.cfg.Logger.Info("lease valid again", "key", l.cfg.Key, "revision", rev)
+		if l.cfg.OnValid != nil {
+			l.cfg.OnValid()
+		}
+	}
+	return nil
+}
+
+// Release deletes the key if it is still at our revision (a compare-and-delete).
+func (l *Lease) Release(ctx context.Context) error {
+	l.timer.Stop()
+	return l.cfg.Store.ControlDelete(ctx, l.cfg.Key, l.Revision())
+}

@@ -1,0 +1,275 @@
+package shard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tickfence/tickfence/internal/lease"
+	"github.com/tickfence/tickfence/store"
+)
+
+// NodeConfig configures a Node: a Host config (its Session is made by the node) plus the lease.
+type NodeConfig struct {
+	Config
+	// LeaseTTL (whole seconds, default 2s) and LeaseMargin (default 500ms) of node.<id>.
+	LeaseTTL    time.Duration
+	LeaseMargin time.Duration
+	Clock       lease.Clock
+	// P99Lateness, if set, is reported in the lease (it reads and resets a window).
+	P99Lateness func() time.Duration
+}
+
+// Node is one tickd node: it holds the lease node.<id> for a session, runs a Host for that session,
+// follows its grants and hand-off requests, self-fences when its lease cannot be trusted, and
+// rejoins with a new session if the lease is lost. A restarted node is a new session too: it never
+// adopts the tokens of a previous life.
+type Node struct {
+	cfg     NodeConfig
+	log     *slog.Logger
+	leaving atomic.Bool
+
+	mu      sync.Mutex
+	host    *Host
+	lease   *lease.Lease
+	session string
+	wake    chan struct{}
+}
+
+// NewNode validates the config.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	if cfg.Node == "" || cfg.Store == nil {
+		return nil, errors.New("node: node ID and store are required")
+	}
+	if err := store.ValidID(cfg.Node); err != nil {
+		return nil, fmt.Errorf("node ID: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Node{cfg: cfg, log: cfg.Logger, wake: make(chan struct{})}, nil
+}
+
+func newSession() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Host is the host of the current session (nil before the first lease).
+func (n *Node) Host() *Host {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.host
+}
+
+// Session is the current session.
+func (n *Node) Session() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.session
+}
+
+// Ready is closed once the node holds its first lease and follows its grants.
+func (n *Node) Ready() <-chan struct{} { return n.wake }
+
+func (n *Node) record(session string) []byte {
+	r := store.NodeRecord{Session: session, Leaving: n.leaving.Load()}
+	if h := n.Host(); h != nil && h.cfg.Session == session {
+		l := h.Load()
+		r.Shards, r.Instances, r.TickCPU = l.Shards, l.Instances, l.TickCPU
+	}
+	if n.cfg.P99Lateness != nil {
+		r.P99LatenessMs = float64(n.cfg.P99Lateness()) / 1e6
+	}
+	b, _ := json.Marshal(r)
+	return b
+}
+
+// Run holds the lease and runs the node until ctx ends; then it releases the lease.
+func (n *Node) Run(ctx context.Context) error {
+	first := true
+	for ctx.Err() == nil {
+		session := newSession()
+		cfg := n.cfg.Config
+		cfg.Session = session
+		cfg.Logger = n.log
+		host, err := New(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		var waitedSince time.Time
+		l, err := lease.Acquire(ctx, lease.Config{Store: n.cfg.Store, Key: store.NodeKey(n.cfg.Node),
+			TTL: n.cfg.LeaseTTL, Margin: n.cfg.LeaseMargin, Clock: n.cfg.Clock, Logger: n.log,
+			Value: func() []byte { return n.record(session) },
+			Mine: func(v []byte) bool {
+				var r store.NodeRecord
+				return json.Unmarshal(v, &r) == nil && r.Session == session
+			},
+			OnFenced:       func() { n.cfg.Metrics.SelfFenced.Inc(); host.Pause() },
+			OnValid:        host.Resume,
+			ObserveRenewal: func(d time.Duration) { n.cfg.Metrics.LeaseRenewal.Observe(d.Seconds()) },
+		}, func(holder store.Entry) {
+			if waitedSince.IsZero() || time.Since(waitedSince) > 5*time.Second {
+				n.log.Info("waiting for the live lease of this node ID to expire", "key", holder.Key, "revision", holder.Revision)
+				waitedSince = time.Now()
+			}
+		})
+		if err != nil {
+			host.Abandon("shutdown")
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("node lease: %w", err)
+		}
+		n.mu.Lock()
+		n.host, n.lease, n.session = host, l, session
+		n.mu.Unlock()
+		n.log.Info("node joined", "session", session, "lease_revision", l.Revision())
+		wctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); _ = host.Watch(wctx) }()
+		go func() { defer wg.Done(); n.followMoves(wctx, host, session) }()
+		if first {
+			close(n.wake)
+			first = false
+		}
+		err = l.Run(wctx)
+		stop()
+		wg.Wait()
+		if ctx.Err() != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if rerr := l.Release(rctx); rerr != nil {
+				n.log.Warn("node lease not released", "err", rerr)
+			}
+			cancel()
+			return nil
+		}
+		n.log.Error("node lease lost: stopping every shard and rejoining with a new session", "session", session, "err", err)
+		host.Abandon("lease_lost")
+	}
+	return nil
+}
+
+// followMoves hands off the shards the coordinator moves away from this session, and notes the
+// ones arriving so their pause is measured.
+func (n *Node) followMoves(ctx context.Context, host *Host, session string) {
+	ch, err := n.cfg.Store.ControlWatch(ctx, "move.*")
+	if err != nil {
+		n.log.Error("cannot follow hand-offs", "err", err)
+		return
+	}
+	handled := map[string]bool{}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for e := range ch {
+		if e.Deleted {
+			continue
+		}
+		var rec store.MoveRecord
+		if json.Unmarshal(e.Value, &rec) != nil {
+			continue
+		}
+		_, name := store.SplitKey(e.Key)
+		s, err := store.ShardName(name)
+		if err != nil {
+			continue
+		}
+		switch {
+		case rec.State == store.MoveRequested && rec.From == n.cfg.Node && rec.FromSession == session:
+			k := fmt.Sprintf("%s@%d", e.Key, e.Revision)
+			if handled[k] {
+				continue
+			}
+			handled[k] = true
+			wg.Add(1)
+			go func(e store.Entry, rec store.MoveRecord) {
+				defer wg.Done()
+				n.handOff(ctx, host, s, e, rec)
+			}(e, rec)
+		case rec.State != store.MoveRequested && rec.To == n.cfg.Node && rec.StoppedAt != 0:
+			host.ExpectHandOff(s, time.Unix(0, rec.StoppedAt))
+		}
+	}
+}
+
+func (n *Node) handOff(ctx context.Context, host *Host, s uint32, e store.Entry, rec store.MoveRecord) {
+	start := time.Now()
+	err := host.HandOff(ctx, s, func(stoppedAt time.Time) error {
+		rec.State, rec.StoppedAt = store.MoveReleased, stoppedAt.UnixNano()
+		b, _ := json.Marshal(rec)
+		_, err := n.cfg.Store.ControlUpdate(ctx, e.Key, b, e.Revision, 0)
+		return err
+	})
+	if err == nil {
+		n.log.Info("shard handed off", "shard", s, "to", rec.To, "reason", rec.Reason, "took", time.Since(start).Round(time.Millisecond))
+		return
+	}
+	// Not handed on (the move was withdrawn, or the flush failed): if the shard is still ours,
+	// take it back under a rotated token — some of its writes may have landed.
+	a, rev, rerr := n.cfg.Store.Assignment(ctx, host.cluster.Epoch, s)
+	if rerr != nil || a.Owner != n.cfg.Node || a.Session != host.cfg.Session {
+		return
+	}
+	g, rerr := n.cfg.Store.Rotate(ctx, store.Grant{Epoch: host.cluster.Epoch, Shard: s, Token: rev, Assignment: a})
+	if rerr != nil {
+		n.log.Warn("shard not taken back after a failed hand-off", "shard", s, "err", rerr)
+		return
+	}
+	host.Apply(store.AssignmentEvent{Shard: s, Revision: g.Token, Assignment: a})
+}
+
+// Leave hands every shard off before the node exits (SIGTERM): the node announces it is leaving,
+// the coordinator moves its shards away, and whatever is left when no other node can take it (or
+// at the deadline) is flushed and released here.
+func (n *Node) Leave(ctx context.Context) error {
+	n.leaving.Store(true)
+	n.mu.Lock()
+	l, host := n.lease, n.host
+	n.mu.Unlock()
+	if host == nil {
+		return nil
+	}
+	if l != nil {
+		l.Renew()
+	}
+	last := time.Now()
+	for len(host.Shards()) > 0 && n.othersAlive(ctx) {
+		if time.Since(last) > 2*time.Second {
+			n.log.Info("leaving: handing shards off", "shards_left", len(host.Shards()))
+			last = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			n.log.Warn("leaving: hand-off deadline passed; flushing the rest here", "shards_left", len(host.Shards()))
+			fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return host.Close(fctx)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return host.Close(ctx)
+}
+
+// othersAlive reports whether another node that is not leaving holds a lease.
+func (n *Node) othersAlive(ctx context.Context) bool {
+	es, err := n.cfg.Store.ControlList(ctx, "node.*")
+	if err != nil {
+		return true // cannot tell: keep waiting for the coordinator
+	}
+	for _, e := range es {
+		var r store.NodeRecord
+		if e.Key != store.NodeKey(n.cfg.Node) && json.Unmarshal(e.Value, &r) == nil && !r.Leaving {
+			return true
+		}
+	}
+	return false
+}
