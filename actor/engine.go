@@ -44,22 +44,32 @@ type EngineConfig struct {
 	Manual bool
 }
 
-// Engine ticks many instances at a fixed rate with a few goroutines: one worker per core, each
-// owning a share of the instances spread over phase buckets of one period, so that the cost per
-// instance is a slice entry, not a goroutine and a timer.
+// Engine ticks many instances at a fixed rate with a few goroutines: one worker per core, all
+// sharing one schedule of phase buckets spread over the period, so that the cost per instance is a
+// slice entry, not a goroutine and a timer. Workers take the ticks of the bucket that is due in
+// small chunks, so the work spreads over the cores, and a worker the OS pauses does not hold up
+// the instances the others can tick.
 //
-// Overrun policy: a worker runs its phase buckets in order. If ticks take longer than their
-// period, the following buckets run late, back to back, without sleeping (catch-up). If a worker is
-// more than MaxCatchUp periods behind, it jumps to the present bucket; every tick it jumped over is
-// counted as skipped, and the instances resume on schedule. An instance never ticks twice for the
-// same period and never ticks concurrently with itself.
+// Overrun policy: buckets run in order. If ticks take longer than their period, the following
+// buckets run late, back to back, without sleeping (catch-up). If the engine is more than
+// MaxCatchUp periods behind, it jumps to the present bucket; every tick it jumped over is counted
+// as skipped, and the instances resume on schedule. An instance never ticks twice for the same
+// period and never ticks concurrently with itself (a tick that would is skipped and counted).
 type Engine struct {
 	cfg     EngineConfig
 	period  time.Duration
 	nslots  int
 	start   time.Time
 	workers []*worker
-	rr      atomic.Uint64
+
+	mu    sync.Mutex
+	slots [][]*Handle // phase buckets; slots[k % nslots] is due at start + k*Slot
+	count int
+	next  int       // slot for the next instance added: spreads phases evenly
+	k     int64     // bucket being handed out
+	due   time.Time // its scheduled time
+	batch []*Handle // its ticks, copied when it was opened
+	pos   int       // next tick of batch to hand out
 
 	ticks   atomic.Uint64
 	skipped atomic.Uint64
@@ -70,24 +80,18 @@ type Engine struct {
 
 // Handle is an instance scheduled on an engine.
 type Handle struct {
-	w       *worker
 	slot    int32
-	idx     int32 // position in w.slots[slot], under w.mu
+	idx     int32 // position in e.slots[slot], under e.mu
 	t       Ticker
 	removed atomic.Bool
+	running atomic.Bool
 }
 
 type worker struct {
 	e       *Engine
 	id      int
 	observe func(lateness, duration time.Duration)
-	k       int64 // next bucket to run; owned by the worker goroutine (or Advance's caller)
-	batch   []*Handle
-
-	mu    sync.Mutex
-	slots [][]*Handle
-	count int
-	next  int // slot for the next instance added: spreads phases evenly
+	chunk   []*Handle
 }
 
 // NewEngine validates the config and starts the workers. Stop them with Stop.
@@ -117,13 +121,16 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.Start.IsZero() {
 		cfg.Start = time.Now()
 	}
-	e := &Engine{cfg: cfg, period: period, nslots: nslots, start: cfg.Start, stop: make(chan struct{})}
-	k0 := int64(time.Since(e.start)/cfg.Slot) + 1
+	e := &Engine{cfg: cfg, period: period, nslots: nslots, start: cfg.Start, slots: make([][]*Handle, nslots),
+		stop: make(chan struct{})}
+	// Bucket k is exhausted (pos == len(batch) == 0): the first worker opens k+1.
+	e.k = int64(time.Since(e.start) / cfg.Slot)
 	if cfg.Manual {
-		k0 = 1
+		e.k = 0
 	}
+	e.due = e.start.Add(time.Duration(e.k) * cfg.Slot)
 	for i := 0; i < cfg.Workers; i++ {
-		w := &worker{e: e, id: i, slots: make([][]*Handle, nslots), k: k0}
+		w := &worker{e: e, id: i}
 		if cfg.ObserveWorker != nil {
 			w.observe = cfg.ObserveWorker(i)
 		}
@@ -149,14 +156,13 @@ func (e *Engine) Skipped() uint64 { return e.skipped.Load() }
 
 // Add schedules t; it first ticks within one period.
 func (e *Engine) Add(t Ticker) *Handle {
-	w := e.workers[e.rr.Add(1)%uint64(len(e.workers))]
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	h := &Handle{w: w, slot: int32(w.next), t: t}
-	w.next = (w.next + 1) % e.nslots
-	h.idx = int32(len(w.slots[h.slot]))
-	w.slots[h.slot] = append(w.slots[h.slot], h)
-	w.count++
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	h := &Handle{slot: int32(e.next), t: t}
+	e.next = (e.next + 1) % e.nslots
+	h.idx = int32(len(e.slots[h.slot]))
+	e.slots[h.slot] = append(e.slots[h.slot], h)
+	e.count++
 	return h
 }
 
@@ -166,16 +172,15 @@ func (e *Engine) Remove(h *Handle) {
 	if h == nil || h.removed.Swap(true) {
 		return
 	}
-	w := h.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s := w.slots[h.slot]
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.slots[h.slot]
 	last := s[len(s)-1]
 	s[h.idx] = last
 	last.idx = h.idx
 	s[len(s)-1] = nil
-	w.slots[h.slot] = s[:len(s)-1]
-	w.count--
+	e.slots[h.slot] = s[:len(s)-1]
+	e.count--
 }
 
 // Stop stops every worker after its current tick and waits for them.
@@ -194,17 +199,15 @@ func (e *Engine) Advance(now time.Time) int {
 	if !e.cfg.Manual {
 		panic("actor: Advance on an engine that runs its own workers")
 	}
+	w := e.workers[0]
 	n := 0
-	for _, w := range e.workers {
-		for {
-			due := e.start.Add(time.Duration(w.k) * e.cfg.Slot)
-			if due.After(now) {
-				break
-			}
-			n += w.runBucket(now, due)
+	for {
+		due, ok := w.take(now)
+		if !ok {
+			return n
 		}
+		n += w.runChunk(due)
 	}
-	return n
 }
 
 func (w *worker) run() {
@@ -213,8 +216,18 @@ func (w *worker) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		due := e.start.Add(time.Duration(w.k) * e.cfg.Slot)
+		select {
+		case <-e.stop:
+			return
+		default:
+		}
 		now := time.Now()
+		due, ok := w.take(now)
+		if ok {
+			w.runChunk(due)
+			continue
+		}
+		// Nothing to hand out until the next bucket is due.
 		if d := due.Sub(now); d > e.cfg.Spin {
 			// The timer wakes up to ~1 ms late; with Spin set, aim it that much early and yield
 			// the rest of the way.
@@ -224,76 +237,93 @@ func (w *worker) run() {
 				return
 			case <-timer.C:
 			}
-			now = time.Now()
-		}
-		for now.Before(due) {
-			select {
-			case <-e.stop:
-				return
-			default:
-			}
+		} else {
 			runtime.Gosched()
-			now = time.Now()
 		}
-		select {
-		case <-e.stop:
-			return
-		default:
-		}
-		w.runBucket(now, due)
 	}
 }
 
-// runBucket runs bucket w.k (due at due; now is the current time) and moves w.k on, or, if the
-// worker is more than MaxCatchUp periods behind, skips to the present bucket and counts the ticks
-// it jumped over.
-func (w *worker) runBucket(now, due time.Time) int {
+// take hands the worker its next chunk of ticks, all due at the returned time, opening the next
+// bucket if the current one is handed out and the next is due by now. With nothing to run it
+// returns false and the time the next bucket is due.
+func (w *worker) take(now time.Time) (time.Time, bool) {
 	e := w.e
-	slot := e.cfg.Slot
-	if lag := now.Sub(due); lag > time.Duration(e.cfg.MaxCatchUp)*e.period {
-		present := int64(now.Sub(e.start) / slot)
-		e.skipped.Add(w.countBetween(w.k, present))
-		w.k = present
-		due = e.start.Add(time.Duration(present) * slot)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for e.pos >= len(e.batch) {
+		nextDue := e.due.Add(e.cfg.Slot)
+		if nextDue.After(now) {
+			return nextDue, false
+		}
+		k := e.k + 1
+		if now.Sub(nextDue) > time.Duration(e.cfg.MaxCatchUp)*e.period {
+			present := int64(now.Sub(e.start) / e.cfg.Slot)
+			e.skipped.Add(e.countBetween(k, present))
+			k = present
+		}
+		e.k, e.due = k, e.start.Add(time.Duration(k)*e.cfg.Slot)
+		clear(e.batch)
+		e.batch = append(e.batch[:0], e.slots[int(k%int64(e.nslots))]...)
+		e.pos = 0
 	}
-	w.mu.Lock()
-	w.batch = append(w.batch[:0], w.slots[int(w.k%int64(e.nslots))]...)
-	w.mu.Unlock()
-	w.k++
+	// Chunks small enough that every worker gets a share of the bucket, large enough that the
+	// lock is rarely contended.
+	rest := len(e.batch) - e.pos
+	n := min(max(rest/(4*len(e.workers)), 8), rest, 256)
+	w.chunk = append(w.chunk[:0], e.batch[e.pos:e.pos+n]...)
+	e.pos += n
+	return e.due, true
+}
+
+// runChunk ticks the chunk taken, all due at due.
+func (w *worker) runChunk(due time.Time) int {
+	e := w.e
 	observe, observeW := e.cfg.Observe, w.observe
-	ran := 0
-	t0 := time.Now()
-	for i, h := range w.batch {
-		w.batch[i] = nil
+	timed := observe != nil || observeW != nil
+	ran, skipped := 0, 0
+	var t0 time.Time
+	if timed {
+		t0 = time.Now()
+	}
+	for i, h := range w.chunk {
+		w.chunk[i] = nil
 		if h.removed.Load() {
 			continue
 		}
+		if !h.running.CompareAndSwap(false, true) {
+			skipped++ // still in its tick of a period ago (a worker stalled that long)
+			continue
+		}
 		h.t.Tick(due)
-		t1 := time.Now() // the end of one tick is the start of the next: one clock read per tick
-		if observe != nil {
-			observe(t0.Sub(due), t1.Sub(t0))
-		}
-		if observeW != nil {
-			observeW(t0.Sub(due), t1.Sub(t0))
-		}
-		t0 = t1
+		h.running.Store(false)
 		ran++
+		if timed {
+			t1 := time.Now() // the end of one tick is the start of the next: one clock read per tick
+			if observe != nil {
+				observe(t0.Sub(due), t1.Sub(t0))
+			}
+			if observeW != nil {
+				observeW(t0.Sub(due), t1.Sub(t0))
+			}
+			t0 = t1
+		}
 	}
 	e.ticks.Add(uint64(ran))
+	if skipped > 0 {
+		e.skipped.Add(uint64(skipped))
+	}
 	return ran
 }
 
-// countBetween counts the ticks due in buckets [from, to).
-func (w *worker) countBetween(from, to int64) uint64 {
+// countBetween counts the ticks due in buckets [from, to). e.mu is held.
+func (e *Engine) countBetween(from, to int64) uint64 {
 	if to <= from {
 		return 0
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	n := to - from
-	total := uint64(n/int64(w.e.nslots)) * uint64(w.count)
-	for j := from; j < from+n%int64(w.e.nslots); j++ {
-		total += uint64(len(w.slots[int(j%int64(w.e.nslots))]))
+	total := uint64(n/int64(e.nslots)) * uint64(e.count)
+	for j := from; j < from+n%int64(e.nslots); j++ {
+		total += uint64(len(e.slots[int(j%int64(e.nslots))]))
 	}
 	return total
 }
