@@ -37,6 +37,9 @@ var errReplan = errors.New("shard changed owner since it was read; replanning")
 // assign writes shard.<S> compare-on-revision. A conflict is retried only if the re-read shows the
 // same owner and session (a token rotation); otherwise the round replans (DESIGN 5).
 func assign(ctx context.Context, st store.Store, epoch uint64, shard uint32, from store.Assignment, expect uint64, to store.Assignment) (uint64, error) {
+	if from == to && expect != 0 {
+		return expect, nil // already there: rewriting it would only rotate the owner's token
+	}
 	for {
 		rev, err := st.Assign(ctx, epoch, shard, to, expect)
 		if err == nil {
@@ -52,6 +55,8 @@ func assign(ctx context.Context, st store.Store, epoch uint64, shard uint32, fro
 			from = store.Assignment{}
 		case rerr != nil:
 			return 0, rerr
+		case now == to:
+			return rev2, nil
 		case now == from && rev2 != expect:
 			expect = rev2
 		default:

@@ -64,7 +64,7 @@ func (c *Config) defaults() error {
 		c.HandOffTimeout = 5 * time.Second
 	}
 	if c.Tolerance == 0 {
-		c.Tolerance = 0.15
+		c.Tolerance = 0.25
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -218,7 +218,10 @@ func (s snapshot) input(maxMoves int, rebalance bool, tolerance float64) Input {
 	in := Input{MaxMoves: maxMoves, Rebalance: rebalance, Tolerance: tolerance, Shards: s.shards}
 	for i := range in.Shards {
 		in.Shards[i].Pinned = s.pinned[uint32(i)]
-		_, in.Shards[i].Moving = s.moves[uint32(i)]
+		if e, ok := s.moves[uint32(i)]; ok {
+			var rec store.MoveRecord
+			in.Shards[i].Moving = json.Unmarshal(e.Value, &rec) != nil || rec.State != store.MoveDone
+		}
 	}
 	ids := make([]string, 0, len(s.nodes))
 	for id := range s.nodes {
@@ -387,7 +390,7 @@ func (r *rounds) round(ctx context.Context) error {
 func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e store.Entry) error {
 	var rec store.MoveRecord
 	if err := json.Unmarshal(e.Value, &rec); err != nil {
-		return r.st.ControlDelete(ctx, e.Key, e.Revision)
+		return r.deleteMove(ctx, e)
 	}
 	cur := snap.shards[s]
 	from := store.Assignment{Owner: rec.From, Session: rec.FromSession}
@@ -395,8 +398,8 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 	age := r.seen(e.Key, e.Revision)
 	switch rec.State {
 	case store.MoveDone:
-		if age > 10*time.Second {
-			return r.st.ControlDelete(ctx, e.Key, e.Revision)
+		if age > 2*time.Second { // kept a moment so the new owner can read when the old one stopped
+			return r.deleteMove(ctx, e)
 		}
 		return nil
 	case store.MoveRequested:
@@ -405,7 +408,7 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 			// The owner changed or died: failover or a later plan takes it from here.
 			r.cfg.Metrics.Handoffs.WithLabelValues("aborted").Inc()
 			r.log.Info("hand-off aborted", "shard", s, "from", rec.From, "to", rec.To, "owner", cur.Owner.Owner)
-			return r.st.ControlDelete(ctx, e.Key, e.Revision)
+			return r.deleteMove(ctx, e)
 		case age < r.cfg.HandOffTimeout:
 			return nil // waiting for the old owner to release
 		}
@@ -413,7 +416,7 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 	case store.MoveReleased:
 		rec.Result = "ok"
 	default:
-		return r.st.ControlDelete(ctx, e.Key, e.Revision)
+		return r.deleteMove(ctx, e)
 	}
 	// Assign the new owner: the one asked for if it can take it, else the best other node.
 	target := rec.To
@@ -448,9 +451,25 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 	r.log.Info("hand-off complete", "shard", s, "from", rec.From, "to", target, "result", rec.Result, "token", rev)
 	rec.State, rec.To = store.MoveDone, target
 	b, _ := json.Marshal(rec)
-	_, err = r.st.ControlUpdate(ctx, e.Key, b, e.Revision, 0)
+	mrev, err := r.st.ControlUpdate(ctx, e.Key, b, e.Revision, 0)
+	if err == nil {
+		r.v.applyControl(store.Entry{Key: e.Key, Value: b, Revision: mrev}) // not settled twice
+	}
 	if errors.Is(err, store.ErrConflict) {
 		err = nil
+	}
+	return err
+}
+
+// deleteMove removes a settled or abandoned move.<S> (compare-and-delete). If it changed meanwhile
+// the next round looks at it again.
+func (r *rounds) deleteMove(ctx context.Context, e store.Entry) error {
+	err := r.st.ControlDelete(ctx, e.Key, e.Revision)
+	if err == nil {
+		r.v.applyControl(store.Entry{Key: e.Key, Revision: e.Revision + 1, Deleted: true})
+	}
+	if errors.Is(err, store.ErrConflict) {
+		return nil
 	}
 	return err
 }

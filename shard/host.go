@@ -367,7 +367,16 @@ func (h *Host) Load() Load {
 		l.Shards++
 		l.Instances += n
 		if elapsed > 0 {
-			l.TickCPU[sh.id] = float64(ns) / 1e9 / elapsed
+			// Smoothed (EWMA over about five reports), so the planner does not chase noise.
+			rate := float64(ns) / 1e9 / elapsed
+			sh.mu.Lock()
+			if sh.cpuAvg == 0 {
+				sh.cpuAvg = rate
+			} else {
+				sh.cpuAvg = 0.2*rate + 0.8*sh.cpuAvg
+			}
+			l.TickCPU[sh.id] = sh.cpuAvg
+			sh.mu.Unlock()
 		}
 	}
 	return l

@@ -43,7 +43,8 @@ type shardRun struct {
 	// move: each instance's first tick here reports the pause.
 	resumeFrom time.Time
 
-	cpu atomic.Int64 // nanoseconds spent ticking this shard's instances
+	cpu    atomic.Int64 // nanoseconds spent ticking this shard's instances since the last report
+	cpuAvg float64      // smoothed tick CPU (s/s), under mu
 }
 
 func newShardRun(h *Host, g store.Grant) *shardRun {
@@ -210,6 +211,12 @@ func (sh *shardRun) writeFailed(in *instance, err error) {
 			return
 		}
 		a, rev, rerr := sh.h.cfg.Store.Assignment(sh.ctx, in.grant.Epoch, sh.id)
+		if rerr == nil && a == in.grant.Assignment && rev > in.grant.Token {
+			// Still ours, at a revision someone else wrote with our own value: adopt it. Our
+			// writes under the old token are fenced by it, so nothing stale can land later.
+			sh.rebuild("shard key rewritten with this session's value", rev)
+			return
+		}
 		sh.stop("stale_owner", "instance", in.id, "revision", rev,
 			"new_owner", a.Owner, "new_session", a.Session, "read_err", rerr, "err", err)
 	default:

@@ -195,7 +195,11 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 			log.Warn("--sync applies to the embedded server only; configure sync on the external server")
 		}
 		nc, err = natskv.Connect(o.natsURL, nats.Name("tickd "+o.nodeID),
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err != nil {
+					log.Warn("NATS disconnected", "err", err)
+				}
+			}),
 			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }))
 		if err != nil {
 			return fmt.Errorf("connect to NATS at %s: %w", o.natsURL, err)
