@@ -73,7 +73,7 @@ type MoveRecord struct {
 	Reason      string `json:"reason,omitempty"`
 	// StoppedAt is the old owner's wall clock (Unix ns) when its instances stopped ticking; the
 	// new owner uses it only to report the hand-off pause.
-	StoppedAt int64 `json:"stopped_at,omitempty"`
+	StoppedAt int64  `json:"stopped_at,omitempty"`
 	Result    string `json:"result,omitempty"` // ok, timeout
 }
 
