@@ -523,13 +523,16 @@ func (s *Store) fencedMsg(ctx context.Context, g store.Grant, id string, rec *st
 	if err != nil {
 		return nil, err
 	}
-	tok := strconv.FormatUint(g.Token, 10)
-	m := &nats.Msg{Subject: "$KV." + bucket + "." + store.InstanceKey(g.Shard, id), Header: nats.Header{}}
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, tok)
-	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, "$KV."+bucket+"."+store.ShardKey(g.Shard))
-	m.Header.Set(HeaderToken, tok)
+	tok := []string{strconv.FormatUint(g.Token, 10)}
+	// The header names are canonical already: fill the map directly (Set would re-canonicalise
+	// every name on every write).
+	m := &nats.Msg{Subject: "$KV." + bucket + "." + store.InstanceKey(g.Shard, id), Header: nats.Header{
+		jetstream.ExpectedLastSubjSeqHeader:     tok,
+		jetstream.ExpectedLastSubjSeqSubjHeader: {"$KV." + bucket + "." + store.ShardKey(g.Shard)},
+		HeaderToken:                             tok,
+	}}
 	if rec == nil {
-		m.Header.Set(headerKVOp, "DEL")
+		m.Header[headerKVOp] = []string{"DEL"}
 		return m, nil
 	}
 	r := *rec
