@@ -26,19 +26,30 @@ import (
 const usage = `tickctl inspects and drives a tickfence cluster.
 
 Usage:
+  tickctl status                                  leader, nodes with load and lease age, imbalance
+  tickctl nodes                                   the live nodes
   tickctl shards                                  owner, session and token of every shard
   tickctl instances [--shard N]                   instances with shard, token, tick and kind
   tickctl instance get <id>                       the decoded record of one instance
   tickctl instance create <id> --kind dungeon     create an instance (through its owner)
   tickctl instance end <id>                       end an instance (a fenced delete by its owner)
   tickctl instance send <id> '<json command>'     send a command, e.g. '{"type":"attack","player":"p1"}'
+  tickctl move <shard> <node>                     hand a shard off to a node, and wait until it runs there
+  tickctl drain <node>                            move every shard off a node (waits, with progress)
+  tickctl undrain <node>                          let the coordinator place shards on it again
+  tickctl pin <shard> | unpin <shard>             keep a shard where it is (the rebalancer skips it)
+  tickctl weight <node> <w>                       a node's share of the load (default 1)
+  tickctl rebalance [--dry-run]                   plan load-based moves (and apply them, with progress)
 
 Flags (before or after the arguments):
   --nats URL          NATS server (default $NATS_URL, else nats://127.0.0.1:4222; start tickd with
                       --nats-listen 127.0.0.1:4222 to expose its embedded server)
   --json              JSON output for scripts
   --request-id ID     request ID of create/end/send (default: a new random one; reuse one to retry)
-  --timeout D         give up after D (default 10s)
+  --timeout D         give up after D (default 10s; drain and rebalance: 2m)
+  --dry-run           rebalance: print the plan and the imbalance before/after, change nothing
+  --max-moves N       rebalance: moves under way at once (default 8)
+  --tolerance F       rebalance: leave nodes within this factor of the mean alone (default 0.05)
 `
 
 type globals struct {
@@ -49,6 +60,9 @@ type globals struct {
 	kind      string
 	bossHP    int
 	shard     int
+	dryRun    bool
+	maxMoves  int
+	tolerance float64
 }
 
 func main() {
@@ -82,6 +96,9 @@ func parse(args []string) (globals, []string, error) {
 	fs.StringVar(&g.kind, "kind", "", "")
 	fs.IntVar(&g.bossHP, "boss-hp", 0, "")
 	fs.IntVar(&g.shard, "shard", -1, "")
+	fs.BoolVar(&g.dryRun, "dry-run", false, "")
+	fs.IntVar(&g.maxMoves, "max-moves", 8, "")
+	fs.Float64Var(&g.tolerance, "tolerance", 0.05, "")
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -108,6 +125,9 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if !timeoutSet(args) && len(pos) > 0 && (pos[0] == "drain" || pos[0] == "rebalance" || pos[0] == "move") {
+		g.timeout = 2 * time.Minute
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
 	nc, err := natskv.Connect(g.natsURL, nats.Name("tickctl"), nats.Timeout(3*time.Second))
@@ -130,6 +150,22 @@ func run(args []string, out io.Writer) error {
 		return c.shards(ctx)
 	case pos[0] == "instances" && len(pos) == 1:
 		return c.instances(ctx)
+	case pos[0] == "status" && len(pos) == 1:
+		return c.status(ctx)
+	case pos[0] == "nodes" && len(pos) == 1:
+		return c.nodes(ctx)
+	case pos[0] == "move" && len(pos) == 3:
+		return c.move(ctx, pos[1], pos[2])
+	case pos[0] == "drain" && len(pos) == 2:
+		return c.drain(ctx, pos[1])
+	case pos[0] == "undrain" && len(pos) == 2:
+		return c.undrain(ctx, pos[1])
+	case (pos[0] == "pin" || pos[0] == "unpin") && len(pos) == 2:
+		return c.pin(ctx, pos[1], pos[0] == "pin")
+	case pos[0] == "weight" && len(pos) == 3:
+		return c.weight(ctx, pos[1], pos[2])
+	case pos[0] == "rebalance" && len(pos) == 1:
+		return c.rebalance(ctx, g.dryRun)
 	case pos[0] == "instance" && len(pos) >= 3:
 		id := pos[2]
 		if err := store.ValidID(id); err != nil {
@@ -351,4 +387,13 @@ func (c *cli) send(ctx context.Context, id string, body []byte) error {
 	res, _ := json.Marshal(r.Result)
 	fmt.Fprintf(c.out, "ok (request id %s): %s\n", reqID, res)
 	return nil
+}
+
+func timeoutSet(args []string) bool {
+	for _, a := range args {
+		if a == "--timeout" || a == "-timeout" || strings.HasPrefix(a, "--timeout=") || strings.HasPrefix(a, "-timeout=") {
+			return true
+		}
+	}
+	return false
 }

@@ -55,6 +55,7 @@ type options struct {
 	maxMoves        int
 	rebalanceEvery  time.Duration
 	handoffTimeout  time.Duration
+	dataHistory     int64
 }
 
 func main() {
@@ -81,6 +82,7 @@ func main() {
 	fs.BoolVar(&o.noCoordinator, "no-coordinator", false, "never become the coordinator leader (every node is a candidate otherwise)")
 	fs.IntVar(&o.maxMoves, "max-moves", 8, "coordinator: graceful moves under way at once (failover is exempt)")
 	fs.DurationVar(&o.rebalanceEvery, "rebalance-every", time.Second, "coordinator: minimum interval between load-based rebalancing rounds")
+	fs.Int64Var(&o.dataHistory, "data-history", 1, "revisions kept per key when this node creates the data buckets (fault tests keep every one to check the history)")
 	fs.DurationVar(&o.handoffTimeout, "handoff-timeout", 5*time.Second, "coordinator: reassign a moving shard anyway if its old owner has not released it by then")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tickd runs a tickfence node.
@@ -206,7 +208,10 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 		}
 	}
 	defer nc.Close()
-	st, err := natskv.Open(nc, natskv.Options{})
+	if o.dataHistory < 1 {
+		return fmt.Errorf("--data-history must be at least 1, got %d", o.dataHistory)
+	}
+	st, err := natskv.Open(nc, natskv.Options{History: o.dataHistory})
 	if err != nil {
 		return err
 	}

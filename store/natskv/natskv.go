@@ -33,9 +33,10 @@ type Options struct {
 	Storage jetstream.StorageType
 	// Replicas of buckets this adapter creates (1 by default).
 	Replicas int
-	// History kept per key in data buckets (1 by default; fault tests raise it to keep every
-	// revision). At most 64: a JetStream KV limit.
-	History uint8
+	// History kept per key in data buckets (1 by default). Fault tests raise it to keep every
+	// revision of the run: above 64 (the KV API's limit) the stream's per-subject limit is raised
+	// directly after the bucket is created.
+	History int64
 	// AckTimeout bounds the wait for a publish acknowledgement; past it the outcome is unknown.
 	AckTimeout time.Duration
 	// MaxPending bounds pipelined writes in flight.
@@ -249,9 +250,15 @@ func (s *Store) Bootstrap(ctx context.Context, want store.Cluster) (store.Cluste
 		return store.Cluster{}, err
 	}
 	for p := uint32(0); p < want.Partitions; p++ {
-		if err := s.createBucket(ctx, jetstream.KeyValueConfig{Bucket: store.DataBucket(want.Epoch, p),
-			History: s.opts.History, MaxValueSize: store.MaxRecordBytes + 1024}); err != nil {
+		name := store.DataBucket(want.Epoch, p)
+		if err := s.createBucket(ctx, jetstream.KeyValueConfig{Bucket: name,
+			History: uint8(min(s.opts.History, 64)), MaxValueSize: store.MaxRecordBytes + 1024}); err != nil {
 			return store.Cluster{}, err
+		}
+		if s.opts.History > 64 {
+			if err := s.raiseHistory(ctx, name); err != nil {
+				return store.Cluster{}, err
+			}
 		}
 	}
 	ctl, err := s.kv(ctx, store.ControlBucket)
@@ -655,4 +662,22 @@ func (s *Store) PutRaw(ctx context.Context, epoch uint64, shard uint32, id strin
 	}
 	_, err = kv.Put(ctx, store.InstanceKey(shard, id), data)
 	return err
+}
+
+// raiseHistory sets a data bucket's per-subject limit beyond what the KV API allows.
+func (s *Store) raiseHistory(ctx context.Context, bucket string) error {
+	stream, err := s.js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	cfg := info.Config
+	cfg.MaxMsgsPerSubject = s.opts.History
+	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("raise history of %s to %d: %w", bucket, s.opts.History, err)
+	}
+	return nil
 }

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/tickfence/tickfence/coordinator"
+	"github.com/tickfence/tickfence/store"
+)
+
+// Operator commands: placement inputs live in the control bucket (drain.<node>, pin.<S>,
+// weight.<node>); moves are move.<S> records the old owner and the coordinator carry out.
+
+func (c *cli) state(ctx context.Context) (*coordinator.State, error) {
+	return coordinator.ReadState(ctx, c.st)
+}
+
+func (c *cli) status(ctx context.Context) error {
+	s, err := c.state(ctx)
+	if err != nil {
+		return err
+	}
+	if c.g.json {
+		return c.printJSON(s)
+	}
+	leader := "(none)"
+	if s.Leader != nil {
+		leader = s.Leader.Node
+	}
+	unassigned := 0
+	for _, sh := range s.Shards {
+		if sh.Revision == 0 {
+			unassigned++
+		}
+	}
+	fmt.Fprintf(c.out, "cluster: %d shards, epoch %d; coordinator leader: %s\n", s.Cluster.Shards, s.Cluster.Epoch, leader)
+	fmt.Fprintf(c.out, "imbalance (max/mean node load): %.2f; unassigned shards: %d; moves under way: %d\n\n", s.Imbalance, unassigned, len(s.Moves))
+	return c.nodeTable(s)
+}
+
+func (c *cli) nodeTable(s *coordinator.State) error {
+	w := c.table()
+	fmt.Fprintln(w, "NODE\tSESSION\tSHARDS\tINSTANCES\tTICK CPU\tP99 LATENESS\tLEASE AGE\tWEIGHT\tSTATE")
+	for _, n := range s.Nodes {
+		state := "active"
+		switch {
+		case n.Record.Leaving:
+			state = "leaving"
+		case n.Drained:
+			state = "drained"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%.1f%%\t%.2fms\t%s\t%g\t%s\n", n.ID, n.Record.Session, n.Owned, n.Instances,
+			100*n.Load, n.Record.P99LatenessMs, n.LeaseAge.Round(10*time.Millisecond), n.Weight, state)
+	}
+	if len(s.Nodes) == 0 {
+		fmt.Fprintln(w, "(no live node)")
+	}
+	return w.Flush()
+}
+
+func (c *cli) nodes(ctx context.Context) error {
+	s, err := c.state(ctx)
+	if err != nil {
+		return err
+	}
+	if c.g.json {
+		return c.printJSON(s.Nodes)
+	}
+	return c.nodeTable(s)
+}
+
+func shardArg(arg string, shards uint32) (uint32, error) {
+	n, err := strconv.ParseUint(arg, 10, 32)
+	if err != nil || uint32(n) >= shards {
+		return 0, usageError{fmt.Sprintf("shard %q: want a number in 0..%d", arg, shards-1)}
+	}
+	return uint32(n), nil
+}
+
+func (c *cli) move(ctx context.Context, shardS, node string) error {
+	sh, err := shardArg(shardS, c.cl.Shards)
+	if err != nil {
+		return err
+	}
+	s, err := c.state(ctx)
+	if err != nil {
+		return err
+	}
+	if _, ok := s.Live(node); !ok {
+		return fmt.Errorf("node %s holds no lease (is it running?)", node)
+	}
+	cur := s.Shards[sh]
+	if cur.Revision == 0 {
+		return fmt.Errorf("shard %d is unassigned; the coordinator places it", sh)
+	}
+	if cur.Owner.Owner == node {
+		return c.done(map[string]any{"shard": sh, "owner": node, "moved": false}, "shard %d is already on %s", sh, node)
+	}
+	rec := store.MoveRecord{From: cur.Owner.Owner, FromSession: cur.Owner.Session, To: node, State: store.MoveRequested, Reason: "operator"}
+	b, _ := json.Marshal(rec)
+	if _, err := c.st.ControlCreate(ctx, store.MoveKey(sh), b, 0); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("shard %d is already moving", sh)
+		}
+		return err
+	}
+	start := time.Now()
+	owner, err := c.waitOwner(ctx, sh, func(a store.Assignment) bool { return a.Owner != cur.Owner.Owner })
+	if err != nil {
+		return err
+	}
+	return c.done(map[string]any{"shard": sh, "from": cur.Owner.Owner, "to": owner, "seconds": time.Since(start).Seconds()},
+		"shard %d moved %s → %s in %v", sh, cur.Owner.Owner, owner, time.Since(start).Round(time.Millisecond))
+}
+
+func (c *cli) waitOwner(ctx context.Context, sh uint32, ok func(store.Assignment) bool) (string, error) {
+	for {
+		a, _, err := c.st.Assignment(ctx, c.cl.Epoch, sh)
+		if err == nil && ok(a) {
+			return a.Owner, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("shard %d: %w (the move record stays; the coordinator may still finish it)", sh, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (c *cli) done(v any, format string, args ...any) error {
+	if c.g.json {
+		return c.printJSON(v)
+	}
+	fmt.Fprintf(c.out, format+"\n", args...)
+	return nil
+}
+
+func (c *cli) drain(ctx context.Context, node string) error {
+	if err := store.ValidID(node); err != nil {
+		return usageError{err.Error()}
+	}
+	if _, err := c.st.ControlCreate(ctx, store.DrainKey(node), []byte(`{}`), 0); err != nil && !errors.Is(err, store.ErrConflict) {
+		return err
+	}
+	start := time.Now()
+	last := -1
+	for {
+		s, err := c.state(ctx)
+		if err != nil {
+			return err
+		}
+		n, live := s.Live(node)
+		if !live || n.Owned == 0 {
+			return c.done(map[string]any{"node": node, "shards": 0, "seconds": time.Since(start).Seconds()},
+				"%s drained in %v: it owns no shard", node, time.Since(start).Round(time.Millisecond))
+		}
+		if n.Owned != last && !c.g.json {
+			fmt.Fprintf(os.Stderr, "draining %s: %d shards left (%d instances)\n", node, n.Owned, n.Instances)
+			last = n.Owned
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s still owns %d shards after %v (the drain stays in place; undrain to cancel)", node, n.Owned, c.g.timeout)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func (c *cli) undrain(ctx context.Context, node string) error {
+	if err := c.st.ControlDelete(ctx, store.DrainKey(node), 0); err != nil {
+		return err
+	}
+	return c.done(map[string]any{"node": node, "drained": false}, "%s undrained: the coordinator may place shards on it again", node)
+}
+
+func (c *cli) pin(ctx context.Context, shardS string, on bool) error {
+	sh, err := shardArg(shardS, c.cl.Shards)
+	if err != nil {
+		return err
+	}
+	if on {
+		if _, err := c.st.ControlCreate(ctx, store.PinKey(sh), []byte(`{}`), 0); err != nil && !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		return c.done(map[string]any{"shard": sh, "pinned": true}, "shard %d pinned: the rebalancer leaves it where it is", sh)
+	}
+	if err := c.st.ControlDelete(ctx, store.PinKey(sh), 0); err != nil {
+		return err
+	}
+	return c.done(map[string]any{"shard": sh, "pinned": false}, "shard %d unpinned", sh)
+}
+
+func (c *cli) weight(ctx context.Context, node, ws string) error {
+	w, err := strconv.ParseFloat(ws, 64)
+	if err != nil || w <= 0 || w > 1000 {
+		return usageError{fmt.Sprintf("weight %q: want a number in (0, 1000]", ws)}
+	}
+	b, _ := json.Marshal(store.WeightRecord{Weight: w})
+	e, err := c.st.ControlGet(ctx, store.WeightKey(node))
+	switch {
+	case err == nil:
+		_, err = c.st.ControlUpdate(ctx, store.WeightKey(node), b, e.Revision, 0)
+	case errors.Is(err, store.ErrNotFound):
+		_, err = c.st.ControlCreate(ctx, store.WeightKey(node), b, 0)
+	}
+	if err != nil {
+		return err
+	}
+	return c.done(map[string]any{"node": node, "weight": w}, "%s weight %g", node, w)
+}
+
+func (c *cli) rebalance(ctx context.Context, dryRun bool) error {
+	s, err := c.state(ctx)
+	if err != nil {
+		return err
+	}
+	plan := s.Plan(int(c.cl.Shards), c.g.tolerance)
+	if dryRun || len(plan.Moves) == 0 {
+		if c.g.json {
+			return c.printJSON(plan)
+		}
+		fmt.Fprintf(c.out, "imbalance now %.2f, after the plan %.2f; %d moves\n", plan.Before, plan.After, len(plan.Moves))
+		w := c.table()
+		if len(plan.Moves) > 0 {
+			fmt.Fprintln(w, "SHARD\tFROM\tTO")
+		}
+		sort.Slice(plan.Moves, func(i, j int) bool { return plan.Moves[i].Shard < plan.Moves[j].Shard })
+		for _, m := range plan.Moves {
+			fmt.Fprintf(w, "%d\t%s\t%s\n", m.Shard, m.From, m.To)
+		}
+		return w.Flush()
+	}
+	start := time.Now()
+	done := 0
+	pending := plan.Moves
+	inFlight := map[uint32]string{}
+	for len(pending) > 0 || len(inFlight) > 0 {
+		for len(pending) > 0 && len(inFlight) < c.g.maxMoves {
+			m := pending[0]
+			pending = pending[1:]
+			cur := s.Shards[m.Shard]
+			rec := store.MoveRecord{From: m.From, FromSession: cur.Owner.Session, To: m.To, State: store.MoveRequested, Reason: "operator-rebalance"}
+			b, _ := json.Marshal(rec)
+			if _, err := c.st.ControlCreate(ctx, store.MoveKey(m.Shard), b, 0); err != nil {
+				fmt.Fprintf(os.Stderr, "shard %d: not moved: %v\n", m.Shard, err)
+				continue
+			}
+			inFlight[m.Shard] = m.From
+		}
+		for sh, from := range inFlight {
+			if a, _, err := c.st.Assignment(ctx, c.cl.Epoch, sh); err == nil && a.Owner != from {
+				delete(inFlight, sh)
+				done++
+				if !c.g.json {
+					fmt.Fprintf(os.Stderr, "\rrebalancing: %d/%d moves done", done, len(plan.Moves))
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("rebalance: %d of %d moves done: %w", done, len(plan.Moves), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	after, err := c.state(ctx)
+	if err != nil {
+		return err
+	}
+	if !c.g.json {
+		fmt.Fprintln(os.Stderr)
+	}
+	return c.done(map[string]any{"moves": done, "imbalance_before": plan.Before, "imbalance_after": after.Imbalance,
+		"seconds": time.Since(start).Seconds()},
+		"rebalanced: %d moves in %v; imbalance %.2f → %.2f", done, time.Since(start).Round(time.Millisecond), plan.Before, after.Imbalance)
+}

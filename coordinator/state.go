@@ -1,0 +1,112 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/tickfence/tickfence/store"
+)
+
+// NodeView is a live node as operators see it.
+type NodeView struct {
+	ID        string           `json:"id"`
+	Record    store.NodeRecord `json:"lease"`
+	Revision  uint64           `json:"lease_revision"`
+	LeaseAge  time.Duration    `json:"lease_age_ns"` // since the last renewal, by the server's timestamp
+	Drained   bool             `json:"drained"`
+	Weight    float64          `json:"weight"`
+	Owned     int              `json:"shards_owned"`
+	Load      float64          `json:"load"` // planner's estimate: tick CPU s/s of its shards
+	Instances int              `json:"instances"`
+}
+
+// State is the whole cluster read from the buckets, for operators' tools.
+type State struct {
+	Cluster store.Cluster               `json:"cluster"`
+	Leader  *store.LeaderRecord         `json:"leader,omitempty"`
+	Nodes   []NodeView                  `json:"nodes"`
+	Shards  []ShardState                `json:"shards"`
+	Moves   map[uint32]store.MoveRecord `json:"moves,omitempty"`
+	// Imbalance is max/mean node load (weighted); 1 is perfect.
+	Imbalance float64 `json:"imbalance"`
+	snap      snapshot
+}
+
+// ReadState reads the control bucket and every shard.<S>.
+func ReadState(ctx context.Context, st store.Store) (*State, error) {
+	cl, err := st.Cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := st.ControlList(ctx, ">")
+	if err != nil {
+		return nil, err
+	}
+	v := &view{control: map[string]store.Entry{}, shards: make([]ShardState, cl.Shards)}
+	created := map[string]time.Time{}
+	for _, e := range entries {
+		v.applyControl(e)
+		created[e.Key] = e.Created
+	}
+	for s := uint32(0); s < cl.Shards; s++ {
+		a, rev, err := st.Assignment(ctx, cl.Epoch, s)
+		if err == nil {
+			v.applyShard(store.AssignmentEvent{Shard: s, Revision: rev, Assignment: a})
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+	}
+	snap := v.snapshot()
+	out := &State{Cluster: cl, Shards: snap.shards, Moves: map[uint32]store.MoveRecord{}, snap: snap}
+	if e, ok := v.control[store.LeaderKey]; ok {
+		var r store.LeaderRecord
+		if json.Unmarshal(e.Value, &r) == nil {
+			out.Leader = &r
+		}
+	}
+	for s, e := range snap.moves {
+		var r store.MoveRecord
+		if json.Unmarshal(e.Value, &r) == nil {
+			out.Moves[s] = r
+		}
+	}
+	in := snap.input(0, false, 0)
+	loads := ShardLoads(in)
+	for _, n := range in.Nodes {
+		nv := NodeView{ID: n.ID, Record: snap.nodes[n.ID], Revision: v.control[store.NodeKey(n.ID)].Revision,
+			Drained: n.Drained, Weight: n.Weight}
+		if c := created[store.NodeKey(n.ID)]; !c.IsZero() {
+			nv.LeaseAge = time.Since(c)
+		}
+		for s, sh := range in.Shards {
+			if sh.Owner.Owner == n.ID && sh.Owner.Session == n.Session && sh.Revision != 0 {
+				nv.Owned++
+				nv.Load += loads[s]
+			}
+		}
+		nv.Instances = nv.Record.Instances
+		out.Nodes = append(out.Nodes, nv)
+	}
+	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].ID < out.Nodes[j].ID })
+	out.Imbalance = MakePlan(in).Before
+	return out, nil
+}
+
+// Plan computes a rebalancing plan over the current state: load-based moves only, at most
+// maxMoves, as the leader would (drains and shutdowns are its business).
+func (s *State) Plan(maxMoves int, tolerance float64) Plan {
+	return MakePlan(s.snap.input(maxMoves, true, tolerance))
+}
+
+// Live reports whether a node holds a lease.
+func (s *State) Live(node string) (NodeView, bool) {
+	for _, n := range s.Nodes {
+		if n.ID == node {
+			return n, true
+		}
+	}
+	return NodeView{}, false
+}

@@ -1,0 +1,279 @@
+package clustertest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tickfence/tickfence/coordinator"
+	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/store"
+)
+
+func owns(node string, min int) func(*coordinator.State) bool {
+	return func(s *coordinator.State) bool {
+		n, ok := s.Live(node)
+		return ok && n.Owned > 0 && n.Record.Instances >= min
+	}
+}
+
+// TestKillNodeFailover: kill -9 of a node; its instances tick on another node within lease + 3 s,
+// and each record's tick counter continues from the last stored value. TICKFENCE_FAILOVER_RUNS
+// repeats the kill to measure the median and maximum.
+func TestKillNodeFailover(t *testing.T) {
+	runs := 1
+	if v, err := strconv.Atoi(os.Getenv("TICKFENCE_FAILOVER_RUNS")); err == nil && v > 0 {
+		runs = v
+	}
+	c := newCluster(t)
+	c.node("n1", "--demo", "30")
+	c.node("n2", "--demo", "0")
+	var took []time.Duration
+	for run := 0; run < runs; run++ {
+		victim := c.node(fmt.Sprintf("v%d", run), "--demo", "0")
+		s := c.waitState("the victim owns instances", 60*time.Second, owns(victim.name, 1))
+		insts := c.instancesOf(s, victim.name)
+		if len(insts) == 0 {
+			t.Fatal("victim owns no instance")
+		}
+		time.Sleep(500 * time.Millisecond) // let it write under its own token
+		before := map[string]store.Record{}
+		for id, sh := range insts {
+			before[id], _ = c.load(id, sh)
+		}
+		t0 := time.Now()
+		victim.signal(syscall.SIGKILL)
+		// Ticking elsewhere: a record written under another token, beyond the last stored tick.
+		pending := maps(insts)
+		for len(pending) > 0 {
+			if time.Since(t0) > lease+3*time.Second {
+				t.Fatalf("run %d: %d of %d instances not ticking elsewhere %v after kill -9", run, len(pending), len(insts), time.Since(t0))
+			}
+			for id, sh := range pending {
+				r, _ := c.load(id, sh)
+				if r.Token != before[id].Token && r.Tick > before[id].Tick {
+					delete(pending, id)
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		d := time.Since(t0)
+		took = append(took, d)
+		t.Logf("run %d: kill -9 of %s → its %d instances ticking elsewhere after %v", run, victim.name, len(insts), d.Round(time.Millisecond))
+		for id, sh := range insts {
+			r, _ := c.load(id, sh)
+			if r.Tick < before[id].Tick {
+				t.Fatalf("%s: tick went back from %d to %d", id, before[id].Tick, r.Tick)
+			}
+		}
+	}
+	slices.Sort(took)
+	t.Logf("failover over %d runs: median %v, max %v (lease %v)", runs, took[len(took)/2].Round(time.Millisecond),
+		took[len(took)-1].Round(time.Millisecond), lease)
+	c.checkHistory()
+}
+
+func maps(m map[string]uint32) map[string]uint32 {
+	out := make(map[string]uint32, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// TestFrozenNodeWakesFenced: SIGSTOP a node for 3 × the lease, then SIGCONT. Its shards were taken
+// over meanwhile; after waking it self-fences, stops those actors and rejoins with a new session;
+// no record was ever stored under a stale token.
+func TestFrozenNodeWakesFenced(t *testing.T) {
+	c := newCluster(t)
+	c.node("n1", "--demo", "30")
+	n2 := c.node("n2", "--demo", "0")
+	s := c.waitState("n2 owns instances", 60*time.Second, owns("n2", 1))
+	session := s.Nodes[slices.IndexFunc(s.Nodes, func(n coordinator.NodeView) bool { return n.ID == "n2" })].Record.Session
+	insts := c.instancesOf(s, "n2")
+	mark := n2.lineCount()
+	n2.signal(syscall.SIGSTOP)
+	time.Sleep(3 * lease)
+	s = c.state()
+	for id, sh := range insts {
+		if o := s.Shards[sh].Owner; o.Owner == "n2" && o.Session == session {
+			t.Fatalf("%s (shard %d) still assigned to the frozen session after 3 leases", id, sh)
+		}
+	}
+	n2.signal(syscall.SIGCONT)
+	n2.waitLog("self-fence or lease loss", mark, 15*time.Second, func(m map[string]any) bool {
+		msg := fmt.Sprint(m["msg"])
+		return msg == "node self-fenced: every shard paused until its token is rotated" ||
+			msg == "node lease lost: stopping every shard and rejoining with a new session"
+	})
+	n2.waitLog("rejoin under a new session", mark, 15*time.Second, func(m map[string]any) bool {
+		return m["msg"] == "node joined" && m["session"] != session
+	})
+	if f := n2.metric("tickfence_self_fenced_total"); f < 1 {
+		t.Fatalf("tickfence_self_fenced_total = %v after waking from a 3-lease freeze", f)
+	}
+	// It takes shards again under its new session, and nothing stale was stored.
+	c.waitState("n2 owns shards again", 60*time.Second, func(s *coordinator.State) bool {
+		n, ok := s.Live("n2")
+		return ok && n.Record.Session != session && n.Owned > 0
+	})
+	c.checkHistory()
+}
+
+// TestLeaderFrozen: the coordinator leader is SIGSTOPped; another node becomes leader and failover
+// still works; the old leader wakes and does not fight.
+func TestLeaderFrozen(t *testing.T) {
+	c := newCluster(t)
+	n1 := c.node("n1", "--demo", "20")
+	c.waitState("n1 leads", 30*time.Second, func(s *coordinator.State) bool { return s.Leader != nil && s.Leader.Node == "n1" })
+	c.node("n2", "--demo", "0")
+	n3 := c.node("n3", "--demo", "0")
+	c.waitState("n3 owns instances", 60*time.Second, owns("n3", 1))
+	n1.signal(syscall.SIGSTOP)
+	c.waitState("another leader", 15*time.Second, func(s *coordinator.State) bool { return s.Leader != nil && s.Leader.Node != "n1" })
+	n3.signal(syscall.SIGKILL)
+	s := c.waitState("every shard on n2", 20*time.Second, func(s *coordinator.State) bool {
+		for _, sh := range s.Shards {
+			if sh.Owner.Owner != "n2" {
+				return false
+			}
+		}
+		return true
+	})
+	leader := *s.Leader
+	mark := n1.lineCount()
+	n1.signal(syscall.SIGCONT)
+	n1.waitLog("the old leader steps down", mark, 15*time.Second, func(m map[string]any) bool {
+		return m["msg"] == "stepped down as coordinator leader"
+	})
+	time.Sleep(3 * time.Second)
+	if s := c.state(); s.Leader == nil || *s.Leader != leader {
+		t.Fatalf("leader changed from %+v to %+v after the old leader woke", leader, s.Leader)
+	}
+	if v := n1.metric("tickfence_coordinator_leader"); v != 0 {
+		t.Fatalf("old leader reports tickfence_coordinator_leader %v", v)
+	}
+	c.checkHistory()
+}
+
+// TestDrainUnderLoad: a node with 100 instances is drained while commands flow. Every command
+// acknowledged has its effect exactly once in the final state; the hand-off pause is reported.
+func TestDrainUnderLoad(t *testing.T) {
+	c := newCluster(t)
+	c.node("n1", "--demo", "0", "--rebalance-every", "1h")
+	ctx := context.Background()
+	cl, err := c.st.Cluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := natscmd.NewClient(c.nc, cl.Shards)
+	ids := make([]string, 100)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("raid-%d", i)
+		if r, err := client.SendMap(ctx, ids[i], "create", map[string]any{"type": "create", "kind": "dungeon", "boss_hp": 1_000_000_000}); err != nil || !r.OK {
+			t.Fatalf("create %s: %+v %v", ids[i], r, err)
+		}
+		if r, err := client.SendMap(ctx, ids[i], "join", map[string]any{"type": "join", "player": "p"}); err != nil || !r.OK {
+			t.Fatalf("join %s: %+v %v", ids[i], r, err)
+		}
+	}
+	n2 := c.node("n2", "--demo", "0", "--rebalance-every", "1h")
+	// Command load: 8 senders, each retrying with the same request ID until answered.
+	var acked [100]atomic.Int64
+	var sent, unknown atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := (w*13 + n*7) % len(ids)
+				cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				r, err := client.SendMap(cctx, ids[i], fmt.Sprintf("w%d-%d", w, n), map[string]any{"type": "attack", "player": "p"})
+				cancel()
+				sent.Add(1)
+				switch {
+				case err != nil:
+					unknown.Add(1)
+				case r.OK:
+					dmg, _ := toInt(r.Result.(map[string]any)["damage"])
+					acked[i].Add(dmg)
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	start := time.Now()
+	if _, err := c.st.ControlCreate(ctx, store.DrainKey("n1"), []byte(`{}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	c.waitState("n1 drained", 60*time.Second, func(s *coordinator.State) bool {
+		n, ok := s.Live("n1")
+		return ok && n.Owned == 0
+	})
+	drained := time.Since(start)
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	if unknown.Load() != 0 {
+		t.Fatalf("%d of %d commands got no answer", unknown.Load(), sent.Load())
+	}
+	for i, id := range ids {
+		rec, _ := c.load(id, store.ShardOf(id, cl.Shards))
+		var st map[string]any
+		if err := msgpack.Unmarshal(rec.State, &st); err != nil {
+			t.Fatal(err)
+		}
+		total, _ := toInt(st["total_damage"])
+		if total != acked[i].Load() {
+			t.Fatalf("%s: stored total damage %d, acknowledged %d: a command was lost or applied twice", id, total, acked[i].Load())
+		}
+	}
+	count := n2.metric("tickfence_handoff_pause_seconds_count")
+	sum := n2.metric("tickfence_handoff_pause_seconds_sum")
+	if count < 100 {
+		t.Fatalf("hand-off pauses reported for %v instances, want 100", count)
+	}
+	t.Logf("drain of 100 instances under load: %v; %d commands, all answered, each effect once; hand-off pause mean %v over %v instances",
+		drained.Round(time.Millisecond), sent.Load(), time.Duration(sum/count*1e9).Round(time.Microsecond), count)
+	c.checkHistory()
+}
+
+func toInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint8:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case uint64:
+		return int64(x), true
+	case float64:
+		return int64(x), true
+	}
+	return 0, false
+}

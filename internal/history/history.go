@@ -1,0 +1,154 @@
+// Package history checks the stored history of a data bucket against the promise of DESIGN.md
+// section 2, message by message: every inst.<S>.* record carries the token equal to the current
+// revision of shard.<S> at that point in the stream, or is a registration that changes nothing but
+// the token, or a Create of an empty record; and an instance's tick never goes backwards. A stream
+// that no longer holds every message is reported incomplete, never as a pass.
+package history
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tickfence/tickfence/store"
+)
+
+// Report of a check.
+type Report struct {
+	Messages   int
+	Records    int
+	Stale      []string // records written under a token that was not current: must be empty
+	Backwards  []string // ticks that went back: must be empty
+	Incomplete string   // non-empty: the stream lost messages, so the check proves nothing
+}
+
+// OK reports a complete history with no violation.
+func (r Report) OK() bool { return r.Incomplete == "" && len(r.Stale) == 0 && len(r.Backwards) == 0 }
+
+func (r Report) String() string {
+	return fmt.Sprintf("%d messages, %d instance records, %d stale, %d ticks backwards, incomplete=%q",
+		r.Messages, r.Records, len(r.Stale), len(r.Backwards), r.Incomplete)
+}
+
+type last struct {
+	rec     store.Record
+	present bool
+}
+
+// Check reads the whole stream of a data bucket in order.
+func Check(ctx context.Context, js jetstream.JetStream, bucket string) (Report, error) {
+	var rep Report
+	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return rep, err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return rep, err
+	}
+	st := info.State
+	if st.FirstSeq > 1 || st.Msgs != st.LastSeq-st.FirstSeq+1 {
+		rep.Incomplete = fmt.Sprintf("stream holds %d messages of sequences %d..%d: revisions were dropped (raise the data buckets' history)",
+			st.Msgs, st.FirstSeq, st.LastSeq)
+		return rep, nil
+	}
+	if st.LastSeq == 0 {
+		return rep, nil
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return rep, err
+	}
+	prefix := "$KV." + bucket + "."
+	shardRev := map[string]uint64{} // "S" → sequence of the last shard.<S> message
+	insts := map[string]*last{}
+	for rep.Messages < int(st.Msgs) {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5_000_000_000))
+		if err != nil {
+			return rep, fmt.Errorf("read message %d of %d: %w", rep.Messages+1, st.Msgs, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return rep, err
+		}
+		rep.Messages++
+		key := strings.TrimPrefix(msg.Subject(), prefix)
+		kind, rest, _ := strings.Cut(key, ".")
+		switch kind {
+		case "shard":
+			shardRev[rest] = meta.Sequence.Stream
+		case "inst":
+			s, id, _ := strings.Cut(rest, ".")
+			cur := shardRev[s]
+			l := insts[rest]
+			if l == nil {
+				l = &last{}
+				insts[rest] = l
+			}
+			op := msg.Headers().Get("KV-Operation")
+			if op == "DEL" || op == "PURGE" {
+				tok, _ := strconv.ParseUint(msg.Headers().Get("Tickfence-Token"), 10, 64)
+				if tok != cur {
+					rep.Stale = append(rep.Stale, fmt.Sprintf("seq %d: end of %s under token %d, shard %s at %d", meta.Sequence.Stream, id, tok, s, cur))
+				}
+				l.present = false
+				continue
+			}
+			rec, err := store.DecodeRecord(msg.Data())
+			if err != nil {
+				return rep, fmt.Errorf("seq %d (%s): %w", meta.Sequence.Stream, key, err)
+			}
+			rep.Records++
+			switch {
+			case rec.Token == cur:
+			case !l.present && len(rec.State) == 0:
+				// A Create: an empty record, compare-on-revision of the key; no state to be stale.
+			case l.present && sameButToken(l.rec, rec):
+				// A registration: changes nothing but the token.
+			default:
+				rep.Stale = append(rep.Stale, fmt.Sprintf("seq %d: %s tick %d written under token %d, shard %s at %d",
+					meta.Sequence.Stream, id, rec.Tick, rec.Token, s, cur))
+			}
+			if l.present && rec.Tick < l.rec.Tick {
+				rep.Backwards = append(rep.Backwards, fmt.Sprintf("seq %d: %s tick %d after %d", meta.Sequence.Stream, id, rec.Tick, l.rec.Tick))
+			}
+			l.rec, l.present = rec, true
+		}
+	}
+	return rep, nil
+}
+
+func sameButToken(a, b store.Record) bool {
+	if a.Tick != b.Tick || a.Kind != b.Kind || !bytes.Equal(a.State, b.State) || len(a.Reqs) != len(b.Reqs) {
+		return false
+	}
+	for i := range a.Reqs {
+		if a.Reqs[i].ID != b.Reqs[i].ID || a.Reqs[i].Fingerprint != b.Reqs[i].Fingerprint {
+			return false
+		}
+	}
+	return true
+}
+
+// ErrViolations is returned by Require when the report is not OK.
+var ErrViolations = errors.New("history check failed")
+
+// Require turns a report into an error unless it is OK.
+func Require(r Report) error {
+	if r.OK() {
+		return nil
+	}
+	return fmt.Errorf("%w: %s; first stale: %v; first backwards: %v", ErrViolations, r, first(r.Stale), first(r.Backwards))
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return s[0]
+}
