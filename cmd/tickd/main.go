@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -256,7 +257,7 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 	m.AlsoObserveLateness(&reportLate)
 	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: o.nodeID, Store: st,
 		Commands: natscmd.NewServer(nc, cl.Shards, m), Kinds: kinds, Engine: engine,
-		CheckpointEvery: o.checkpointEvery, Logger: log, Metrics: m},
+		CheckpointEvery: o.checkpointEvery, Logger: log, Metrics: m, BeforeWrite: faultHooks(log)},
 		LeaseTTL:    o.lease,
 		P99Lateness: func() time.Duration { d, _ := reportLate.Quantile(0.99); return d }})
 	if err != nil {
@@ -387,4 +388,32 @@ func serverMain(args []string) int {
 	log.Info("shutting down")
 	srv.Stop()
 	return 0
+}
+
+// faultHooks returns the fault-injection hook of the process tests, or nil. Only with
+// TICKFENCE_FAULT_HOOKS=1 in the environment: then SIGUSR1 arms it, and the next fenced state
+// write freezes the whole process (SIGSTOP to itself) just before it is sent — a GC pause at the
+// worst moment. SIGCONT resumes it and the write goes out.
+func faultHooks(log *slog.Logger) func(shard uint32, id string) {
+	if os.Getenv("TICKFENCE_FAULT_HOOKS") != "1" {
+		return nil
+	}
+	var armed atomic.Bool
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			armed.Store(true)
+			log.Warn("fault hook armed: freezing before the next write")
+		}
+	}()
+	return func(shard uint32, id string) {
+		if armed.CompareAndSwap(true, false) {
+			log.Warn("fault hook: frozen before a write", "shard", shard, "instance", id)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			// The stop lands a moment after kill returns: wait here so the write cannot slip out
+			// before it. After SIGCONT this sleep is long over and the write goes out at once.
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -90,43 +91,73 @@ func maps(m map[string]uint32) map[string]uint32 {
 	return out
 }
 
-// TestFrozenNodeWakesFenced: SIGSTOP a node for 3 × the lease, then SIGCONT. Its shards were taken
-// over meanwhile; after waking it self-fences, stops those actors and rejoins with a new session;
-// no record was ever stored under a stale token.
+// TestFrozenNodeWakesFenced is the seed scenario with real processes: node n2 freezes (SIGSTOP)
+// exactly before a save, for 3 × the lease; n1 takes its shards over and writes; n2 wakes (SIGCONT)
+// and its save goes out — the store rejects it. n2 stops those actors, rejoins with a new session,
+// and the whole stored history has no record written under a stale token.
 func TestFrozenNodeWakesFenced(t *testing.T) {
 	c := newCluster(t)
 	c.node("n1", "--demo", "30")
 	n2 := c.node("n2", "--demo", "0")
 	s := c.waitState("n2 owns instances", 60*time.Second, owns("n2", 1))
 	session := s.Nodes[slices.IndexFunc(s.Nodes, func(n coordinator.NodeView) bool { return n.ID == "n2" })].Record.Session
-	insts := c.instancesOf(s, "n2")
 	mark := n2.lineCount()
-	n2.signal(syscall.SIGSTOP)
+	rejected := n2.metric(`tickfence_state_writes_total{result="stale_owner"}`)
+	n2.signal(syscall.SIGUSR1) // freeze before the next write
+	i := n2.waitLog("freeze before a write", mark, 15*time.Second, msgIs("fault hook: frozen before a write"))
+	n2.mu.Lock()
+	frozenID, _ := n2.lines[i]["instance"].(string)
+	frozenShard, _ := toInt(n2.lines[i]["shard"])
+	n2.mu.Unlock()
+	waitStopped(t, n2)
 	time.Sleep(3 * lease)
 	s = c.state()
-	for id, sh := range insts {
-		if o := s.Shards[sh].Owner; o.Owner == "n2" && o.Session == session {
-			t.Fatalf("%s (shard %d) still assigned to the frozen session after 3 leases", id, sh)
-		}
+	if o := s.Shards[frozenShard].Owner; o.Owner == "n2" && o.Session == session {
+		t.Fatalf("shard %d of %s still assigned to the frozen session after 3 leases", frozenShard, frozenID)
 	}
+	// Wait for the new owner to write the instance, so the zombie's save would overwrite it.
+	before, _ := c.load(frozenID, uint32(frozenShard))
+	c.waitWrite(frozenID, uint32(frozenShard), before)
 	n2.signal(syscall.SIGCONT)
-	n2.waitLog("self-fence or lease loss", mark, 15*time.Second, func(m map[string]any) bool {
-		msg := fmt.Sprint(m["msg"])
-		return msg == "node self-fenced: every shard paused until its token is rotated" ||
-			msg == "node lease lost: stopping every shard and rejoining with a new session"
-	})
 	n2.waitLog("rejoin under a new session", mark, 15*time.Second, func(m map[string]any) bool {
 		return m["msg"] == "node joined" && m["session"] != session
 	})
-	if f := n2.metric("tickfence_self_fenced_total"); f < 1 {
-		t.Fatalf("tickfence_self_fenced_total = %v after waking from a 3-lease freeze", f)
+	c.checkHistory() // no record under a stale token, message by message
+	if got := n2.metric(`tickfence_state_writes_total{result="stale_owner"}`); got <= rejected {
+		t.Fatalf("stale-owner rejections on n2: %v before waking, %v after; want its save rejected by the store", rejected, got)
 	}
-	// It takes shards again under its new session, and nothing stale was stored.
 	c.waitState("n2 owns shards again", 60*time.Second, func(s *coordinator.State) bool {
 		n, ok := s.Live("n2")
 		return ok && n.Record.Session != session && n.Owned > 0
 	})
 	c.checkHistory()
+}
+
+// waitStopped waits until the process is in the stopped state.
+func waitStopped(t *testing.T, p *proc) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+		if err == nil {
+			if f := strings.Fields(string(b)); len(f) > 2 && f[2] == "T" {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s did not stop", p.name)
+}
+
+// waitWrite waits until an instance's record changes from before.
+func (c *cluster) waitWrite(id string, shard uint32, before store.Record) {
+	c.t.Helper()
+	for i := 0; i < 500; i++ {
+		if r, _ := c.load(id, shard); r.Token != before.Token || r.Tick != before.Tick {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.t.Fatalf("%s was not written by its new owner", id)
 }
 
 // TestLeaderFrozen: the coordinator leader is SIGSTOPped; another node becomes leader and failover

@@ -71,6 +71,7 @@ func freePort(t *testing.T) int {
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, cmd: exec.Command(tickd, args...), exited: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), "TICKFENCE_FAULT_HOOKS=1")
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +164,8 @@ func (p *proc) signal(sig syscall.Signal) {
 // metric reads one sample of the node's Prometheus metrics (0 if absent).
 func (p *proc) metric(sample string) float64 {
 	p.t.Helper()
-	resp, err := http.Get(p.metrics)
+	client := http.Client{Timeout: 5 * time.Second} // a frozen process never answers
+	resp, err := client.Get(p.metrics)
 	if err != nil {
 		p.t.Fatalf("%s metrics: %v", p.name, err)
 	}
