@@ -40,8 +40,10 @@ func TestQuantilesMatchSortedValues(t *testing.T) {
 	for _, q := range []float64{0.5, 0.99, 0.999, 1} {
 		want := vs[int(q*float64(len(vs)))-1]
 		got := h.Quantile(q)
-		if got < want || float64(got-want) > 0.01*float64(want) {
-			t.Errorf("q%v: got %v, want %v (within 1%%)", q, got, want)
+		// A bucket of precision 7 spans at most 1/64 of its values: the reported upper bound is
+		// within 2/2^7 (1.6 %) of the true value.
+		if got < want || float64(got-want) > 2.0/128*float64(want) {
+			t.Errorf("q%v: got %v, want %v (within 1.6%%)", q, got, want)
 		}
 	}
 	if h.Max() != vs[len(vs)-1] || h.Count() != uint64(len(vs)) {
