@@ -104,10 +104,7 @@ func (c *cli) move(ctx context.Context, shardS, node string) error {
 	}
 	rec := store.MoveRecord{From: cur.Owner.Owner, FromSession: cur.Owner.Session, To: node, State: store.MoveRequested, Reason: "operator"}
 	b, _ := json.Marshal(rec)
-	if _, err := c.st.ControlCreate(ctx, store.MoveKey(sh), b, 0); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return fmt.Errorf("shard %d is already moving", sh)
-		}
+	if err := c.createMove(ctx, sh, b); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -247,7 +244,7 @@ func (c *cli) rebalance(ctx context.Context, dryRun bool) error {
 			cur := s.Shards[m.Shard]
 			rec := store.MoveRecord{From: m.From, FromSession: cur.Owner.Session, To: m.To, State: store.MoveRequested, Reason: "operator-rebalance"}
 			b, _ := json.Marshal(rec)
-			if _, err := c.st.ControlCreate(ctx, store.MoveKey(m.Shard), b, 0); err != nil {
+			if err := c.createMove(ctx, m.Shard, b); err != nil {
 				fmt.Fprintf(os.Stderr, "shard %d: not moved: %v\n", m.Shard, err)
 				continue
 			}
@@ -278,4 +275,22 @@ func (c *cli) rebalance(ctx context.Context, dryRun bool) error {
 	return c.done(map[string]any{"moves": done, "imbalance_before": plan.Before, "imbalance_after": after.Imbalance,
 		"seconds": time.Since(start).Seconds()},
 		"rebalanced: %d moves in %v; imbalance %.2f → %.2f", done, time.Since(start).Round(time.Millisecond), plan.Before, after.Imbalance)
+}
+
+// createMove writes move.<S>, replacing a finished move the coordinator has not cleaned up yet.
+func (c *cli) createMove(ctx context.Context, sh uint32, rec []byte) error {
+	_, err := c.st.ControlCreate(ctx, store.MoveKey(sh), rec, 0)
+	if !errors.Is(err, store.ErrConflict) {
+		return err
+	}
+	e, gerr := c.st.ControlGet(ctx, store.MoveKey(sh))
+	var cur store.MoveRecord
+	if gerr != nil || json.Unmarshal(e.Value, &cur) != nil || cur.State != store.MoveDone {
+		return fmt.Errorf("shard %d is already moving", sh)
+	}
+	if err := c.st.ControlDelete(ctx, store.MoveKey(sh), e.Revision); err != nil {
+		return fmt.Errorf("shard %d: %w", sh, err)
+	}
+	_, err = c.st.ControlCreate(ctx, store.MoveKey(sh), rec, 0)
+	return err
 }
