@@ -144,3 +144,28 @@ func TestUnknownOutcomeRotatesAndLateCopyIsRejected(t *testing.T) {
 		}
 	})
 }
+
+// TestRequestIDAcrossOwnerChange: a command applied and stored by A, then retransmitted with the
+// same request ID to B after the shard moved, gets A's answer and has no second effect.
+func TestRequestIDAcrossOwnerChange(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const s = 1
+		id := idIn(s, 3)
+		st := b.open(t)
+		a := newNode(t, st, "A", nodeOpt{})
+		a.grant(s)
+		mustOK(t, a.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
+		first := a.send(id, "r1", map[string]any{"type": "add", "by": 3})
+		mustOK(t, first, "add on A")
+		bn := newNode(t, b.open(t), "B", nodeOpt{})
+		bn.grant(s)
+		again := bn.send(id, "r1", map[string]any{"type": "add", "by": 3})
+		if !again.OK || !sameJSON(first.Result, again.Result) {
+			t.Fatalf("retransmission to the new owner answered %+v, want A's %+v", again, first)
+		}
+		wantCode(t, bn.send(id, "r1", map[string]any{"type": "add", "by": 4}), wire.CodeRequestIDReused, "same id, other payload, new owner")
+		if _, cs := load(t, st, id); cs.N != 3 {
+			t.Fatalf("n = %d, want 3: one effect across the owner change", cs.N)
+		}
+	})
+}

@@ -56,6 +56,9 @@ type Lease struct {
 	mu        sync.Mutex
 	rev       uint64
 	lastAcked time.Time // send time of the last acknowledged write, monotonic
+	// firstUnacked is the send time of the first renewal since lastAcked: if a renewal turns out
+	// to have landed without its ack, none was sent earlier than this.
+	firstUnacked time.Time
 	fenced    bool
 	timer     *time.Timer
 	kick      chan struct{}
@@ -182,6 +185,11 @@ func (l *Lease) renew(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, l.cfg.TTL/3)
 	defer cancel()
 	sent := l.cfg.Clock.Now()
+	l.mu.Lock()
+	if l.firstUnacked.IsZero() {
+		l.firstUnacked = sent
+	}
+	l.mu.Unlock()
 	rev, err := l.cfg.Store.ControlUpdate(rctx, l.cfg.Key, l.cfg.Value(), l.Revision(), l.cfg.TTL)
 	switch {
 	case err == nil:
@@ -194,9 +202,9 @@ func (l *Lease) renew(ctx context.Context) error {
 		}
 		l.cfg.Logger.Info("adopted a renewal whose acknowledgement was lost", "key", l.cfg.Key, "revision", e.Revision)
 		rev = e.Revision
-		// Its send time is unknown: count from none later than the last acknowledged one.
+		// It was one of the renewals sent since the last ack: count from the earliest of them.
 		l.mu.Lock()
-		sent = l.lastAcked
+		sent = l.firstUnacked
 		l.mu.Unlock()
 	default:
 		if ctx.Err() != nil {
@@ -213,6 +221,7 @@ func (l *Lease) renew(ctx context.Context) error {
 	if sent.After(l.lastAcked) {
 		l.lastAcked = sent
 	}
+	l.firstUnacked = time.Time{}
 	wasFenced := l.fenced && l.untilFence(l.lastAcked) > 0
 	if wasFenced {
 		l.fenced = false

@@ -1,0 +1,138 @@
+package lease_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tickfence/tickfence/internal/lease"
+	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// lossy applies renewals but loses the acknowledgement of the ones it is told to.
+type lossy struct {
+	store.Store
+	loseNext atomic.Int32
+	lost     atomic.Int32
+	cut      atomic.Bool // a partition: renewals never reach the store
+}
+
+func (l *lossy) ControlUpdate(ctx context.Context, key string, v []byte, expect uint64, ttl time.Duration) (uint64, error) {
+	if l.cut.Load() {
+		return 0, errors.New("timeout: no route to the store")
+	}
+	rev, err := l.Store.ControlUpdate(ctx, key, v, expect, ttl)
+	if err == nil && l.loseNext.Add(-1) >= 0 {
+		l.lost.Add(1)
+		return 0, errors.New("timeout: no acknowledgement")
+	}
+	return rev, err
+}
+
+func config(st store.Store, session string, fenced, valid *atomic.Int32) lease.Config {
+	v, _ := json.Marshal(store.NodeRecord{Session: session})
+	return lease.Config{Store: st, Key: "node.n1", TTL: time.Second, Margin: 200 * time.Millisecond,
+		Value: func() []byte { return v },
+		Mine: func(b []byte) bool {
+			var r store.NodeRecord
+			return json.Unmarshal(b, &r) == nil && r.Session == session
+		},
+		OnFenced: func() { fenced.Add(1) }, OnValid: func() { valid.Add(1) }}
+}
+
+// TestLostRenewalAckIsAdopted: a renewal is applied but its acknowledgement never arrives. The next
+// renewal finds the revision moved, reads it back, sees its own session and adopts it: nobody takes
+// over, the lease stays valid.
+func TestLostRenewalAckIsAdopted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := &lossy{Store: memstore.New()}
+	var fenced, valid atomic.Int32
+	l, err := lease.TryAcquire(ctx, config(st, "s1", &fenced, &valid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	st.loseNext.Store(1)
+	time.Sleep(2500 * time.Millisecond) // several renewals, one of them unacknowledged
+	if st.lost.Load() != 1 {
+		t.Fatalf("lost %d acknowledgements, want 1", st.lost.Load())
+	}
+	if !l.Valid() || fenced.Load() != 0 {
+		t.Fatalf("valid %v, self-fenced %d times after one lost ack", l.Valid(), fenced.Load())
+	}
+	e, err := st.ControlGet(ctx, "node.n1")
+	if err != nil || e.Revision != l.Revision() {
+		t.Fatalf("stored lease %+v, %v; holder at revision %d", e, err, l.Revision())
+	}
+	// Another session cannot take it.
+	var f2, v2 atomic.Int32
+	if _, err := lease.TryAcquire(ctx, config(st, "s2", &f2, &v2)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second holder: err = %v, want ErrConflict", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// TestSelfFenceThenLoss: the holder is cut off from the store. It self-fences before the TTL can
+// run out on the server (on its own monotonic clock), the key expires, and when it can reach the
+// store again it learns the lease is lost: it never becomes valid again.
+func TestSelfFenceThenLoss(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := &lossy{Store: memstore.New()}
+	var fenced, valid atomic.Int32
+	l, err := lease.TryAcquire(ctx, config(st, "s1", &fenced, &valid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	time.Sleep(500 * time.Millisecond)
+	st.cut.Store(true)
+	cutAt := time.Now()
+	for fenced.Load() == 0 && time.Since(cutAt) < 2*time.Second {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if fenced.Load() != 1 || l.Valid() {
+		t.Fatalf("self-fenced %d times, valid %v after being cut off", fenced.Load(), l.Valid())
+	}
+	// The store's own TTL (1 s from the last renewal that landed) must not have run out before
+	// the holder stopped trusting the lease.
+	if _, err := st.ControlGet(ctx, "node.n1"); err != nil {
+		t.Fatalf("the lease expired on the store before its holder self-fenced: %v", err)
+	}
+	time.Sleep(1500 * time.Millisecond) // now it expires on the store
+	st.cut.Store(false)
+	select {
+	case err := <-done:
+		if !errors.Is(err, lease.ErrLost) {
+			t.Fatalf("Run = %v, want ErrLost", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the holder never learned its lease was lost")
+	}
+	if valid.Load() != 0 {
+		t.Fatalf("OnValid ran %d times for a lost lease", valid.Load())
+	}
+}
+
+func TestRejectsFractionalTTL(t *testing.T) {
+	var a, b atomic.Int32
+	cfg := config(memstore.New(), "s", &a, &b)
+	cfg.TTL = 1500 * time.Millisecond
+	if _, err := lease.TryAcquire(context.Background(), cfg); err == nil {
+		t.Fatal("a 1.5 s TTL was accepted")
+	}
+}
