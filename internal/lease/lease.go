@@ -59,9 +59,9 @@ type Lease struct {
 	// firstUnacked is the send time of the first renewal since lastAcked: if a renewal turns out
 	// to have landed without its ack, none was sent earlier than this.
 	firstUnacked time.Time
-	fenced    bool
-	timer     *time.Timer
-	kick      chan struct{}
+	fenced       bool
+	timer        *time.Timer
+	kick         chan struct{}
 }
 
 func (c *Config) defaults() error {
