@@ -140,6 +140,9 @@ type Entry struct {
 	Revision uint64
 	Deleted  bool
 	Expired  bool
+	// Created is the store's timestamp of this revision: for display only (lease age), never
+	// compared with a local clock to decide anything.
+	Created time.Time
 }
 
 // Control is the control bucket (DESIGN.md section 3): leases with per-message TTLs, hand-offs and

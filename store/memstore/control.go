@@ -38,8 +38,9 @@ func (s *Store) putControlLocked(key string, value []byte, deleted, expired bool
 	rev := s.control().put(key, value, deleted)
 	e := s.control().keys[key]
 	e.expired = expired
+	e.created = time.Now()
 	s.control().keys[key] = e
-	ev := store.Entry{Key: key, Value: value, Revision: rev, Deleted: deleted, Expired: expired}
+	ev := store.Entry{Key: key, Value: value, Revision: rev, Deleted: deleted, Expired: expired, Created: e.created}
 	for _, w := range s.ctlWatchers { // a watcher whose ctx ended is closed by its own goroutine
 		if w.ctx.Err() == nil && match(w.filter, key) {
 			select {
@@ -73,7 +74,7 @@ func (s *Store) ControlGet(_ context.Context, key string) (store.Entry, error) {
 	if !ok {
 		return store.Entry{}, fmt.Errorf("%s: %w", key, store.ErrNotFound)
 	}
-	return store.Entry{Key: key, Value: e.value, Revision: e.rev}, nil
+	return store.Entry{Key: key, Value: e.value, Revision: e.rev, Created: e.created}, nil
 }
 
 // ControlCreate implements store.Control.
@@ -123,7 +124,7 @@ func (s *Store) listControlLocked(filter string) []store.Entry {
 	var out []store.Entry
 	for k, e := range s.control().keys {
 		if !e.deleted && match(filter, k) {
-			out = append(out, store.Entry{Key: k, Value: e.value, Revision: e.rev})
+			out = append(out, store.Entry{Key: k, Value: e.value, Revision: e.rev, Created: e.created})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Revision < out[j].Revision })

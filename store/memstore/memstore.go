@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tickfence/tickfence/store"
 )
@@ -19,6 +20,7 @@ type entry struct {
 	value   []byte
 	deleted bool
 	expired bool
+	created time.Time
 }
 
 type bucket struct {

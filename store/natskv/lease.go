@@ -30,7 +30,7 @@ func (s *Store) ControlGet(ctx context.Context, key string) (store.Entry, error)
 	if err != nil {
 		return store.Entry{}, classify("get "+key, err)
 	}
-	return store.Entry{Key: key, Value: e.Value(), Revision: e.Revision()}, nil
+	return store.Entry{Key: key, Value: e.Value(), Revision: e.Revision(), Created: e.Created()}, nil
 }
 
 // ControlCreate implements store.Control.
@@ -85,7 +85,7 @@ func (s *Store) ControlDelete(ctx context.Context, key string, expect uint64) er
 }
 
 func entryOf(e jetstream.KeyValueEntry) store.Entry {
-	return store.Entry{Key: e.Key(), Value: e.Value(), Revision: e.Revision(),
+	return store.Entry{Key: e.Key(), Value: e.Value(), Revision: e.Revision(), Created: e.Created(),
 		Deleted: e.Operation() != jetstream.KeyValuePut, Expired: e.Operation() == jetstream.KeyValuePurge}
 }
 
