@@ -52,6 +52,7 @@ func runWrites(args []string) error {
 	payload := fs.Int("payload", 512, "bytes of game state per record")
 	duration := fs.Duration("duration", 5*time.Second, "measurement window per method")
 	cluster := fs.Bool("cluster", false, "also run a three-server in-process cluster with R3 buckets (file storage)")
+	batchShards := fs.Int("batch-shards", 8, "shards of the per-shard comparison (one write in flight per shard vs one atomic batch per shard), run on file storage and, with --cluster, R3; 0 skips it")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	_ = fs.Parse(args)
 
@@ -78,6 +79,24 @@ func runWrites(args []string) error {
 			return err
 		}
 		printWrites(profile, rows)
+		rep.Results = append(rep.Results, rows...)
+		if st == "file" && *batchShards > 0 && !*syncAll {
+			prof := fmt.Sprintf("R1 file, %d shards", *batchShards)
+			rows, err := writesPerShard(prof, 1, *inflight, *batchShards, *payload, *duration, p)
+			if err != nil {
+				return err
+			}
+			printWrites(prof, rows)
+			rep.Results = append(rep.Results, rows...)
+		}
+	}
+	if *cluster && *batchShards > 0 {
+		prof := fmt.Sprintf("R3 file, %d shards", *batchShards)
+		rows, err := writesPerShard(prof, 3, *inflight, *batchShards, *payload, *duration, p)
+		if err != nil {
+			return err
+		}
+		printWrites(prof, rows)
 		rep.Results = append(rep.Results, rows...)
 	}
 	if *cluster {
