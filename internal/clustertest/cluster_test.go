@@ -308,3 +308,42 @@ func toInt(v any) (int64, bool) {
 	}
 	return 0, false
 }
+
+// TestSigtermHandsOff: SIGTERM makes a node hand every shard off gracefully before it exits —
+// moves, not failovers — and it exits cleanly.
+func TestSigtermHandsOff(t *testing.T) {
+	c := newCluster(t)
+	n1 := c.node("n1", "--demo", "20")
+	c.waitState("n1 leads", 30*time.Second, func(s *coordinator.State) bool { return s.Leader != nil && s.Leader.Node == "n1" })
+	n2 := c.node("n2", "--demo", "0")
+	c.waitState("n2 owns instances", 60*time.Second, owns("n2", 1))
+	failovers := n1.metric("tickfence_failovers_total")
+	handoffs := n1.metric(`tickfence_handoffs_total{result="ok"}`)
+	start := time.Now()
+	n2.signal(syscall.SIGTERM)
+	select {
+	case <-n2.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("n2 did not exit within 30 s of SIGTERM")
+	}
+	if code := n2.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("n2 exited with %d", code)
+	}
+	n2.waitLog("a clean leave", 0, time.Second, func(m map[string]any) bool {
+		return strings.HasPrefix(fmt.Sprint(m["msg"]), "left the cluster")
+	})
+	s := c.state()
+	for sh, st := range s.Shards {
+		if st.Owner.Owner != "n1" {
+			t.Fatalf("shard %d owned by %q after n2 left", sh, st.Owner.Owner)
+		}
+	}
+	if got := n1.metric("tickfence_failovers_total"); got != failovers {
+		t.Fatalf("failovers went from %v to %v: n2's shards were not handed off gracefully", failovers, got)
+	}
+	if got := n1.metric(`tickfence_handoffs_total{result="ok"}`); got <= handoffs {
+		t.Fatalf("hand-offs completed: %v before, %v after", handoffs, got)
+	}
+	t.Logf("SIGTERM → every shard handed off and the process exited in %v", time.Since(start).Round(time.Millisecond))
+	c.checkHistory()
+}
