@@ -3,15 +3,16 @@
 //
 //	tickbench ticks   [--instances 10000,50000,40000 --rate 20 --work 5us,0,5us --duration 10s]
 //	tickbench writes  [--storage memory,file --sync --inflight 64 --duration 5s --cluster]
-//	tickbench cluster (not yet: needs the multi-node coordinator)
+//	tickbench cluster [--nodes 3 --instances 300 --rate 500 --duration 20s --kill-node | --pause-node]
+//	tickbench chaos   [--nodes 3 --duration 10m --seed N]
 //
-// Every scenario takes --json FILE (the figures, machine-readable) and ticks takes --plot FILE (a
-// self-contained HTML page with an SVG plot of lateness over time). Progress goes to stderr.
+// Every scenario takes --json FILE (the figures, machine-readable); ticks and cluster take --plot
+// FILE (a self-contained HTML page with an SVG plot over time). Progress goes to stderr. cluster
+// and chaos build tickd and run a `tickd server` and node processes.
 package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -31,7 +32,9 @@ func main() {
 	case "writes":
 		err = runWrites(os.Args[2:])
 	case "cluster":
-		err = errors.New("the cluster scenario needs the multi-node coordinator, which is not in this build yet")
+		err = runCluster(os.Args[2:])
+	case "chaos":
+		err = runChaos(os.Args[2:])
 	case "help", "-h", "--help":
 		usage()
 		return
@@ -51,7 +54,10 @@ func usage() {
 scenarios:
   ticks    tick engine vs the raw loop and one goroutine + time.Ticker per instance
   writes   fenced writes vs raw JetStream compare-on-revision publishes (embedded server)
-  cluster  failover and hand-off (not yet: needs the multi-node coordinator)
+  cluster  tickd server + N node processes under command load: lateness per node, command round
+           trip, failover time after --kill-node or --pause-node
+  chaos    nemesis soak: random pauses, kills, moves, drains and frozen saves under load, then
+           the stored history and every acknowledged command are checked (exit 1 on a violation)
 
 tickbench SCENARIO --help lists its flags.`)
 }

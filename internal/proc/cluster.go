@@ -1,0 +1,225 @@
+package proc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tickfence/tickfence/coordinator"
+	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/natskv"
+)
+
+// ClusterConfig describes a `tickd server` and the nodes that share it.
+type ClusterConfig struct {
+	Bin     string        // the tickd binary (Build)
+	DataDir string        // the server's JetStream files
+	Lease   time.Duration // node lease TTL (whole seconds)
+	Shards  int           // shard count of the new cluster
+	// History is the revisions kept per key in the data buckets (--data-history); fault runs keep
+	// every one so that the stored history can be checked.
+	History int64
+	// NodeArgs are appended to every node's arguments.
+	NodeArgs []string
+	// FaultHooks sets TICKFENCE_FAULT_HOOKS=1 for the nodes (SIGUSR1 freezes before a write).
+	FaultHooks bool
+}
+
+// Cluster is a running server, its nodes and a client of its store.
+type Cluster struct {
+	cfg    ClusterConfig
+	URL    string
+	Server *Proc
+	NC     *nats.Conn
+	Store  *natskv.Store
+
+	mu    sync.Mutex
+	nodes map[string]*Proc // the current process of each node ID
+	all   []*Proc          // every process ever started, for Close
+}
+
+// StartCluster starts `tickd server` on a free port and connects to it.
+func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
+	if cfg.Lease == 0 {
+		cfg.Lease = 2 * time.Second
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = 32
+	}
+	if cfg.History == 0 {
+		cfg.History = 1
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	c := &Cluster{cfg: cfg, URL: "nats://" + addr, nodes: map[string]*Proc{}}
+	c.Server, err = Start(cfg.Bin, "server", nil, "server", "--listen", addr, "--data", cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	c.all = append(c.all, c.Server)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, _, err := c.Server.WaitLog(wctx, 0, func(m map[string]any) bool {
+		return strings.Contains(fmt.Sprint(m["msg"]), "server ready")
+	}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("tickd server: %w", err)
+	}
+	if c.NC, err = natskv.Connect(c.URL, nats.Name("tickbench store")); err != nil {
+		c.Close()
+		return nil, err
+	}
+	// The same history as the nodes, should this client ever be the one to create a bucket.
+	if c.Store, err = natskv.Open(c.NC, natskv.Options{History: cfg.History}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Lease is the nodes' lease TTL.
+func (c *Cluster) Lease() time.Duration { return c.cfg.Lease }
+
+// StartNode starts node id (replacing a dead process of the same ID: a new session) without
+// waiting for it; WaitJoined waits.
+func (c *Cluster) StartNode(id string) (*Proc, error) {
+	args := []string{"--nats", c.URL, "--node-id", id, "--metrics", "127.0.0.1:0", "--log-json",
+		"--lease", c.cfg.Lease.String(), "--summary-every", "1s", "--shards", fmt.Sprint(c.cfg.Shards),
+		"--data-history", fmt.Sprint(c.cfg.History), "--demo", "0"}
+	args = append(args, c.cfg.NodeArgs...)
+	var env []string
+	if c.cfg.FaultHooks {
+		env = append(env, "TICKFENCE_FAULT_HOOKS=1")
+	}
+	p, err := Start(c.cfg.Bin, id, env, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.nodes[id] = p
+	c.all = append(c.all, p)
+	c.mu.Unlock()
+	return p, nil
+}
+
+// WaitJoined waits until the process has logged its metrics address and joined the cluster.
+func WaitJoined(ctx context.Context, p *Proc) error {
+	if _, _, err := p.WaitLog(ctx, 0, Msg("metrics")); err != nil {
+		return err
+	}
+	_, _, err := p.WaitLog(ctx, 0, Msg("node joined"))
+	return err
+}
+
+// Node is the current process of a node ID (nil if never started).
+func (c *Cluster) Node(id string) *Proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[id]
+}
+
+// Close kills every process (resuming stopped ones first) and closes the client.
+func (c *Cluster) Close() {
+	c.mu.Lock()
+	all := append([]*Proc(nil), c.all...)
+	c.mu.Unlock()
+	for i := len(all) - 1; i >= 0; i-- { // nodes first, the server last
+		all[i].Kill()
+	}
+	if c.Store != nil {
+		c.Store.Close()
+	}
+	if c.NC != nil {
+		c.NC.Close()
+	}
+}
+
+// State reads the cluster state (nodes, leases, shards, moves).
+func (c *Cluster) State(ctx context.Context) (*coordinator.State, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return coordinator.ReadState(ctx, c.Store)
+}
+
+// WaitState polls the state every 100 ms until cond holds or ctx ends.
+func (c *Cluster) WaitState(ctx context.Context, what string, cond func(*coordinator.State) bool) (*coordinator.State, error) {
+	for {
+		s, err := c.State(ctx)
+		if err == nil && cond(s) {
+			return s, nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = ctx.Err()
+			}
+			return s, fmt.Errorf("waiting until %s: %w", what, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// AllOwnedLive reports whether every shard is assigned to a node session that holds a lease and
+// no move is under way.
+func AllOwnedLive(s *coordinator.State) bool {
+	live := map[string]string{}
+	for _, n := range s.Nodes {
+		live[n.ID] = n.Record.Session
+	}
+	for _, sh := range s.Shards {
+		if sess, ok := live[sh.Owner.Owner]; !ok || sess != sh.Owner.Session || sh.Revision == 0 {
+			return false
+		}
+	}
+	for _, m := range s.Moves {
+		if m.State != store.MoveDone {
+			return false
+		}
+	}
+	return true
+}
+
+// InstancesOf lists the instances (ID → shard) of the shards a node owns in a state.
+func (c *Cluster) InstancesOf(ctx context.Context, s *coordinator.State, node string) (map[string]uint32, error) {
+	out := map[string]uint32{}
+	for sh, st := range s.Shards {
+		if st.Owner.Owner != node {
+			continue
+		}
+		ids, err := c.Store.Instances(ctx, s.Cluster.Epoch, uint32(sh))
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			out[id] = uint32(sh)
+		}
+	}
+	return out, nil
+}
+
+// Load reads an instance record of epoch 1's layout (the cluster's epoch is passed in).
+func (c *Cluster) Load(ctx context.Context, epoch uint64, shard uint32, id string) (store.Record, error) {
+	r, _, err := c.Store.Load(ctx, epoch, shard, id)
+	return r, err
+}
+
+// ErrNotReady is returned when the cluster does not settle in time.
+var ErrNotReady = errors.New("cluster not ready")
