@@ -237,6 +237,13 @@ func TestBadInputOverNATS(t *testing.T) {
 			}
 		})
 	}
+	// 10 MB is over the server's maximum payload: refused before it reaches anyone.
+	big := nats.NewMsg(subj)
+	big.Data = make([]byte, 10<<20)
+	big.Header.Set(wire.HeaderRequestID, "huge")
+	if _, err := raw.RequestMsg(big, 2*time.Second); !errors.Is(err, nats.ErrMaxPayload) {
+		t.Errorf("10 MB command: err = %v, want nats.ErrMaxPayload", err)
+	}
 	// IDs that cannot even form a NATS subject are refused by the client before sending.
 	for _, bad := range []string{"", "*", ">", "has space", "a.b"} {
 		if _, err := client.SendMap(context.Background(), bad, "r", map[string]any{"type": "get"}); !errors.Is(err, store.ErrInvalidID) {

@@ -182,20 +182,29 @@ func (p *proc) metric(sample string) float64 {
 
 // cluster is a `tickd server` process and the test's own client of it.
 type cluster struct {
-	t   *testing.T
-	url string
-	st  *natskv.Store
-	nc  *nats.Conn
+	t          *testing.T
+	url        string
+	addr, dir  string
+	serverArgs []string
+	server     *proc
+	st         *natskv.Store
+	nc         *nats.Conn
 }
 
-func newCluster(t *testing.T) *cluster {
-	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	srv := start(t, "server", "server", "--listen", addr, "--data", t.TempDir())
-	srv.waitLog("server ready", 0, 30*time.Second, func(m map[string]any) bool {
+// startServer starts (or restarts, on the same address and data) the `tickd server` process.
+func (c *cluster) startServer() {
+	c.t.Helper()
+	c.server = start(c.t, "server", append([]string{"server", "--listen", c.addr, "--data", c.dir}, c.serverArgs...)...)
+	c.server.waitLog("server ready", 0, 30*time.Second, func(m map[string]any) bool {
 		return strings.Contains(fmt.Sprint(m["msg"]), "server ready")
 	})
-	c := &cluster{t: t, url: "nats://" + addr}
+}
+
+func newCluster(t *testing.T, serverArgs ...string) *cluster {
+	t.Helper()
+	c := &cluster{t: t, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), dir: t.TempDir(), serverArgs: serverArgs}
+	c.url = "nats://" + c.addr
+	c.startServer()
 	var err error
 	if c.nc, err = natskv.Connect(c.url); err != nil {
 		t.Fatal(err)
