@@ -25,6 +25,9 @@ type NodeConfig struct {
 	Clock       lease.Clock
 	// P99Lateness, if set, is reported in the lease (it reads and resets a window).
 	P99Lateness func() time.Duration
+	// BeforeRelease, if set, runs in a hand-off after the instances are flushed and before the
+	// move is marked released (fault tests crash the node there).
+	BeforeRelease func(shard uint32, id string)
 }
 
 // Node is one tickd node: it holds the lease node.<id> for a session, runs a Host for that session,
@@ -204,6 +207,9 @@ func (n *Node) followMoves(ctx context.Context, host *Host, session string) {
 func (n *Node) handOff(ctx context.Context, host *Host, s uint32, e store.Entry, rec store.MoveRecord) {
 	start := time.Now()
 	err := host.HandOff(ctx, s, func(stoppedAt time.Time) error {
+		if n.cfg.BeforeRelease != nil {
+			n.cfg.BeforeRelease(s, "")
+		}
 		rec.State, rec.StoppedAt = store.MoveReleased, stoppedAt.UnixNano()
 		b, _ := json.Marshal(rec)
 		_, err := n.cfg.Store.ControlUpdate(ctx, e.Key, b, e.Revision, 0)

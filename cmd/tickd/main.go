@@ -253,13 +253,15 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 	}
 	defer engine.Stop()
 	kinds, _ := actor.NewKinds(dungeon.Kind{})
+	beforeWrite, beforeRelease := faultHooks(log)
 	var reportLate metrics.Window
 	m.AlsoObserveLateness(&reportLate)
 	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: o.nodeID, Store: st,
 		Commands: natscmd.NewServer(nc, cl.Shards, m), Kinds: kinds, Engine: engine,
-		CheckpointEvery: o.checkpointEvery, Logger: log, Metrics: m, BeforeWrite: faultHooks(log)},
-		LeaseTTL:    o.lease,
-		P99Lateness: func() time.Duration { d, _ := reportLate.Quantile(0.99); return d }})
+		CheckpointEvery: o.checkpointEvery, Logger: log, Metrics: m, BeforeWrite: beforeWrite},
+		BeforeRelease: beforeRelease,
+		LeaseTTL:      o.lease,
+		P99Lateness:   func() time.Duration { d, _ := reportLate.Quantile(0.99); return d }})
 	if err != nil {
 		return err
 	}
@@ -390,30 +392,53 @@ func serverMain(args []string) int {
 	return 0
 }
 
-// faultHooks returns the fault-injection hook of the process tests, or nil. Only with
-// TICKFENCE_FAULT_HOOKS=1 in the environment: then SIGUSR1 arms it, and the next fenced state
-// write freezes the whole process (SIGSTOP to itself) just before it is sent — a GC pause at the
-// worst moment. SIGCONT resumes it and the write goes out.
-func faultHooks(log *slog.Logger) func(shard uint32, id string) {
+// faultHooks returns the fault-injection hooks of the process tests, or nils. Only with
+// TICKFENCE_FAULT_HOOKS=1 in the environment. Then SIGUSR1 arms a freeze: the next fenced state
+// write stops the whole process (SIGSTOP to itself) just before it is sent — a GC pause at the
+// worst moment; SIGCONT resumes it and the write goes out. SIGUSR2 arms a crash: the next fenced
+// write kills the process (SIGKILL to itself). TICKFENCE_FAULT_CRASH_HANDOFF=1 kills it in its
+// first hand-off, once the instances are flushed but before the move is released.
+func faultHooks(log *slog.Logger) (beforeWrite, beforeRelease func(shard uint32, id string)) {
 	if os.Getenv("TICKFENCE_FAULT_HOOKS") != "1" {
-		return nil
+		return nil, nil
 	}
-	var armed atomic.Bool
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
+	var freeze, crash, crashHandOff atomic.Bool
+	// TICKFENCE_FAULT_CRASH_HANDOFF=1: crash in the first hand-off, before its release.
+	crashHandOff.Store(os.Getenv("TICKFENCE_FAULT_CRASH_HANDOFF") == "1")
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
 	go func() {
-		for range usr1 {
-			armed.Store(true)
-			log.Warn("fault hook armed: freezing before the next write")
+		for sig := range sigs {
+			if sig == syscall.SIGUSR1 {
+				freeze.Store(true)
+				log.Warn("fault hook armed: freezing before the next write")
+			} else {
+				crash.Store(true)
+				log.Warn("fault hook armed: crashing before the next write or hand-off release")
+			}
 		}
 	}()
-	return func(shard uint32, id string) {
-		if armed.CompareAndSwap(true, false) {
+	stop := func(sig syscall.Signal) {
+		_ = syscall.Kill(os.Getpid(), sig)
+		// The signal lands a moment after kill returns: wait here so nothing slips out before
+		// it. After SIGCONT this sleep is long over and the write goes out at once.
+		time.Sleep(100 * time.Millisecond)
+	}
+	beforeWrite = func(shard uint32, id string) {
+		switch {
+		case freeze.CompareAndSwap(true, false):
 			log.Warn("fault hook: frozen before a write", "shard", shard, "instance", id)
-			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-			// The stop lands a moment after kill returns: wait here so the write cannot slip out
-			// before it. After SIGCONT this sleep is long over and the write goes out at once.
-			time.Sleep(100 * time.Millisecond)
+			stop(syscall.SIGSTOP)
+		case crash.CompareAndSwap(true, false):
+			log.Warn("fault hook: crashing before a write", "shard", shard, "instance", id)
+			stop(syscall.SIGKILL)
 		}
 	}
+	beforeRelease = func(shard uint32, _ string) {
+		if crashHandOff.CompareAndSwap(true, false) {
+			log.Warn("fault hook: crashing in a hand-off before its release", "shard", shard)
+			stop(syscall.SIGKILL)
+		}
+	}
+	return beforeWrite, beforeRelease
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +24,8 @@ import (
 
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/history"
+	"github.com/tickfence/tickfence/internal/linear"
+	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"
 )
@@ -69,9 +72,13 @@ func freePort(t *testing.T) int {
 }
 
 func start(t *testing.T, name string, args ...string) *proc {
+	return startEnv(t, name, nil, args...)
+}
+
+func startEnv(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, cmd: exec.Command(tickd, args...), exited: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "TICKFENCE_FAULT_HOOKS=1")
+	p.cmd.Env = append(append(os.Environ(), "TICKFENCE_FAULT_HOOKS=1"), env...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -220,10 +227,16 @@ func newCluster(t *testing.T, serverArgs ...string) *cluster {
 // node starts a tickd node and waits until it has joined.
 func (c *cluster) node(name string, extra ...string) *proc {
 	c.t.Helper()
+	return c.nodeEnv(name, nil, extra...)
+}
+
+// nodeEnv is node with extra environment variables.
+func (c *cluster) nodeEnv(name string, env []string, extra ...string) *proc {
+	c.t.Helper()
 	args := append([]string{"--nats", c.url, "--node-id", name, "--metrics", fmt.Sprintf("127.0.0.1:%d", freePort(c.t)),
 		"--log-json", "--lease", lease.String(), "--summary-every", "1s", "--shards", "32",
 		"--data-history", "1000000"}, extra...)
-	p := start(c.t, name, args...)
+	p := startEnv(c.t, name, env, args...)
 	i := p.waitLog("metrics address", 0, 30*time.Second, msgIs("metrics"))
 	p.mu.Lock()
 	p.metrics, _ = p.lines[i]["url"].(string)
@@ -306,4 +319,122 @@ func (c *cluster) checkHistory() history.Report {
 	}
 	c.t.Logf("history: %s", rep)
 	return rep
+}
+
+// load is a command load on dungeons with a huge boss (HP never runs out): attacks with unique
+// request IDs, each retried with its ID until answered; it records what was acknowledged.
+type load struct {
+	c       *cluster
+	client  *natscmd.Client
+	ids     []string
+	acked   []atomic.Int64
+	sent    atomic.Int64
+	unknown atomic.Int64
+	ops     linear.History
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+const bossHP = 1_000_000_000
+
+// startLoad creates the instances and starts workers sending attacks.
+func (c *cluster) startLoad(prefix string, instances, workers int) *load {
+	c.t.Helper()
+	ctx := context.Background()
+	cl, err := c.st.Cluster(ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	l := &load{c: c, client: natscmd.NewClient(c.nc, cl.Shards), acked: make([]atomic.Int64, instances), stop: make(chan struct{})}
+	for i := 0; i < instances; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		l.ids = append(l.ids, id)
+		for _, cmd := range []map[string]any{{"type": "create", "kind": "dungeon", "boss_hp": bossHP}, {"type": "join", "player": "p"}} {
+			if r, err := l.client.SendMap(ctx, id, fmt.Sprint(cmd["type"]), cmd); err != nil || !r.OK {
+				c.t.Fatalf("%s %s: %+v %v", cmd["type"], id, r, err)
+			}
+		}
+	}
+	for w := 0; w < workers; w++ {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				i := (w*7 + n*3) % len(l.ids)
+				op := linear.Op{Instance: l.ids[i], Client: w, Call: time.Now()}
+				cctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+				r, err := l.client.SendMap(cctx, l.ids[i], fmt.Sprintf("w%d-%d", w, n), map[string]any{"type": "attack", "player": "p"})
+				cancel()
+				l.sent.Add(1)
+				switch {
+				case err != nil:
+					l.unknown.Add(1)
+				case r.OK:
+					res := r.Result.(map[string]any)
+					op.Return, op.OK = time.Now(), true
+					op.Damage, _ = toInt(res["damage"])
+					op.HP, _ = toInt(res["hp"])
+					l.acked[i].Add(op.Damage)
+				default:
+					op.Return = time.Now()
+				}
+				l.ops.Add(op)
+			}
+		}()
+	}
+	return l
+}
+
+// waitSent waits until n more commands were answered (the cluster serves again).
+func (l *load) waitSent(n int64, timeout time.Duration) {
+	l.c.t.Helper()
+	target := l.sent.Load() + n
+	deadline := time.Now().Add(timeout)
+	for l.sent.Load() < target {
+		if time.Now().After(deadline) {
+			l.c.t.Fatalf("only %d of %d more commands answered within %v", l.sent.Load()-target+n, n, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// finish stops the load and checks it: every command answered, every acknowledged effect in the
+// final state exactly once, every instance's history linearizable, and the stored history fenced.
+func (l *load) finish() {
+	t := l.c.t
+	t.Helper()
+	close(l.stop)
+	l.wg.Wait()
+	if l.unknown.Load() != 0 {
+		t.Fatalf("%d of %d commands never answered", l.unknown.Load(), l.sent.Load())
+	}
+	initial := map[string]int64{}
+	for i, id := range l.ids {
+		initial[id] = bossHP
+		op := linear.Op{Instance: id, Client: 1000, Call: time.Now(), Status: true}
+		r, err := l.client.SendMap(context.Background(), id, "final-read", map[string]any{"type": "status"})
+		if err != nil || !r.OK {
+			t.Fatalf("status of %s: %+v %v", id, r, err)
+		}
+		op.Return, op.OK = time.Now(), true
+		op.HP, _ = toInt(r.Result.(map[string]any)["hp"])
+		l.ops.Add(op)
+		if off := bossHP - op.HP - l.acked[i].Load(); off != 0 {
+			t.Fatalf("%s: hp %d after %d acknowledged damage: off by %d (lost or duplicated effects)", id, op.HP, l.acked[i].Load(), off)
+		}
+	}
+	lin, err := l.ops.Check(initial, 30*time.Second, os.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lin.Failed) > 0 || len(lin.Unknown) > 0 {
+		t.Fatalf("not linearizable: %v (gave up on %v); visualisation: %s", lin.Failed, lin.Unknown, lin.Visualization)
+	}
+	t.Logf("%d commands, all answered, each acknowledged effect exactly once; %d operations linearizable", l.sent.Load(), lin.Ops)
+	l.c.checkHistory()
 }
