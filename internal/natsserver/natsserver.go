@@ -5,6 +5,8 @@ package natsserver
 import (
 	"fmt"
 	"net"
+	"net/url"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -76,4 +78,57 @@ func (s *Server) ConnectOption() nats.Option { return nats.InProcessServer(s.Ser
 func (s *Server) Stop() {
 	s.Shutdown()
 	s.WaitForShutdown()
+}
+
+// StartCluster starts n clustered servers (routes between them, JetStream on each, data under
+// dir) on loopback, and waits for a JetStream meta leader. Tests use it for R3 buckets.
+func StartCluster(n int, dir string) ([]*Server, error) {
+	routePorts := make([]int, n)
+	var routes []*url.URL
+	for i := range routePorts {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		routePorts[i] = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		u, _ := url.Parse(fmt.Sprintf("nats://127.0.0.1:%d", routePorts[i]))
+		routes = append(routes, u)
+	}
+	var srvs []*Server
+	stopAll := func() {
+		for _, s := range srvs {
+			s.Stop()
+		}
+	}
+	for i := 0; i < n; i++ {
+		opts := &server.Options{ServerName: fmt.Sprintf("s%d", i), JetStream: true,
+			StoreDir: filepath.Join(dir, fmt.Sprintf("s%d", i)), NoSigs: true, NoLog: true,
+			Host: "127.0.0.1", Port: server.RANDOM_PORT, MaxPayload: 1 << 20, JetStreamMaxMemory: 1 << 30,
+			Cluster: server.ClusterOpts{Name: "tickfence", Host: "127.0.0.1", Port: routePorts[i]}, Routes: routes}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		go s.Start()
+		srvs = append(srvs, &Server{Server: s})
+	}
+	for _, s := range srvs {
+		if !s.ReadyForConnections(30 * time.Second) {
+			stopAll()
+			return nil, fmt.Errorf("clustered server %s not ready", s.Name())
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, s := range srvs {
+			if s.JetStreamIsLeader() {
+				return srvs, nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopAll()
+	return nil, fmt.Errorf("no JetStream meta leader within 30s")
 }
