@@ -40,3 +40,83 @@ func TestTicksSmoke(t *testing.T) {
 		t.Fatalf("plot: %v", err)
 	}
 }
+
+// A small cluster run end to end with real processes: a tickd server and two nodes, 20 instances
+// under command load. Every attack is answered, every node ticks and reports lateness, and the
+// JSON and the plot are written.
+func TestClusterSmoke(t *testing.T) {
+	dir := t.TempDir()
+	js, plot := filepath.Join(dir, "c.json"), filepath.Join(dir, "c.html")
+	err := runCluster([]string{"--nodes", "2", "--instances", "20", "--rate", "100", "--duration", "4s", "--warmup", "1s",
+		"--seed", "1", "--json", js, "--plot", plot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep clusterReport
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Commands
+	if c.Sent == 0 || c.OK != c.Sent || c.Unknown != 0 || c.P50 <= 0 {
+		t.Fatalf("commands: sent %d, ok %d, unknown %d, p50 %v; want all answered ok", c.Sent, c.OK, c.Unknown, c.P50)
+	}
+	if len(rep.Nodes) != 2 {
+		t.Fatalf("got %d node results, want 2", len(rep.Nodes))
+	}
+	instances := 0
+	for _, n := range rep.Nodes {
+		if n.TicksPerSec <= 0 || n.LateP99 <= 0 {
+			t.Errorf("%s: %v ticks/s, lateness p99 %v; want both > 0", n.ID, n.TicksPerSec, n.LateP99)
+		}
+		instances += n.Instances
+	}
+	if instances != 20 {
+		t.Errorf("nodes run %d instances in all, want 20", instances)
+	}
+	if len(rep.Lateness) == 0 || len(rep.RoundTr) == 0 {
+		t.Errorf("series: %d nodes, %d round-trip points; want both > 0", len(rep.Lateness), len(rep.RoundTr))
+	}
+	if fi, err := os.Stat(plot); err != nil || fi.Size() == 0 {
+		t.Fatalf("plot: %v", err)
+	}
+}
+
+// A short nemesis run: faults are injected, the cluster heals, the stored history is complete
+// and clean, and every acknowledged attack is in the stored state exactly once.
+func TestChaosSmoke(t *testing.T) {
+	js := filepath.Join(t.TempDir(), "chaos.json")
+	err := runChaos([]string{"--duration", "15s", "--fault-every", "3s", "--instances", "20", "--rate", "50",
+		"--seed", "1", "--json", js})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep chaosReport
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	faults := 0
+	for _, n := range rep.Faults {
+		faults += n
+	}
+	if !rep.Pass || faults == 0 {
+		t.Fatalf("pass %v with %d faults (failures %v); want a pass after at least one fault", rep.Pass, faults, rep.Failures)
+	}
+	if rep.History.Messages == 0 || rep.History.Incomplete != "" || rep.History.Stale != 0 {
+		t.Fatalf("history: %+v; want complete, non-empty, no stale record", rep.History)
+	}
+	d := rep.Damage
+	if d.FinalWriteAcked != 20 || d.AckedDamage == 0 || d.Lost != 0 || d.Duplicates != 0 {
+		t.Fatalf("damage: %+v; want 20 final writes acknowledged, nothing lost or duplicated", d)
+	}
+	if rep.Commands.OK == 0 {
+		t.Fatalf("no attack acknowledged: %+v", rep.Commands)
+	}
+}
