@@ -826,7 +826,7 @@ func (s *sampler) status() string {
 	var parts []string
 	for _, id := range s.b.ids {
 		sc := s.scrapes[id]
-		if len(sc) < 2 {
+		if n := s.b.Node(id); len(sc) < 2 || n == nil || !n.Alive() || n.Stopped() {
 			continue
 		}
 		d := proc.Delta(sc[len(sc)-2].m.Histogram("tickfence_tick_lateness_seconds"), sc[len(sc)-1].m.Histogram("tickfence_tick_lateness_seconds"))
