@@ -134,6 +134,9 @@ func runChaos(args []string) error {
 	bin := fs.String("tickd", "", "use this tickd binary instead of building one")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	_ = fs.Parse(args)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
 	if *nodes < 2 || *instances < 1 || *rate <= 0 || *duration <= 0 || *every <= 0 {
 		return errors.New("--nodes must be at least 2; --instances, --rate, --duration and --fault-every positive")
 	}

@@ -157,6 +157,9 @@ func runCluster(args []string) error {
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	plotOut := fs.String("plot", "", "write an HTML page with lateness and round trip over time to this file")
 	_ = fs.Parse(args)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q (a node for --kill-node or --pause-node goes after =, e.g. --kill-node=n2)", fs.Name(), fs.Arg(0))
+	}
 	if *nodes < 1 || *instances < 1 || *rate <= 0 || *duration <= 0 {
 		return errors.New("--nodes, --instances, --rate and --duration must be positive")
 	}
