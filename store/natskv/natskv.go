@@ -25,6 +25,7 @@ const (
 	headerKVOp      = "KV-Operation"
 	codeWrongLast   = jetstream.JSErrCodeStreamWrongLastSequence         // 10071: the fence or CAS failed
 	codeSubjectBusy = jetstream.JSErrCodeStreamWrongLastSequenceConstant // 10164: retry, never a fence
+	codeSealed      = jetstream.ErrorCode(10109)                         // invalid operation on sealed stream
 )
 
 // Options configure the adapter.
@@ -187,10 +188,14 @@ func classify(op string, err error) error {
 	}
 }
 
-// classifyFenced maps an error of a fenced write: a wrong last sequence there is the fence.
+// classifyFenced maps an error of a fenced write: a wrong last sequence there is the fence, and a
+// sealed stream is an epoch that ended with a restore (DESIGN 6): no grant of it is valid any more.
 func classifyFenced(op string, err error) error {
-	if apiCode(err) == codeWrongLast {
+	switch apiCode(err) {
+	case codeWrongLast:
 		return fmt.Errorf("%s: %w: %v", op, store.ErrStaleOwner, err)
+	case codeSealed:
+		return fmt.Errorf("%s: %w: its epoch is sealed: %v", op, store.ErrStaleOwner, err)
 	}
 	return classify(op, err)
 }

@@ -2,6 +2,8 @@ package natskv_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -71,4 +73,84 @@ func TestOpenRefusesReconnectBuffer(t *testing.T) {
 	if _, err := natskv.Open(nc, natskv.Options{}); err == nil {
 		t.Fatal("Open accepted a connection that buffers publishes while reconnecting")
 	}
+}
+
+// TestRestoreFencesPreRestoreTokens: after a restore (DESIGN 6) a zombie holding a grant of the old
+// epoch can write nowhere: its epoch's stream is sealed, and in the new epoch every shard key was
+// rewritten after the data. Without the rule — no seal, shard revisions restored as they were —
+// the same write is accepted in both places.
+func TestRestoreFencesPreRestoreTokens(t *testing.T) {
+	ctx := context.Background()
+	setup := func(t *testing.T) (*natskv.Store, store.Grant, string) {
+		st := newStore(t).(*natskv.Store)
+		if _, err := st.Bootstrap(ctx, store.Cluster{Shards: 8, Partitions: 1, Epoch: 1}); err != nil {
+			t.Fatal(err)
+		}
+		a := store.Assignment{Owner: "A", Session: "a1"}
+		tok, err := st.Assign(ctx, 1, 3, a, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := store.Grant{Epoch: 1, Shard: 3, Token: tok, Assignment: a}
+		id := ""
+		for i := 0; id == "" || store.ShardOf(id, 8) != 3; i++ {
+			id = fmt.Sprintf("i%d", i)
+		}
+		if _, err := st.Create(ctx, g, id, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Write(ctx, g, id, store.Record{Kind: "k", Tick: 1, State: []byte("before")}); err != nil {
+			t.Fatal(err)
+		}
+		return st, g, id
+	}
+	zombie := store.Record{Kind: "k", Tick: 2, State: []byte("zombie")}
+
+	t.Run("with the rule", func(t *testing.T) {
+		st, g, id := setup(t)
+		b, err := st.Backup(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := st.Restore(ctx, b, natskv.RestoreOptions{})
+		if err != nil || cl.Epoch != 2 {
+			t.Fatalf("Restore = %+v, %v", cl, err)
+		}
+		if _, err := st.Write(ctx, g, id, zombie); !errors.Is(err, store.ErrStaleOwner) {
+			t.Fatalf("zombie write into the sealed epoch 1: err = %v, want ErrStaleOwner", err)
+		}
+		g2 := g
+		g2.Epoch = 2
+		if _, err := st.Write(ctx, g2, id, zombie); !errors.Is(err, store.ErrStaleOwner) {
+			t.Fatalf("zombie token in epoch 2: err = %v, want ErrStaleOwner", err)
+		}
+		rec, _, err := st.Load(ctx, 2, 3, id)
+		if err != nil || string(rec.State) != "before" {
+			t.Fatalf("restored record %q, %v; want the backup's", rec.State, err)
+		}
+		if a, _, err := st.Assignment(ctx, 2, 3); err != nil || a.Owner != "" {
+			t.Fatalf("shard 3 in epoch 2 = %+v, %v; want unassigned", a, err)
+		}
+	})
+	t.Run("without the rule", func(t *testing.T) {
+		st, g, id := setup(t)
+		b, err := st.Backup(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Restore(ctx, b, natskv.RestoreOptions{SkipSeal: true, KeepShardRevision: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Write(ctx, g, id, zombie); err != nil {
+			t.Fatalf("unsealed epoch 1: the zombie's write was refused (%v); the demonstration needs it accepted", err)
+		}
+		g2 := g
+		g2.Epoch = 2
+		if _, err := st.Write(ctx, g2, id, zombie); err != nil {
+			t.Fatalf("epoch 2 with restored shard revisions: zombie refused (%v); the demonstration needs it accepted", err)
+		}
+		if rec, _, _ := st.Load(ctx, 2, 3, id); string(rec.State) != "zombie" {
+			t.Fatalf("epoch 2 holds %q", rec.State)
+		}
+	})
 }
