@@ -120,7 +120,13 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			stepDown()
 		}()
-		err = lead(lctx, cfg, log)
+		for {
+			err = lead(lctx, cfg, log)
+			if !errors.Is(err, errEpochChanged) || lctx.Err() != nil {
+				break
+			}
+			log.Info("new epoch: rebuilding the view from its buckets")
+		}
 		stepDown()
 		wg.Wait()
 		cfg.Metrics.CoordinatorLeader.Set(0)
@@ -137,6 +143,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	return nil
 }
+
+// errEpochChanged: a restore started a new epoch (DESIGN 6); the view is rebuilt from its buckets.
+var errEpochChanged = errors.New("cluster epoch changed")
 
 // view is the leader's picture of the buckets, fed by watches; rebuilt on every election.
 type view struct {
@@ -255,11 +264,14 @@ func lead(ctx context.Context, cfg Config, log *slog.Logger) error {
 		default:
 		}
 	}
-	ctlCh, err := st.ControlWatch(ctx, ">")
+	// A new epoch (a restore) ends this view: the watches stop with it.
+	epochCtx, epochChanged := context.WithCancelCause(ctx)
+	defer epochChanged(nil)
+	ctlCh, err := st.ControlWatch(epochCtx, ">")
 	if err != nil {
 		return err
 	}
-	shardCh, err := st.WatchAssignments(ctx, cl.Epoch)
+	shardCh, err := st.WatchAssignments(epochCtx, cl.Epoch)
 	if err != nil {
 		return err
 	}
@@ -286,6 +298,12 @@ func lead(ctx context.Context, cfg Config, log *slog.Logger) error {
 	go func() {
 		defer wg.Done()
 		for e := range ctlCh {
+			if e.Key == store.ClusterKey && !e.Deleted {
+				var c store.Cluster
+				if json.Unmarshal(e.Value, &c) == nil && c.Epoch != cl.Epoch {
+					epochChanged(errEpochChanged)
+				}
+			}
 			v.applyControl(e)
 			if kind, _ := store.SplitKey(e.Key); (kind == "node" && e.Deleted) || kind == "move" || kind == "drain" {
 				poke() // a lease expired, a hand-off progressed, a drain began: act now
@@ -303,11 +321,14 @@ func lead(ctx context.Context, cfg Config, log *slog.Logger) error {
 	t := time.NewTicker(cfg.Round)
 	defer t.Stop()
 	for {
-		if err := r.round(ctx); err != nil && ctx.Err() == nil {
+		if err := r.round(epochCtx); err != nil && epochCtx.Err() == nil {
 			log.Warn("placement round failed", "err", err)
 		}
 		select {
-		case <-ctx.Done():
+		case <-epochCtx.Done():
+			if errors.Is(context.Cause(epochCtx), errEpochChanged) {
+				return errEpochChanged
+			}
 			return ctx.Err()
 		case <-t.C:
 		case <-kick:

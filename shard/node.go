@@ -138,9 +138,17 @@ func (n *Node) Run(ctx context.Context) error {
 		n.log.Info("node joined", "session", session, "lease_revision", l.Revision())
 		wctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		wg.Add(2)
+		var newEpoch atomic.Bool
+		wg.Add(3)
 		go func() { defer wg.Done(); _ = host.Watch(wctx) }()
 		go func() { defer wg.Done(); n.followMoves(wctx, host, session) }()
+		go func() {
+			defer wg.Done()
+			if n.followEpoch(wctx, host.Cluster().Epoch) {
+				newEpoch.Store(true)
+				stop()
+			}
+		}()
 		if first {
 			close(n.wake)
 			first = false
@@ -148,13 +156,21 @@ func (n *Node) Run(ctx context.Context) error {
 		err = l.Run(wctx)
 		stop()
 		wg.Wait()
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || newEpoch.Load() {
+			if newEpoch.Load() {
+				// A restore sealed this epoch: nothing of this session can be written any more.
+				n.log.Warn("the cluster moved to a new epoch: stopping every shard and rejoining", "session", session)
+				host.Abandon("new_epoch")
+			}
 			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			if rerr := l.Release(rctx); rerr != nil {
 				n.log.Warn("node lease not released", "err", rerr)
 			}
 			cancel()
-			return nil
+			if ctx.Err() != nil {
+				return nil
+			}
+			continue
 		}
 		n.log.Error("node lease lost: stopping every shard and rejoining with a new session", "session", session, "err", err)
 		host.Abandon("lease_lost")
@@ -275,6 +291,22 @@ func (n *Node) othersAlive(ctx context.Context) bool {
 		var r store.NodeRecord
 		if e.Key != store.NodeKey(n.cfg.Node) && json.Unmarshal(e.Value, &r) == nil && !r.Leaving {
 			return true
+		}
+	}
+	return false
+}
+
+// followEpoch reports true once the cluster record names an epoch other than the one given.
+func (n *Node) followEpoch(ctx context.Context, epoch uint64) bool {
+	ch, err := n.cfg.Store.ControlWatch(ctx, store.ClusterKey)
+	if err != nil {
+		n.log.Error("cannot follow the cluster record", "err", err)
+		return false
+	}
+	for e := range ch {
+		var c store.Cluster
+		if !e.Deleted && json.Unmarshal(e.Value, &c) == nil && c.Epoch != epoch {
+			return true // the watch ends with the context its caller cancels next
 		}
 	}
 	return false

@@ -40,6 +40,8 @@ Usage:
   tickctl pin <shard> | unpin <shard>             keep a shard where it is (the rebalancer skips it)
   tickctl weight <node> <w>                       a node's share of the load (default 1)
   tickctl rebalance [--dry-run]                   plan load-based moves (and apply them, with progress)
+  tickctl backup <file>                           save the latest value of every key of the current epoch
+  tickctl restore <file> --yes                    seal the current epoch, restore the backup into the next
 
 Flags (before or after the arguments):
   --nats URL          NATS server (default $NATS_URL, else nats://127.0.0.1:4222; start tickd with
@@ -48,6 +50,7 @@ Flags (before or after the arguments):
   --request-id ID     request ID of create/end/send (default: a new random one; reuse one to retry)
   --timeout D         give up after D (default 10s; drain and rebalance: 2m)
   --dry-run           rebalance: print the plan and the imbalance before/after, change nothing
+  --yes               restore: really replace the cluster's state
   --max-moves N       rebalance: moves under way at once (default 8)
   --tolerance F       rebalance: leave nodes within this factor of the mean alone (default 0.05)
 `
@@ -61,6 +64,7 @@ type globals struct {
 	bossHP    int
 	shard     int
 	dryRun    bool
+	yes       bool
 	maxMoves  int
 	tolerance float64
 }
@@ -97,6 +101,7 @@ func parse(args []string) (globals, []string, error) {
 	fs.IntVar(&g.bossHP, "boss-hp", 0, "")
 	fs.IntVar(&g.shard, "shard", -1, "")
 	fs.BoolVar(&g.dryRun, "dry-run", false, "")
+	fs.BoolVar(&g.yes, "yes", false, "")
 	fs.IntVar(&g.maxMoves, "max-moves", 8, "")
 	fs.Float64Var(&g.tolerance, "tolerance", 0.05, "")
 	var pos []string
@@ -125,7 +130,7 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !timeoutSet(args) && len(pos) > 0 && (pos[0] == "drain" || pos[0] == "rebalance" || pos[0] == "move") {
+	if !timeoutSet(args) && len(pos) > 0 && (pos[0] == "drain" || pos[0] == "rebalance" || pos[0] == "move" || pos[0] == "backup" || pos[0] == "restore") {
 		g.timeout = 2 * time.Minute
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
@@ -166,6 +171,10 @@ func run(args []string, out io.Writer) error {
 		return c.weight(ctx, pos[1], pos[2])
 	case pos[0] == "rebalance" && len(pos) == 1:
 		return c.rebalance(ctx, g.dryRun)
+	case pos[0] == "backup" && len(pos) == 2:
+		return c.backup(ctx, pos[1])
+	case pos[0] == "restore" && len(pos) == 2:
+		return c.restore(ctx, pos[1])
 	case pos[0] == "instance" && len(pos) >= 3:
 		id := pos[2]
 		if err := store.ValidID(id); err != nil {

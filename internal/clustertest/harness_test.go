@@ -304,13 +304,18 @@ func (c *cluster) load(id string, shard uint32) (store.Record, uint64) {
 // checkHistory verifies every stored record against the fence, message by message.
 func (c *cluster) checkHistory() history.Report {
 	c.t.Helper()
+	return c.checkHistoryOf(store.DataBucket(1, 0))
+}
+
+func (c *cluster) checkHistoryOf(bucket string) history.Report {
+	c.t.Helper()
 	js, err := jetstream.New(c.nc)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rep, err := history.Check(ctx, js, store.DataBucket(1, 0))
+	rep, err := history.Check(ctx, js, bucket)
 	if err != nil {
 		c.t.Fatalf("history: %v", err)
 	}

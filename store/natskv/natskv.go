@@ -671,6 +671,10 @@ func (s *Store) PutRaw(ctx context.Context, epoch uint64, shard uint32, id strin
 
 // raiseHistory sets a data bucket's per-subject limit beyond what the KV API allows.
 func (s *Store) raiseHistory(ctx context.Context, bucket string) error {
+	return s.setHistory(ctx, bucket, s.opts.History)
+}
+
+func (s *Store) setHistory(ctx context.Context, bucket string, keep int64) error {
 	stream, err := s.js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
 		return err
@@ -680,9 +684,9 @@ func (s *Store) raiseHistory(ctx context.Context, bucket string) error {
 		return err
 	}
 	cfg := info.Config
-	cfg.MaxMsgsPerSubject = s.opts.History
+	cfg.MaxMsgsPerSubject = keep
 	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("raise history of %s to %d: %w", bucket, s.opts.History, err)
+		return fmt.Errorf("raise history of %s to %d: %w", bucket, keep, err)
 	}
 	return nil
 }

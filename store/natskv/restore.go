@@ -108,6 +108,19 @@ func (s *Store) Restore(ctx context.Context, b Backup, opt RestoreOptions) (stor
 		return store.Cluster{}, fmt.Errorf("backup of a cluster with %d shards/%d partitions; this one has %d/%d",
 			b.Cluster.Shards, b.Cluster.Partitions, cur.Shards, cur.Partitions)
 	}
+	// Epoch E+1's buckets keep as many revisions per key as E's (fault tests keep them all).
+	keep := make([]int64, cur.Partitions)
+	for p := uint32(0); p < cur.Partitions; p++ {
+		stream, err := s.js.Stream(ctx, "KV_"+store.DataBucket(cur.Epoch, p))
+		if err != nil {
+			return store.Cluster{}, err
+		}
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return store.Cluster{}, err
+		}
+		keep[p] = max(info.Config.MaxMsgsPerSubject, 1)
+	}
 	if !opt.SkipSeal {
 		if err := s.Seal(ctx, cur); err != nil {
 			return store.Cluster{}, err
@@ -125,8 +138,13 @@ func (s *Store) Restore(ctx context.Context, b Backup, opt RestoreOptions) (stor
 		delete(s.buckets, name)
 		s.mu.Unlock()
 		if err := s.createBucket(ctx, jetstream.KeyValueConfig{Bucket: name,
-			History: uint8(min(s.opts.History, 64)), MaxValueSize: store.MaxRecordBytes + 1024}); err != nil {
+			History: uint8(min(keep[p], 64)), MaxValueSize: store.MaxRecordBytes + 1024}); err != nil {
 			return store.Cluster{}, err
+		}
+		if keep[p] > 64 {
+			if err := s.setHistory(ctx, name, keep[p]); err != nil {
+				return store.Cluster{}, err
+			}
 		}
 	}
 	bucketOf := func(key string) (jetstream.KeyValue, error) {
