@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,8 +14,6 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tickfence/tickfence/coordinator"
-	"github.com/tickfence/tickfence/internal/linear"
-	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"
 )
@@ -202,68 +198,16 @@ func TestLeaderFrozen(t *testing.T) {
 }
 
 // TestDrainUnderLoad: a node with 100 instances is drained while commands flow. Every command
-// acknowledged has its effect exactly once in the final state; the hand-off pause is reported.
+// acknowledged has its effect exactly once in the final state, every instance's history is
+// linearizable, and the hand-off pause is reported.
 func TestDrainUnderLoad(t *testing.T) {
 	c := newCluster(t)
 	c.node("n1", "--demo", "0", "--rebalance-every", "1h")
-	ctx := context.Background()
-	cl, err := c.st.Cluster(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := natscmd.NewClient(c.nc, cl.Shards)
-	ids := make([]string, 100)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("raid-%d", i)
-		if r, err := client.SendMap(ctx, ids[i], "create", map[string]any{"type": "create", "kind": "dungeon", "boss_hp": 1_000_000_000}); err != nil || !r.OK {
-			t.Fatalf("create %s: %+v %v", ids[i], r, err)
-		}
-		if r, err := client.SendMap(ctx, ids[i], "join", map[string]any{"type": "join", "player": "p"}); err != nil || !r.OK {
-			t.Fatalf("join %s: %+v %v", ids[i], r, err)
-		}
-	}
+	l := c.startLoad("raid", 100, 8)
 	n2 := c.node("n2", "--demo", "0", "--rebalance-every", "1h")
-	// Command load: 8 senders, each retrying with the same request ID until answered.
-	var acked [100]atomic.Int64
-	var sent, unknown atomic.Int64
-	var ops linear.History
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				i := (w*13 + n*7) % len(ids)
-				cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-				op := linear.Op{Instance: ids[i], Client: w, Call: time.Now()}
-				r, err := client.SendMap(cctx, ids[i], fmt.Sprintf("w%d-%d", w, n), map[string]any{"type": "attack", "player": "p"})
-				cancel()
-				sent.Add(1)
-				switch {
-				case err != nil:
-					unknown.Add(1)
-				case r.OK:
-					op.Return, op.OK = time.Now(), true
-					res := r.Result.(map[string]any)
-					op.Damage, _ = toInt(res["damage"])
-					op.HP, _ = toInt(res["hp"])
-					acked[i].Add(op.Damage)
-				default:
-					op.Return = time.Now()
-				}
-				ops.Add(op)
-			}
-		}()
-	}
-	time.Sleep(time.Second)
+	l.waitSent(200, 30*time.Second)
 	start := time.Now()
-	if _, err := c.st.ControlCreate(ctx, store.DrainKey("n1"), []byte(`{}`), 0); err != nil {
+	if _, err := c.st.ControlCreate(context.Background(), store.DrainKey("n1"), []byte(`{}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	c.waitState("n1 drained", 60*time.Second, func(s *coordinator.State) bool {
@@ -271,52 +215,15 @@ func TestDrainUnderLoad(t *testing.T) {
 		return ok && n.Owned == 0
 	})
 	drained := time.Since(start)
-	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
-	if unknown.Load() != 0 {
-		t.Fatalf("%d of %d commands got no answer", unknown.Load(), sent.Load())
-	}
-	for i, id := range ids {
-		rec, _ := c.load(id, store.ShardOf(id, cl.Shards))
-		var st map[string]any
-		if err := msgpack.Unmarshal(rec.State, &st); err != nil {
-			t.Fatal(err)
-		}
-		total, _ := toInt(st["total_damage"])
-		if total != acked[i].Load() {
-			t.Fatalf("%s: stored total damage %d, acknowledged %d: a command was lost or applied twice", id, total, acked[i].Load())
-		}
-	}
-	// Linearizability of every instance's operations, with a final read of each.
-	initial := map[string]int64{}
-	for _, id := range ids {
-		op := linear.Op{Instance: id, Client: 8, Call: time.Now(), Status: true}
-		r, err := client.SendMap(ctx, id, "final-read", map[string]any{"type": "status"})
-		if err != nil || !r.OK {
-			t.Fatalf("status of %s: %+v %v", id, r, err)
-		}
-		op.Return, op.OK = time.Now(), true
-		op.HP, _ = toInt(r.Result.(map[string]any)["hp"])
-		ops.Add(op)
-		initial[id] = 1_000_000_000
-	}
-	lin, err := ops.Check(initial, 30*time.Second, os.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(lin.Failed) > 0 || len(lin.Unknown) > 0 {
-		t.Fatalf("not linearizable: %v (checker gave up on %v); visualisation: %s", lin.Failed, lin.Unknown, lin.Visualization)
-	}
-	t.Logf("linearizable: %d operations on %d instances", lin.Ops, lin.Instances)
+	l.waitSent(200, 30*time.Second)
+	l.finish()
 	count := n2.metric("tickfence_handoff_pause_seconds_count")
 	sum := n2.metric("tickfence_handoff_pause_seconds_sum")
 	if count < 100 {
 		t.Fatalf("hand-off pauses reported for %v instances, want 100", count)
 	}
-	t.Logf("drain of 100 instances under load: %v; %d commands, all answered, each effect once; hand-off pause mean %v over %v instances",
-		drained.Round(time.Millisecond), sent.Load(), time.Duration(sum/count*1e9).Round(time.Microsecond), count)
-	c.checkHistory()
+	t.Logf("drain of 100 instances under load: %v; hand-off pause mean %v over %v instances",
+		drained.Round(time.Millisecond), time.Duration(sum/count*1e9).Round(time.Microsecond), count)
 }
 
 func toInt(v any) (int64, bool) {
@@ -389,104 +296,16 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	c := newCluster(t, "--sync")
 	c.node("n1", "--demo", "0")
 	c.node("n2", "--demo", "0")
-	ctx := context.Background()
-	cl, err := c.st.Cluster(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := natscmd.NewClient(c.nc, cl.Shards)
-	ids := make([]string, 40)
-	initial := map[string]int64{}
-	for i := range ids {
-		ids[i] = fmt.Sprintf("keep-%d", i)
-		initial[ids[i]] = 1_000_000_000
-		for _, cmd := range []map[string]any{{"type": "create", "kind": "dungeon", "boss_hp": 1_000_000_000}, {"type": "join", "player": "p"}} {
-			if r, err := client.SendMap(ctx, ids[i], fmt.Sprint(cmd["type"]), cmd); err != nil || !r.OK {
-				t.Fatalf("%s %s: %+v %v", cmd["type"], ids[i], r, err)
-			}
-		}
-	}
-	var ops linear.History
-	acked := make([]atomic.Int64, len(ids))
-	var sent, unknown atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := 0; w < 6; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				i := (w*7 + n*3) % len(ids)
-				op := linear.Op{Instance: ids[i], Client: w, Call: time.Now()}
-				cctx, cancel := context.WithTimeout(ctx, 40*time.Second)
-				r, err := client.SendMap(cctx, ids[i], fmt.Sprintf("w%d-%d", w, n), map[string]any{"type": "attack", "player": "p"})
-				cancel()
-				sent.Add(1)
-				switch {
-				case err != nil:
-					unknown.Add(1)
-				case r.OK:
-					res := r.Result.(map[string]any)
-					op.Return, op.OK = time.Now(), true
-					op.Damage, _ = toInt(res["damage"])
-					op.HP, _ = toInt(res["hp"])
-					acked[i].Add(op.Damage)
-				default:
-					op.Return = time.Now()
-				}
-				ops.Add(op)
-			}
-		}()
-	}
-	time.Sleep(2 * time.Second)
-	before := sent.Load()
+	l := c.startLoad("keep", 40, 6)
+	l.waitSent(200, 30*time.Second)
 	c.server.signal(syscall.SIGKILL)
 	<-c.server.exited
 	time.Sleep(3 * time.Second)
-	down := time.Now()
+	restarted := time.Now()
 	c.startServer()
-	// Wait until commands are answered again.
-	deadline := time.Now().Add(60 * time.Second)
-	for sent.Load() < before+200 {
-		if time.Now().After(deadline) {
-			t.Fatalf("commands did not resume within 60 s of the restart (%d sent before the kill, %d now)", before, sent.Load())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("commands flowing again %v after the restart", time.Since(down).Round(10*time.Millisecond))
-	close(stop)
-	wg.Wait()
-	if unknown.Load() != 0 {
-		t.Fatalf("%d of %d commands never answered", unknown.Load(), sent.Load())
-	}
-	for i, id := range ids {
-		op := linear.Op{Instance: id, Client: 6, Call: time.Now(), Status: true}
-		r, err := client.SendMap(ctx, id, "final-read", map[string]any{"type": "status"})
-		if err != nil || !r.OK {
-			t.Fatalf("status of %s: %+v %v", id, r, err)
-		}
-		op.Return, op.OK = time.Now(), true
-		op.HP, _ = toInt(r.Result.(map[string]any)["hp"])
-		ops.Add(op)
-		if lost := 1_000_000_000 - op.HP - acked[i].Load(); lost != 0 {
-			t.Fatalf("%s: hp %d after %d acknowledged damage: off by %d", id, op.HP, acked[i].Load(), lost)
-		}
-	}
-	lin, err := ops.Check(initial, 30*time.Second, os.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(lin.Failed) > 0 || len(lin.Unknown) > 0 {
-		t.Fatalf("not linearizable: %v (gave up on %v); visualisation: %s", lin.Failed, lin.Unknown, lin.Visualization)
-	}
-	t.Logf("server kill -9 and restart: %d commands, all answered, every acknowledged effect kept once; %d operations linearizable",
-		sent.Load(), lin.Ops)
-	c.checkHistory()
+	l.waitSent(200, 60*time.Second)
+	t.Logf("commands flowing again %v after the restart", time.Since(restarted).Round(10*time.Millisecond))
+	l.finish()
 }
 
 // TestKillMidWrite: a node is killed -9 right before a fenced write leaves it: the commands whose
