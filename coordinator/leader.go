@@ -70,14 +70,10 @@ func (c *Config) defaults() error {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = wallClock{}
+		c.Clock = lease.NewSystemClock()
 	}
 	return nil
 }
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
 
 // Run is a candidate: it tries to hold the leader lease and coordinates while it does, until ctx
 // ends. Then, if leader, it releases the lease (compare-and-delete) so another takes over at once.
@@ -316,8 +312,8 @@ func lead(ctx context.Context, cfg Config, log *slog.Logger) error {
 			v.applyShard(ev)
 		}
 	}()
-	r := &rounds{cfg: cfg, log: log, st: st, epoch: cl.Epoch, v: v, firstSeen: map[string]time.Time{},
-		lastRebalance: cfg.Clock.Now()}
+	r := &rounds{cfg: cfg, log: log, st: st, epoch: cl.Epoch, v: v, firstSeen: map[string]time.Duration{},
+		lastRebalance: cfg.Clock.Monotonic()}
 	t := time.NewTicker(cfg.Round)
 	defer t.Stop()
 	for {
@@ -342,31 +338,38 @@ type rounds struct {
 	st            store.Store
 	epoch         uint64
 	v             *view
-	firstSeen     map[string]time.Time // move key@revision → when this leader first saw it (monotonic)
-	lastRebalance time.Time
+	firstSeen     map[string]time.Duration // move key@revision → when this leader first saw it (monotonic)
+	lastRebalance time.Duration
 }
 
 func (r *rounds) seen(key string, rev uint64) time.Duration {
 	k := fmt.Sprintf("%s@%d", key, rev)
 	at, ok := r.firstSeen[k]
 	if !ok {
-		at = r.cfg.Clock.Now()
+		at = r.cfg.Clock.Monotonic()
 		r.firstSeen[k] = at
 	}
-	return r.cfg.Clock.Now().Sub(at)
+	return r.cfg.Clock.Monotonic() - at
 }
 
 // round is one placement round: settle hand-offs, fail over orphaned shards, start new moves.
 func (r *rounds) round(ctx context.Context) error {
 	snap := r.v.snapshot()
+	live := map[string]bool{}
 	for s, e := range snap.moves {
+		live[fmt.Sprintf("%s@%d", e.Key, e.Revision)] = true
 		if err := r.settleMove(ctx, snap, s, e); err != nil {
 			r.log.Warn("hand-off", "shard", s, "err", err)
 		}
 	}
+	for k := range r.firstSeen { // forget moves that are gone or moved on
+		if !live[k] {
+			delete(r.firstSeen, k)
+		}
+	}
 	snap = r.v.snapshot()
-	now := r.cfg.Clock.Now()
-	rebalance := !r.cfg.NoRebalance && now.Sub(r.lastRebalance) >= r.cfg.RebalanceEvery
+	now := r.cfg.Clock.Monotonic()
+	rebalance := !r.cfg.NoRebalance && now-r.lastRebalance >= r.cfg.RebalanceEvery
 	plan := MakePlan(snap.input(r.cfg.MaxMoves, rebalance, r.cfg.Tolerance))
 	if rebalance {
 		r.lastRebalance = now

@@ -19,12 +19,27 @@ import (
 // ErrLost: the key is no longer ours (it expired, or someone else holds it).
 var ErrLost = errors.New("lease lost")
 
-// Clock is the time source; its Now must carry a monotonic reading (time.Now does).
-type Clock interface{ Now() time.Time }
+// Clock is the time source of leases. Every duration a lease measures comes from Monotonic; the
+// wall clock (Now) may jump an hour either way without changing anything.
+type Clock interface {
+	// Now is the wall clock, for logs only.
+	Now() time.Time
+	// Monotonic is the time elapsed since a fixed point of this process, on a clock that only
+	// moves forward at a steady rate.
+	Monotonic() time.Duration
+}
 
-type systemClock struct{}
+// SystemClock is the real clock: time.Now, and time.Since a start for the monotonic reading.
+type SystemClock struct{ start time.Time }
 
-func (systemClock) Now() time.Time { return time.Now() }
+// NewSystemClock starts a system clock.
+func NewSystemClock() SystemClock { return SystemClock{start: time.Now()} }
+
+// Now implements Clock.
+func (c SystemClock) Now() time.Time { return time.Now() }
+
+// Monotonic implements Clock (time.Since uses the monotonic reading of time.Now).
+func (c SystemClock) Monotonic() time.Duration { return time.Since(c.start) }
 
 // Config of a lease.
 type Config struct {
@@ -55,10 +70,11 @@ type Lease struct {
 
 	mu        sync.Mutex
 	rev       uint64
-	lastAcked time.Time // send time of the last acknowledged write, monotonic
+	lastAcked time.Duration // monotonic send time of the last acknowledged write
 	// firstUnacked is the send time of the first renewal since lastAcked: if a renewal turns out
 	// to have landed without its ack, none was sent earlier than this.
-	firstUnacked time.Time
+	firstUnacked time.Duration
+	unacked      bool
 	fenced       bool
 	timer        *time.Timer
 	kick         chan struct{}
@@ -72,7 +88,7 @@ func (c *Config) defaults() error {
 		c.Margin = 500 * time.Millisecond
 	}
 	if c.Clock == nil {
-		c.Clock = systemClock{}
+		c.Clock = NewSystemClock()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -94,7 +110,7 @@ func TryAcquire(ctx context.Context, cfg Config) (*Lease, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	sent := cfg.Clock.Now()
+	sent := cfg.Clock.Monotonic()
 	rev, err := cfg.Store.ControlCreate(ctx, cfg.Key, cfg.Value(), cfg.TTL)
 	if err != nil {
 		return nil, err
@@ -122,8 +138,8 @@ func Acquire(ctx context.Context, cfg Config, waiting func(holder store.Entry)) 
 	}
 }
 
-func (l *Lease) untilFence(sent time.Time) time.Duration {
-	return sent.Add(l.cfg.TTL - l.cfg.Margin).Sub(l.cfg.Clock.Now())
+func (l *Lease) untilFence(sent time.Duration) time.Duration {
+	return sent + l.cfg.TTL - l.cfg.Margin - l.cfg.Clock.Monotonic()
 }
 
 func (l *Lease) fence() {
@@ -184,10 +200,10 @@ func (l *Lease) Run(ctx context.Context) error {
 func (l *Lease) renew(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, l.cfg.TTL/3)
 	defer cancel()
-	sent := l.cfg.Clock.Now()
+	sent := l.cfg.Clock.Monotonic()
 	l.mu.Lock()
-	if l.firstUnacked.IsZero() {
-		l.firstUnacked = sent
+	if !l.unacked {
+		l.firstUnacked, l.unacked = sent, true
 	}
 	l.mu.Unlock()
 	rev, err := l.cfg.Store.ControlUpdate(rctx, l.cfg.Key, l.cfg.Value(), l.Revision(), l.cfg.TTL)
@@ -214,14 +230,14 @@ func (l *Lease) renew(ctx context.Context) error {
 		return nil // the fence timer decides when this stops being a lease
 	}
 	if l.cfg.ObserveRenewal != nil {
-		l.cfg.ObserveRenewal(l.cfg.Clock.Now().Sub(sent))
+		l.cfg.ObserveRenewal(l.cfg.Clock.Monotonic() - sent)
 	}
 	l.mu.Lock()
 	l.rev = rev
-	if sent.After(l.lastAcked) {
+	if sent > l.lastAcked {
 		l.lastAcked = sent
 	}
-	l.firstUnacked = time.Time{}
+	l.unacked = false
 	wasFenced := l.fenced && l.untilFence(l.lastAcked) > 0
 	if wasFenced {
 		l.fenced = false

@@ -136,3 +136,52 @@ func TestRejectsFractionalTTL(t *testing.T) {
 		t.Fatal("a 1.5 s TTL was accepted")
 	}
 }
+
+// jumpyClock is a clock whose wall time jumps on demand while its monotonic time runs true.
+type jumpyClock struct {
+	real   lease.SystemClock
+	offset atomic.Int64
+}
+
+func (c *jumpyClock) Now() time.Time           { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *jumpyClock) Monotonic() time.Duration { return c.real.Monotonic() }
+
+// TestWallClockJumpsChangeNothing: the holder's wall clock jumps an hour forward, then an hour
+// back. The lease neither self-fences nor outlives its renewals: only monotonic time counts.
+func TestWallClockJumpsChangeNothing(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := &lossy{Store: memstore.New()}
+	var fenced, valid atomic.Int32
+	clock := &jumpyClock{real: lease.NewSystemClock()}
+	cfg := config(st, "s1", &fenced, &valid)
+	cfg.Clock = clock
+	l, err := lease.TryAcquire(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	for _, jump := range []time.Duration{time.Hour, -time.Hour, -time.Hour, 2 * time.Hour} {
+		clock.offset.Add(int64(jump))
+		time.Sleep(700 * time.Millisecond)
+		if !l.Valid() || fenced.Load() != 0 {
+			t.Fatalf("after a wall-clock jump of %v: valid %v, self-fenced %d times", jump, l.Valid(), fenced.Load())
+		}
+	}
+	// And a partition still fences it on time, jumps or not.
+	st.cut.Store(true)
+	clock.offset.Add(int64(-3 * time.Hour))
+	cut := time.Now()
+	for fenced.Load() == 0 && time.Since(cut) < 3*time.Second {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if fenced.Load() != 1 {
+		t.Fatalf("cut off: self-fenced %d times; want once", fenced.Load())
+	}
+	if _, err := st.ControlGet(ctx, "node.n1"); err != nil {
+		t.Fatalf("the lease expired on the store before its holder self-fenced: %v", err)
+	}
+	cancel()
+	<-done
+}
