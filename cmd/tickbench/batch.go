@@ -131,17 +131,12 @@ func writesPerShard(profile string, replicas, inflight, shards, payload int, d t
 	var opt nats.Option
 	if replicas == 3 {
 		p.line("%s: starting three servers", profile)
-		srvs, err := startCluster(3)
+		srvs, stop, err := startCluster(3)
 		if err != nil {
 			return nil, err
 		}
-		defer func() {
-			for _, s := range srvs {
-				s.Shutdown()
-				s.WaitForShutdown()
-			}
-		}()
-		opt = nats.InProcessServer(srvs[0])
+		defer stop()
+		opt = srvs[0].ConnectOption()
 	} else {
 		dir, err := os.MkdirTemp("", "tickbench-js-")
 		if err != nil {

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"strconv"
 	"sync"
@@ -13,7 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -363,18 +360,13 @@ func writesR1(profile string, storage jetstream.StorageType, syncAll bool, infli
 // one fenced write in flight per shard.
 func writesR3(inflight, shards, payload int, d time.Duration, p *progress) ([]writeResult, error) {
 	p.line("R3: starting three servers")
-	srvs, err := startCluster(3)
+	srvs, stop, err := startCluster(3)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		for _, s := range srvs {
-			s.Shutdown()
-			s.WaitForShutdown()
-		}
-	}()
+	defer stop()
 	ctx := context.Background()
-	b, err := openBench(ctx, nats.InProcessServer(srvs[0]), jetstream.FileStorage, 3, inflight, shards)
+	b, err := openBench(ctx, srvs[0].ConnectOption(), jetstream.FileStorage, 3, inflight, shards)
 	if err != nil {
 		return nil, err
 	}
@@ -407,46 +399,21 @@ func writesR3(inflight, shards, payload int, d time.Duration, p *progress) ([]wr
 	return rows, nil
 }
 
-func startCluster(n int) ([]*server.Server, error) {
-	ports := make([]int, n)
-	for i := range ports {
-		ports[i] = 24000 + os.Getpid()%2000*3 + i
+// startCluster starts three clustered in-process servers; stop stops them and removes their data.
+func startCluster(n int) (srvs []*natsserver.Server, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "tickbench-r3-")
+	if err != nil {
+		return nil, nil, err
 	}
-	var routes []*url.URL
-	for _, p := range ports {
-		u, _ := url.Parse(fmt.Sprintf("nats://127.0.0.1:%d", p))
-		routes = append(routes, u)
+	srvs, err = natsserver.StartCluster(n, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
 	}
-	var srvs []*server.Server
-	for i := range n {
-		dir, err := os.MkdirTemp("", "tickbench-r3-")
-		if err != nil {
-			return nil, err
-		}
-		opts := &server.Options{ServerName: fmt.Sprintf("s%d", i), JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true,
-			Host: "127.0.0.1", Port: server.RANDOM_PORT, MaxPayload: 1 << 20, JetStreamMaxMemory: 1 << 30,
-			Cluster: server.ClusterOpts{Name: "tickbench", Host: "127.0.0.1", Port: ports[i]}, Routes: routes}
-		s, err := server.NewServer(opts)
-		if err != nil {
-			return nil, err
-		}
-		go s.Start()
-		srvs = append(srvs, s)
-	}
-	for _, s := range srvs {
-		if !s.ReadyForConnections(30 * time.Second) {
-			return nil, errors.New("cluster server not ready")
-		}
-	}
-	// JetStream needs a meta leader before buckets can be created.
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	return srvs, func() {
 		for _, s := range srvs {
-			if s.JetStreamIsLeader() {
-				return srvs, nil
-			}
+			s.Stop()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return nil, errors.New("no JetStream meta leader within 30s")
+		os.RemoveAll(dir)
+	}, nil
 }
