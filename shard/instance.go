@@ -38,6 +38,7 @@ type instance struct {
 	dead       bool
 	ending     bool
 	resumeFrom time.Time // set on a shard received by a graceful move: report the pause at the first tick
+	failed     error     // the last write failed: its outcome may be unknown, so no more writes under this token
 }
 
 // write is one fenced write and the answers that wait for it.
@@ -263,10 +264,16 @@ func (in *instance) written(w *write, err error) {
 	if in.inflight == w {
 		in.inflight = nil
 	}
+	if err != nil && !errors.Is(err, store.ErrTooLarge) { // too large: refused outright, nothing sent
+		in.failed = err
+	}
 	if in.dead && err != nil {
-		// Taken out of service (stopped, or rebuilt under a token rotated away from this write):
-		// its commands were answered then, and a rejection here is the fence doing its job.
+		// Out of service (stopped, rebuilt under a rotated token, or stopped for a hand-off): a
+		// rejection here is the fence doing its job. Commands still attached had no effect.
 		in.mu.Unlock()
+		for _, a := range answers {
+			h.answerErr(a.c, wire.CodeRetry, "write of instance %s failed: %v", in.id, err)
+		}
 		return
 	}
 	var next *write
@@ -304,7 +311,8 @@ func (in *instance) written(w *write, err error) {
 		for _, a := range answers {
 			h.answerErr(a.c, wire.CodeRetry, "write of instance %s failed: %v", in.id, err)
 		}
-		in.sh.writeFailed(in, err)
+		// Not on the acknowledgement path: settling it may read from the store.
+		h.spawn(func() { in.sh.writeFailed(in, err) })
 	}
 }
 
@@ -360,6 +368,25 @@ func (in *instance) flush(ctx context.Context) error {
 		}
 	}
 	// in.mu held
+	if in.failed != nil {
+		// A write of this instance may still land: writing again under the same token could be
+		// overtaken by it. Give up the flush; the owner takes the shard back under a new token.
+		err := in.failed
+		in.dead = true
+		cmds := in.mailbox
+		in.mailbox = nil
+		if in.pending != nil {
+			for _, a := range in.pending.answers {
+				cmds = append(cmds, a.c)
+			}
+			in.pending = nil
+		}
+		in.mu.Unlock()
+		for _, c := range cmds {
+			in.sh.h.answerErr(c, wire.CodeRetry, "instance %s cannot be flushed; retry with the same request id", in.id)
+		}
+		return fmt.Errorf("flush %s: an earlier write's outcome is unknown: %w", in.id, err)
+	}
 	in.dead = true
 	in.sh.h.cfg.Engine.Remove(in.handle)
 	cmds := in.mailbox

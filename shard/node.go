@@ -106,7 +106,10 @@ func (n *Node) Run(ctx context.Context) error {
 		cfg.Logger = n.log
 		host, err := New(ctx, cfg)
 		if err != nil {
-			return err
+			if n.retryLater(ctx, "cannot start a session", err) {
+				continue
+			}
+			return nil
 		}
 		var waitedSince time.Time
 		l, err := lease.Acquire(ctx, lease.Config{Store: n.cfg.Store, Key: store.NodeKey(n.cfg.Node),
@@ -127,10 +130,10 @@ func (n *Node) Run(ctx context.Context) error {
 		})
 		if err != nil {
 			host.Abandon("shutdown")
-			if ctx.Err() != nil {
-				return nil
+			if n.retryLater(ctx, "cannot take the node lease", err) {
+				continue
 			}
-			return fmt.Errorf("node lease: %w", err)
+			return nil
 		}
 		n.mu.Lock()
 		n.host, n.lease, n.session = host, l, session
@@ -176,6 +179,21 @@ func (n *Node) Run(ctx context.Context) error {
 		host.Abandon("lease_lost")
 	}
 	return nil
+}
+
+// retryLater waits a moment after a failure to (re)join — the store may be briefly unreachable —
+// and reports whether to try again (false once ctx ends).
+func (n *Node) retryLater(ctx context.Context, what string, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	n.log.Warn(what+"; retrying", "err", err)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Second):
+		return true
+	}
 }
 
 // followMoves hands off the shards the coordinator moves away from this session, and notes the

@@ -97,7 +97,7 @@ func (sh *shardRun) load(g store.Grant) {
 	}
 	wg.Wait()
 	sh.mu.Lock()
-	if sh.state == stopped || sh.grant.Token != g.Token {
+	if sh.state != loading || sh.grant.Token != g.Token { // stopped, handed off or rebuilt meanwhile
 		sh.mu.Unlock()
 		return
 	}
@@ -211,6 +211,11 @@ func (sh *shardRun) writeFailed(in *instance, err error) {
 			return
 		}
 		a, rev, rerr := sh.h.cfg.Store.Assignment(sh.ctx, in.grant.Epoch, sh.id)
+		if rerr != nil && !errors.Is(rerr, store.ErrNotFound) {
+			// Cannot tell whose it is now: the rotation settles it (adopt, or stop if lost).
+			sh.rebuild("stale-owner rejection, owner unknown: "+rerr.Error(), 0)
+			return
+		}
 		if rerr == nil && a == in.grant.Assignment && rev > in.grant.Token {
 			// Still ours, at a revision someone else wrote with our own value: adopt it. Our
 			// writes under the old token are fenced by it, so nothing stale can land later.
@@ -246,11 +251,11 @@ func (sh *shardRun) rebuild(cause string, adopt uint64) {
 		}
 		sh.h.cfg.Metrics.Rotations.Inc()
 		sh.mu.Lock()
-		if sh.state == stopped {
+		sh.rotatedAway[old.Token] = true
+		if sh.state != rebuilding { // stopped or handed off meanwhile
 			sh.mu.Unlock()
 			return
 		}
-		sh.rotatedAway[old.Token] = true
 		sh.grant = g
 		sh.state = loading
 		sh.mu.Unlock()
@@ -450,6 +455,10 @@ func (sh *shardRun) finishCreate(g store.Grant, id string, in *instance) {
 	if added {
 		sh.h.cfg.Metrics.Instances.Inc()
 		in.schedule()
+	} else if in != nil {
+		for _, c := range in.die() { // loaded for nothing (the shard moved or was rebuilt)
+			sh.h.answerErr(c, wire.CodeRetry, "shard %d changed while %s was created; retry with the same request id", sh.id, id)
+		}
 	}
 	for _, c := range waiting {
 		sh.submit(c)
@@ -484,9 +493,17 @@ func (sh *shardRun) flushThen(ctx context.Context, reason string, release func(g
 		sh.mu.Unlock()
 		return nil
 	}
+	if sh.state != running {
+		// Loading, rebuilding or paused: nothing ticks and no state write of ours is pending
+		// (a rebuild killed them all), so there is nothing to flush. Stop it and hand it on.
+		g := sh.grant
+		sh.mu.Unlock()
+		sh.stop(reason)
+		return release(g, time.Now())
+	}
 	sh.state = handingOff
 	insts := sh.insts
-	sh.insts = nil
+	sh.insts = map[string]*instance{}
 	stopServe := sh.stopServe
 	g := sh.grant
 	sh.mu.Unlock()

@@ -78,6 +78,9 @@ type Lease struct {
 	fenced       bool
 	timer        *time.Timer
 	kick         chan struct{}
+
+	cbMu       sync.Mutex // serialises OnFenced and OnValid
+	toldFenced bool       // what the holder was last told
 }
 
 func (c *Config) defaults() error {
@@ -152,8 +155,27 @@ func (l *Lease) fence() {
 	l.mu.Unlock()
 	l.cfg.Logger.Warn("lease self-fenced: no renewal acknowledged in time", "key", l.cfg.Key, "revision", l.Revision(),
 		"ttl", l.cfg.TTL, "margin", l.cfg.Margin)
-	if l.cfg.OnFenced != nil {
+	l.notify()
+}
+
+// notify tells the holder the lease's current state if it differs from what it was last told.
+// Callbacks run one at a time and always end on the current state, so a fence and a recovery
+// racing each other cannot leave the holder paused while the lease is valid.
+func (l *Lease) notify() {
+	l.cbMu.Lock()
+	defer l.cbMu.Unlock()
+	l.mu.Lock()
+	fenced := l.fenced
+	l.mu.Unlock()
+	if fenced == l.toldFenced {
+		return
+	}
+	l.toldFenced = fenced
+	switch {
+	case fenced && l.cfg.OnFenced != nil:
 		l.cfg.OnFenced()
+	case !fenced && l.cfg.OnValid != nil:
+		l.cfg.OnValid()
 	}
 }
 
@@ -246,9 +268,7 @@ func (l *Lease) renew(ctx context.Context) error {
 	l.mu.Unlock()
 	if wasFenced {
 		l.cfg.Logger.Info("lease valid again", "key", l.cfg.Key, "revision", rev)
-		if l.cfg.OnValid != nil {
-			l.cfg.OnValid()
-		}
+		l.notify()
 	}
 	return nil
 }

@@ -66,6 +66,7 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 		return nil, fmt.Errorf("subscribe %s: %w", wire.ShardSubject(sh), err)
 	}
 	if err := sub.SetPendingLimits(65536, 64<<20); err != nil {
+		_ = sub.Unsubscribe()
 		return nil, err
 	}
 	return func() { _ = sub.Unsubscribe() }, nil

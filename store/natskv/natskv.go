@@ -71,9 +71,13 @@ type Store struct {
 	hold    func(string) bool
 	held    []store.HeldWrite
 
-	acks chan pending
-	quit chan struct{}
-	wg   sync.WaitGroup
+	// Pipelined writes awaiting their outcome, in submission order. Unbounded: a done callback
+	// that submits the instance's next write must never wait for the goroutine that runs it.
+	ackMu sync.Mutex
+	acks  []pending
+	wake  chan struct{}
+	quit  chan struct{}
+	wg    sync.WaitGroup
 }
 
 type pending struct {
@@ -109,7 +113,7 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{nc: nc, js: js, opts: opts, buckets: map[string]jetstream.KeyValue{},
-		acks: make(chan pending, opts.MaxPending), quit: make(chan struct{})}
+		wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	s.wg.Add(1)
 	go s.settle()
 	return s, nil
@@ -119,24 +123,41 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	close(s.quit)
 	s.wg.Wait()
+	s.ackMu.Lock() // a write submitted while closing
+	rest := s.acks
+	s.acks = nil
+	s.ackMu.Unlock()
+	for _, p := range rest {
+		p.done(0, fmt.Errorf("write %s: store closed: %w", p.id, store.ErrUnknownOutcome))
+	}
 	return nil
 }
 
 // settle delivers the outcomes of pipelined writes, in submission order.
 func (s *Store) settle() {
 	defer s.wg.Done()
+	var batch []pending
 	for {
-		select {
-		case <-s.quit:
-			for {
-				select {
-				case p := <-s.acks:
+		s.ackMu.Lock()
+		batch, s.acks = s.acks, batch[:0]
+		s.ackMu.Unlock()
+		if len(batch) == 0 {
+			select {
+			case <-s.quit:
+				s.ackMu.Lock()
+				rest := s.acks
+				s.acks = nil
+				s.ackMu.Unlock()
+				for _, p := range rest {
 					p.done(0, fmt.Errorf("write %s: store closed: %w", p.id, store.ErrUnknownOutcome))
-				default:
-					return
 				}
+				return
+			case <-s.wake:
 			}
-		case p := <-s.acks:
+			continue
+		}
+		for i, p := range batch {
+			batch[i] = pending{}
 			select {
 			case ack := <-p.fut.Ok():
 				p.done(ack.Sequence, nil)
@@ -640,9 +661,17 @@ func (s *Store) WriteAsync(g store.Grant, id string, rec store.Record, done func
 		return
 	}
 	select {
-	case s.acks <- pending{fut: fut, id: id, done: done}:
 	case <-s.quit:
 		done(0, fmt.Errorf("write %s: store closed: %w", id, store.ErrUnknownOutcome))
+		return
+	default:
+	}
+	s.ackMu.Lock()
+	s.acks = append(s.acks, pending{fut: fut, id: id, done: done})
+	s.ackMu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 }
 
