@@ -120,11 +120,12 @@ func TestUnknownOutcomeRotatesAndLateCopyIsRejected(t *testing.T) {
 		r := a.send(id, "r1", map[string]any{"type": "add", "by": 5})
 		fi.HoldWrites(nil)
 		wantCode(t, r, wire.CodeRetry, "command whose write outcome is unknown")
-		waitFor(t, "A rebuilds shard S", func() bool { return a.host.Running(s) })
-		_, tok, err := st.Assignment(context.Background(), 1, s)
-		if err != nil || tok <= g0.Token {
-			t.Fatalf("token after rebuild = %d, %v; want above %d", tok, err, g0.Token)
-		}
+		// The answer comes first; the rotation and rebuild follow.
+		waitFor(t, "A rotates its token and rebuilds shard S", func() bool {
+			_, tok, err := st.Assignment(context.Background(), 1, s)
+			return err == nil && tok > g0.Token && a.host.Running(s)
+		})
+		_, tok, _ := st.Assignment(context.Background(), 1, s)
 		held := fi.TakeHeld()
 		if len(held) != 1 {
 			t.Fatalf("held writes = %d, want 1", len(held))
