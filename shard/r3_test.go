@@ -1,6 +1,7 @@
 package shard_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -41,6 +42,17 @@ func TestR3StreamLeaderKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	// A cluster that just formed may not place R3 streams yet: retry the first bootstrap briefly.
+	for start := time.Now(); ; {
+		_, err := st.Bootstrap(context.Background(), store.Cluster{Shards: testShards, Partitions: 1, Epoch: 1})
+		if err == nil {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("bootstrap on the R3 cluster: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30})
 	for s := uint32(0); s < testShards; s++ {
 		n.grant(s)
@@ -48,7 +60,16 @@ func TestR3StreamLeaderKilled(t *testing.T) {
 	ids := make([]string, 16)
 	for i := range ids {
 		ids[i] = idIn(uint32(i%testShards), i)
-		mustOK(t, n.send(ids[i], "c", map[string]any{"type": "create", "kind": "counter"}), "create")
+		// Like a client: the same request ID again while the answer is "retry" (a new R3 stream
+		// may still be electing its leader).
+		for attempt := 0; ; attempt++ {
+			r := n.send(ids[i], "c", map[string]any{"type": "create", "kind": "counter"})
+			if r.OK || attempt == 50 || r.Error.Code != wire.CodeRetry {
+				mustOK(t, r, "create")
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	acked := make([]int64, len(ids))
 	var mu sync.Mutex
