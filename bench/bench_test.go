@@ -61,7 +61,7 @@ func BenchmarkFencedWriteMemory(b *testing.B) {
 	a := store.Assignment{Owner: "n", Session: "s"}
 	tok, _ := st.Assign(ctx, 1, 0, a, 0)
 	g := store.Grant{Epoch: 1, Shard: 0, Token: tok, Assignment: a}
-	if _, err := st.Create(ctx, g, "i", "dungeon"); err != nil {
+	if _, err := st.Create(ctx, g, "i", store.Record{Kind: "dungeon"}); err != nil {
 		b.Fatal(err)
 	}
 	r := record(b)

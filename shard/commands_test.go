@@ -69,7 +69,7 @@ func TestCreateNeverOverwritesUnlistedInstance(t *testing.T) {
 		g := n.grant(4)
 		id := idIn(4, 0)
 		// Written behind the running owner's back, so its in-memory listing lacks it.
-		if _, err := st.Create(context.Background(), g, id, "counter"); err != nil {
+		if _, err := st.Create(context.Background(), g, id, store.Record{Kind: "counter"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.Write(context.Background(), g, id, store.Record{Kind: "counter", Tick: 3, State: mustBody(t, map[string]any{"n": 42})}); err != nil {

@@ -170,8 +170,9 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 		return nil
 	}
 	var logic actor.Logic
-	if len(rec.State) == 0 { // created, but its initial state was never written
-		logic, err = kind.New(id, actor.Command{Type: "create"})
+	if len(rec.State) == 0 { // created, but its initial state was never written: the same create again
+		logic, err = kind.New(id, actor.Command{Type: "create", Body: rec.Create})
+		rec.Create = nil
 	} else {
 		logic, err = kind.Restore(id, rec.State)
 	}
@@ -411,7 +412,13 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 		return
 	}
 	st := sh.h.cfg.Store
-	if _, err := st.Create(sh.ctx, g, c.Instance, args.Kind); errors.Is(err, store.ErrConflict) {
+	reply := wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"created": c.Instance, "kind": args.Kind}})
+	// The placeholder holds the create command and its answer: if the initial write below is
+	// uncertain, the rebuild makes the instance from the same command, and a retransmission gets
+	// this answer, never already_exists.
+	rec := store.Record{Kind: args.Kind, Create: c.Body}
+	rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: reply})
+	if _, err := st.Create(sh.ctx, g, c.Instance, rec); errors.Is(err, store.ErrConflict) {
 		// It exists, perhaps missing from a lagging listing: never overwrite, load it.
 		if in = sh.loadOne(g, c.Instance); in == nil {
 			sh.h.answerErr(c, wire.CodeRetry, "instance %s exists but could not be loaded", c.Instance)
@@ -423,9 +430,7 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 		sh.h.answerErr(c, wire.CodeRetry, "create %s: %v", c.Instance, err)
 		return
 	}
-	reply := wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"created": c.Instance, "kind": args.Kind}})
-	rec := store.Record{Kind: args.Kind, State: state}
-	rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: reply})
+	rec.State, rec.Create = state, nil
 	if sh.h.cfg.BeforeWrite != nil {
 		sh.h.cfg.BeforeWrite(sh.id, c.Instance)
 	}

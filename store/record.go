@@ -30,6 +30,14 @@ type Record struct {
 	State []byte `msgpack:"state"`
 	// Reqs are the most recent applied requests, oldest first.
 	Reqs []Request `msgpack:"reqs"`
+	// Create is the msgpack body of the create command, kept while State is empty (a Create
+	// placeholder whose initial write is uncertain): a rebuild makes the instance from it.
+	Create []byte `msgpack:"create,omitempty"`
+	// Ended marks a tombstone: the instance was ended; the record keeps its request window so a
+	// retransmitted end gets its first answer and never ends a later instance of the same ID.
+	Ended bool `msgpack:"ended,omitempty"`
+	// EndedAt is the owner's wall clock (Unix ms) when it ended: only to expire the tombstone.
+	EndedAt int64 `msgpack:"ended_at,omitempty"`
 }
 
 // Request remembers one applied command: a retransmission with the same ID and fingerprint gets

@@ -58,10 +58,16 @@ func (c Cluster) Validate() error {
 	return nil
 }
 
-// Assignment is the value of shard.<S>: which node, in which session, owns the shard.
+// Assignment is the value of shard.<S>: which node, in which session, owns the shard, by which
+// decision of the coordinator. A token rotation rewrites it byte for byte; only a new grant changes
+// Grant, so a coordinator that re-reads a key after a conflict can tell "rotated by its owner"
+// (same value) from "granted again by someone else" (A→B→A has a new Grant).
 type Assignment struct {
 	Owner   string `json:"owner"`
 	Session string `json:"session"`
+	// Grant identifies the coordinator's decision: "<leader lease revision>.<counter>" of the
+	// leader that wrote it (empty in a value written by a restore or an older version).
+	Grant string `json:"grant,omitempty"`
 }
 
 // Grant is what an owner holds: the right to write the instances of one shard in one epoch,
@@ -94,12 +100,23 @@ type Store interface {
 	// Cluster reads the cluster record; ErrNotFound before Bootstrap.
 	Cluster(ctx context.Context) (Cluster, error)
 
-	// Assignment reads shard.<S> and its revision (the current token).
+	// Assignment reads shard.<S> and its revision (the token). It may be served by any replica
+	// and lag behind writes already acknowledged: for display and hints, never for a decision
+	// that a newer revision would change.
 	Assignment(ctx context.Context, epoch uint64, shard uint32) (Assignment, uint64, error)
+	// LatestAssignment reads shard.<S> through the stream leader: it reflects every write
+	// acknowledged before the call. After an uncertain write or a conflict, this is the read
+	// that decides whether the shard is still yours (DESIGN 4).
+	LatestAssignment(ctx context.Context, epoch uint64, shard uint32) (Assignment, uint64, error)
+	// ListAssignments returns every shard.<S> of an epoch (deleted ones with Deleted set). Like
+	// Assignment it may lag.
+	ListAssignments(ctx context.Context, epoch uint64) ([]AssignmentEvent, error)
 	// Assign writes shard.<S> if its revision is still expect (0: the key must not exist).
 	// Returns the new revision; ErrConflict if the key moved on.
 	Assign(ctx context.Context, epoch uint64, shard uint32, a Assignment, expect uint64) (uint64, error)
-	// WatchAssignments streams every current shard.<S> and then each change, until ctx ends.
+	// WatchAssignments streams every current shard.<S> and then each change, until ctx ends or
+	// the watch fails; then the channel closes. A caller that still needs it opens a new one:
+	// the replay of current values makes that safe (drop revisions already seen).
 	WatchAssignments(ctx context.Context, epoch uint64) (<-chan AssignmentEvent, error)
 	// Rotate rewrites shard.<S> with the grant's own value, compare-on-revision: every write
 	// still in flight under the old token will fail the fence. ErrStaleOwner if the grant was
@@ -108,16 +125,20 @@ type Store interface {
 	// ReleaseShard deletes shard.<S> only if it is still at the grant's token.
 	ReleaseShard(ctx context.Context, g Grant) error
 
-	// Instances lists the live instance IDs of a shard. A listing may lag; never create from it.
+	// Instances lists the instance IDs of a shard (tombstones of ended instances included). The
+	// listing covers every instance key written before the call (a backend that reads from a
+	// replica checks that the replica has caught up with the stream leader); never create from it.
 	Instances(ctx context.Context, epoch uint64, shard uint32) ([]string, error)
 	// Load reads an instance record and its revision.
 	Load(ctx context.Context, epoch uint64, shard uint32, id string) (Record, uint64, error)
 	// Register rewrites the loaded record with the grant's token, if the instance key is still
 	// at loadedRev (the proof that the load was current). ErrConflict: reload and retry.
 	Register(ctx context.Context, g Grant, id string, rec Record, loadedRev uint64) (uint64, error)
-	// Create stores a record with no game state if the instance does not exist (KV Create).
-	// ErrConflict if it exists. Follow it with a fenced Write of the initial state.
-	Create(ctx context.Context, g Grant, id string, kind string) (uint64, error)
+	// Create stores rec, which holds no game state (only its kind, the create command in Create
+	// and that command's request), if the instance does not exist (KV Create): a rebuild that
+	// finds it makes the instance from the same command. ErrConflict if it exists. Follow it with
+	// a fenced Write of the initial state.
+	Create(ctx context.Context, g Grant, id string, rec Record) (uint64, error)
 	// Write is the fenced write of a record.
 	Write(ctx context.Context, g Grant, id string, rec Record) (uint64, error)
 	// WriteAsync is Write, pipelined: it returns at once and calls done exactly once with the
@@ -148,8 +169,12 @@ type Entry struct {
 // Control is the control bucket (DESIGN.md section 3): leases with per-message TTLs, hand-offs and
 // the operator's placement inputs. Values are JSON; TTLs are whole seconds (at least 1 s).
 type Control interface {
-	// ControlGet reads a key; ErrNotFound if it is absent, deleted or expired.
+	// ControlGet reads a key; ErrNotFound if it is absent, deleted or expired. It may be served
+	// by any replica and lag.
 	ControlGet(ctx context.Context, key string) (Entry, error)
+	// LatestControl reads a key through the stream leader: it reflects every write acknowledged
+	// before the call (a lease deciding whether a conflicted renewal was its own uses it).
+	LatestControl(ctx context.Context, key string) (Entry, error)
 	// ControlCreate writes a key that does not exist (or was deleted or expired), with a TTL if
 	// ttl > 0. ErrConflict if it exists.
 	ControlCreate(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error)
@@ -162,7 +187,7 @@ type Control interface {
 	// ControlList returns the live entries whose keys match a KV filter such as "node.*".
 	ControlList(ctx context.Context, filter string) ([]Entry, error)
 	// ControlWatch streams the current entries matching filter, then every change (markers
-	// included), until ctx ends; then the channel closes.
+	// included), until ctx ends or the watch fails; then the channel closes (see WatchAssignments).
 	ControlWatch(ctx context.Context, filter string) (<-chan Entry, error)
 }
 

@@ -166,7 +166,7 @@ func openBench(ctx context.Context, opt nats.Option, storage jetstream.StorageTy
 	for i := range inflight {
 		id := "bench-" + strconv.Itoa(i)
 		g := b.grants[store.ShardOf(id, uint32(shards))]
-		if _, err := st.Create(ctx, g, id, "bench"); err != nil {
+		if _, err := st.Create(ctx, g, id, store.Record{Kind: "bench"}); err != nil {
 			return nil, err
 		}
 		b.ids = append(b.ids, id)

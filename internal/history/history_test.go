@@ -46,7 +46,7 @@ func TestCheckFindsStaleWritesAndBackwardsTicks(t *testing.T) {
 	tok, _ := st.Assign(ctx, 1, 0, a, 0)
 	ga := store.Grant{Epoch: 1, Shard: 0, Token: tok, Assignment: a}
 	id := idIn(0)
-	if _, err := st.Create(ctx, ga, id, "k"); err != nil { // a Create: allowed
+	if _, err := st.Create(ctx, ga, id, store.Record{Kind: "k"}); err != nil { // a Create: allowed
 		t.Fatal(err)
 	}
 	if _, err := st.Write(ctx, ga, id, store.Record{Kind: "k", Tick: 5, State: []byte("a5")}); err != nil {
@@ -87,7 +87,7 @@ func TestCheckReportsLostHistoryAsIncomplete(t *testing.T) {
 	tok, _ := st.Assign(ctx, 1, 1, a, 0)
 	g := store.Grant{Epoch: 1, Shard: 1, Token: tok, Assignment: a}
 	id := idIn(1)
-	if _, err := st.Create(ctx, g, id, "k"); err != nil {
+	if _, err := st.Create(ctx, g, id, store.Record{Kind: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {

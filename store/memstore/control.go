@@ -24,6 +24,9 @@ func match(filter, key string) bool {
 	// KV filters use "*" for one token and ">" for the rest; keys here have no "/".
 	f := strings.ReplaceAll(filter, ".", "/")
 	k := strings.ReplaceAll(key, ".", "/")
+	if f == ">" {
+		return true // every key
+	}
 	if strings.HasSuffix(f, "/>") {
 		return strings.HasPrefix(k, strings.TrimSuffix(f, ">"))
 	}
@@ -75,6 +78,11 @@ func (s *Store) ControlGet(_ context.Context, key string) (store.Entry, error) {
 		return store.Entry{}, fmt.Errorf("%s: %w", key, store.ErrNotFound)
 	}
 	return store.Entry{Key: key, Value: e.value, Revision: e.rev, Created: e.created}, nil
+}
+
+// LatestControl implements store.Control: memstore has one copy, so every read is the latest.
+func (s *Store) LatestControl(ctx context.Context, key string) (store.Entry, error) {
+	return s.ControlGet(ctx, key)
 }
 
 // ControlCreate implements store.Control.

@@ -144,6 +144,46 @@ func (s *Store) Assignment(_ context.Context, epoch uint64, shard uint32) (store
 	return a, e.rev, nil
 }
 
+// LatestAssignment implements store.Store: memstore has one copy, so every read is the latest.
+func (s *Store) LatestAssignment(ctx context.Context, epoch uint64, shard uint32) (store.Assignment, uint64, error) {
+	return s.Assignment(ctx, epoch, shard)
+}
+
+// ListAssignments implements store.Store.
+func (s *Store) ListAssignments(_ context.Context, epoch uint64) ([]store.AssignmentEvent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.assignmentsLocked(epoch)
+}
+
+func (s *Store) assignmentsLocked(epoch uint64) ([]store.AssignmentEvent, error) {
+	c, err := s.clusterLocked()
+	if err != nil {
+		return nil, err
+	}
+	var out []store.AssignmentEvent
+	for p := uint32(0); p < c.Partitions; p++ {
+		name := store.DataBucket(epoch, p)
+		b := s.bucket(name, false)
+		if b == nil {
+			return nil, fmt.Errorf("data bucket %s: %w", name, store.ErrNotFound)
+		}
+		for k, e := range b.keys {
+			var sh uint32
+			if _, err := fmt.Sscanf(k, "shard.%d", &sh); err != nil || !strings.HasPrefix(k, "shard.") {
+				continue
+			}
+			ev := store.AssignmentEvent{Shard: sh, Revision: e.rev, Deleted: e.deleted}
+			if !e.deleted {
+				_ = json.Unmarshal(e.value, &ev.Assignment)
+			}
+			out = append(out, ev)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Revision < out[j].Revision })
+	return out, nil
+}
+
 // Assign implements store.Store.
 func (s *Store) Assign(_ context.Context, epoch uint64, shard uint32, a store.Assignment, expect uint64) (uint64, error) {
 	v, err := json.Marshal(a)
@@ -188,33 +228,15 @@ func (s *Store) WatchAssignments(ctx context.Context, epoch uint64) (<-chan stor
 		return nil, err
 	}
 	w := &watcher{ch: make(chan store.AssignmentEvent, 4*int(c.Shards)+64), ctx: ctx}
-	var initial []store.AssignmentEvent
-	for p := uint32(0); p < c.Partitions; p++ {
-		name := store.DataBucket(epoch, p)
-		b := s.bucket(name, false)
-		if b == nil {
-			return nil, fmt.Errorf("data bucket %s: %w", name, store.ErrNotFound)
-		}
-		for k, e := range b.keys {
-			if !strings.HasPrefix(k, "shard.") {
-				continue
-			}
-			var sh uint32
-			fmt.Sscanf(k, "shard.%d", &sh)
-			ev := store.AssignmentEvent{Shard: sh, Revision: e.rev, Deleted: e.deleted}
-			if !e.deleted {
-				_ = json.Unmarshal(e.value, &ev.Assignment)
-			}
-			initial = append(initial, ev)
-		}
-		// One watcher per partition bucket shares the channel.
-		if p == 0 {
-			w.bucket = name
-		} else {
-			s.watchers = append(s.watchers, &watcher{bucket: name, ch: w.ch, ctx: ctx})
-		}
+	initial, err := s.assignmentsLocked(epoch)
+	if err != nil {
+		return nil, err
 	}
-	sort.Slice(initial, func(i, j int) bool { return initial[i].Revision < initial[j].Revision })
+	// One watcher per partition bucket shares the channel.
+	w.bucket = store.DataBucket(epoch, 0)
+	for p := uint32(1); p < c.Partitions; p++ {
+		s.watchers = append(s.watchers, &watcher{bucket: store.DataBucket(epoch, p), ch: w.ch, ctx: ctx})
+	}
 	for _, ev := range initial {
 		w.ch <- ev
 	}
@@ -343,11 +365,12 @@ func (s *Store) Register(_ context.Context, g store.Grant, id string, rec store.
 }
 
 // Create implements store.Store.
-func (s *Store) Create(_ context.Context, g store.Grant, id string, kind string) (uint64, error) {
+func (s *Store) Create(_ context.Context, g store.Grant, id string, rec store.Record) (uint64, error) {
 	if err := store.ValidID(id); err != nil {
 		return 0, err
 	}
-	v, err := store.EncodeRecord(store.Record{Token: g.Token, Kind: kind})
+	rec.Token, rec.State = g.Token, nil
+	v, err := store.EncodeRecord(rec)
 	if err != nil {
 		return 0, err
 	}

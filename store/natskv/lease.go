@@ -33,6 +33,18 @@ func (s *Store) ControlGet(ctx context.Context, key string) (store.Entry, error)
 	return store.Entry{Key: key, Value: e.Value(), Revision: e.Revision(), Created: e.Created()}, nil
 }
 
+// LatestControl implements store.Control, through the stream leader (see leaderGet).
+func (s *Store) LatestControl(ctx context.Context, key string) (store.Entry, error) {
+	m, err := s.leaderGet(ctx, store.ControlBucket, key)
+	if err != nil {
+		return store.Entry{}, err
+	}
+	if m.deleted {
+		return store.Entry{}, fmt.Errorf("%s: %w", key, store.ErrNotFound)
+	}
+	return store.Entry{Key: key, Value: m.data, Revision: m.seq, Created: m.time}, nil
+}
+
 // ControlCreate implements store.Control.
 func (s *Store) ControlCreate(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error) {
 	kv, err := s.ctl(ctx)

@@ -365,6 +365,81 @@ func (s *Store) Assignment(ctx context.Context, epoch uint64, shard uint32) (sto
 	return a, e.Revision(), nil
 }
 
+// LatestAssignment implements store.Store: a message get through the stream API, which the
+// stream leader answers (a KV Get is a direct get that any replica may answer, possibly lagging).
+func (s *Store) LatestAssignment(ctx context.Context, epoch uint64, shard uint32) (store.Assignment, uint64, error) {
+	_, bucket, err := s.dataKV(ctx, epoch, shard)
+	if err != nil {
+		return store.Assignment{}, 0, err
+	}
+	m, err := s.leaderGet(ctx, bucket, store.ShardKey(shard))
+	if err != nil {
+		return store.Assignment{}, 0, fmt.Errorf("shard %d: %w", shard, err)
+	}
+	if m.deleted {
+		return store.Assignment{}, 0, fmt.Errorf("shard %d: %w", shard, store.ErrNotFound)
+	}
+	var a store.Assignment
+	if err := json.Unmarshal(m.data, &a); err != nil {
+		return store.Assignment{}, 0, fmt.Errorf("shard %d: %w", shard, err)
+	}
+	return a, m.seq, nil
+}
+
+// ListAssignments implements store.Store.
+func (s *Store) ListAssignments(ctx context.Context, epoch uint64) ([]store.AssignmentEvent, error) {
+	c, err := s.Cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.AssignmentEvent
+	for p := uint32(0); p < c.Partitions; p++ {
+		kv, err := s.kv(ctx, store.DataBucket(epoch, p))
+		if err != nil {
+			return nil, err
+		}
+		w, err := kv.Watch(ctx, "shard.*")
+		if err != nil {
+			return nil, fmt.Errorf("list assignments: %w", err)
+		}
+		err = func() error {
+			defer w.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case e, ok := <-w.Updates():
+					if !ok {
+						return errors.New("list assignments: watcher closed")
+					}
+					if e == nil {
+						return nil
+					}
+					if ev, ok := assignmentEvent(e); ok {
+						out = append(out, ev)
+					}
+				}
+			}
+		}()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func assignmentEvent(e jetstream.KeyValueEntry) (store.AssignmentEvent, bool) {
+	var sh uint32
+	if _, err := fmt.Sscanf(e.Key(), "shard.%d", &sh); err != nil {
+		return store.AssignmentEvent{}, false
+	}
+	ev := store.AssignmentEvent{Shard: sh, Revision: e.Revision(), Deleted: e.Operation() != jetstream.KeyValuePut}
+	if !ev.Deleted && json.Unmarshal(e.Value(), &ev.Assignment) != nil {
+		return store.AssignmentEvent{}, false
+	}
+	return ev, true
+}
+
 // Assign implements store.Store.
 func (s *Store) Assign(ctx context.Context, epoch uint64, shard uint32, a store.Assignment, expect uint64) (uint64, error) {
 	kv, _, err := s.dataKV(ctx, epoch, shard)
@@ -400,11 +475,15 @@ func (s *Store) WatchAssignments(ctx context.Context, epoch uint64) (<-chan stor
 		}
 		watchers = append(watchers, w)
 	}
+	// One partition's watch ending ends the whole watch: the caller sees the channel close and
+	// opens a new one, instead of silently missing one partition's grants.
+	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, w := range watchers {
 		wg.Add(1)
 		go func(w jetstream.KeyWatcher) {
 			defer wg.Done()
+			defer cancel()
 			defer w.Stop()
 			for {
 				select {
@@ -417,12 +496,8 @@ func (s *Store) WatchAssignments(ctx context.Context, epoch uint64) (<-chan stor
 					if e == nil {
 						continue // end of the initial values
 					}
-					var sh uint32
-					if _, err := fmt.Sscanf(e.Key(), "shard.%d", &sh); err != nil {
-						continue
-					}
-					ev := store.AssignmentEvent{Shard: sh, Revision: e.Revision(), Deleted: e.Operation() != jetstream.KeyValuePut}
-					if !ev.Deleted && json.Unmarshal(e.Value(), &ev.Assignment) != nil {
+					ev, ok := assignmentEvent(e)
+					if !ok {
 						continue
 					}
 					select {
@@ -434,7 +509,7 @@ func (s *Store) WatchAssignments(ctx context.Context, epoch uint64) (<-chan stor
 			}
 		}(w)
 	}
-	go func() { wg.Wait(); close(out) }()
+	go func() { wg.Wait(); cancel(); close(out) }()
 	return out, nil
 }
 
@@ -473,23 +548,64 @@ func (s *Store) ReleaseShard(ctx context.Context, g store.Grant) error {
 	return err
 }
 
-// Instances implements store.Store.
+// Instances implements store.Store. The keys come from an ordered consumer, which a replica may
+// serve; the listing counts only once it has seen the last message the stream leader holds on
+// inst.<S>.* (delete markers included), so a just-created instance is never missed.
 func (s *Store) Instances(ctx context.Context, epoch uint64, shard uint32) ([]string, error) {
-	kv, _, err := s.dataKV(ctx, epoch, shard)
+	kv, bucket, err := s.dataKV(ctx, epoch, shard)
 	if err != nil {
 		return nil, err
 	}
 	prefix := fmt.Sprintf("inst.%d.", shard)
-	l, err := kv.ListKeysFiltered(ctx, prefix+"*")
-	if err != nil {
+	var latest uint64
+	switch m, err := s.leaderGet(ctx, bucket, prefix+"*"); {
+	case err == nil:
+		latest = m.seq
+	case !errors.Is(err, store.ErrNotFound):
 		return nil, fmt.Errorf("list shard %d: %w", shard, err)
 	}
-	defer l.Stop()
-	var ids []string
-	for k := range l.Keys() {
-		ids = append(ids, k[len(prefix):])
+	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
+		ids, seen, err := s.listOnce(ctx, kv, prefix)
+		if err != nil {
+			return nil, err
+		}
+		if seen >= latest {
+			return ids, nil
+		}
+		select { // a replica that has not caught up with the leader: list again
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list shard %d: replica behind the leader (%d < %d): %w", shard, seen, latest, ctx.Err())
+		case <-time.After(backoff):
+		}
 	}
-	return ids, nil
+}
+
+// listOnce lists the live keys under prefix and the highest revision it saw (markers included).
+func (s *Store) listOnce(ctx context.Context, kv jetstream.KeyValue, prefix string) ([]string, uint64, error) {
+	w, err := kv.Watch(ctx, prefix+"*", jetstream.MetaOnly())
+	if err != nil {
+		return nil, 0, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	defer w.Stop()
+	var ids []string
+	var seen uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, 0, fmt.Errorf("list %s: watcher closed", prefix)
+			}
+			if e == nil {
+				return ids, seen, nil
+			}
+			seen = max(seen, e.Revision())
+			if e.Operation() == jetstream.KeyValuePut {
+				ids = append(ids, e.Key()[len(prefix):])
+			}
+		}
+	}
 }
 
 // Load implements store.Store.
@@ -531,11 +647,12 @@ func (s *Store) Register(ctx context.Context, g store.Grant, id string, rec stor
 }
 
 // Create implements store.Store.
-func (s *Store) Create(ctx context.Context, g store.Grant, id string, kind string) (uint64, error) {
+func (s *Store) Create(ctx context.Context, g store.Grant, id string, rec store.Record) (uint64, error) {
 	if err := store.ValidID(id); err != nil {
 		return 0, err
 	}
-	v, err := store.EncodeRecord(store.Record{Token: g.Token, Kind: kind})
+	rec.Token, rec.State = g.Token, nil
+	v, err := store.EncodeRecord(rec)
 	if err != nil {
 		return 0, err
 	}

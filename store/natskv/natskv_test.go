@@ -96,7 +96,7 @@ func TestRestoreFencesPreRestoreTokens(t *testing.T) {
 		for i := 0; id == "" || store.ShardOf(id, 8) != 3; i++ {
 			id = fmt.Sprintf("i%d", i)
 		}
-		if _, err := st.Create(ctx, g, id, "k"); err != nil {
+		if _, err := st.Create(ctx, g, id, store.Record{Kind: "k"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.Write(ctx, g, id, store.Record{Kind: "k", Tick: 1, State: []byte("before")}); err != nil {

@@ -71,7 +71,7 @@ func idIn(shard uint32, n int) string {
 func (f *fixture) create(g store.Grant, id string, state string) uint64 {
 	f.t.Helper()
 	ctx := context.Background()
-	if _, err := f.s.Create(ctx, g, id, "test"); err != nil {
+	if _, err := f.s.Create(ctx, g, id, store.Record{Kind: "test"}); err != nil {
 		f.t.Fatalf("Create(%s): %v", id, err)
 	}
 	rev, err := f.s.Write(ctx, g, id, store.Record{Kind: "test", Tick: 1, State: []byte(state)})
@@ -236,7 +236,7 @@ func testCreate(t *testing.T, f *fixture) {
 	id := idIn(3, 3)
 	f.create(f.a, id, "precious")
 	// A listing that lags does not show the instance; Create is still refused.
-	if _, err := f.s.Create(ctx, f.a, id, "test"); !errors.Is(err, store.ErrConflict) {
+	if _, err := f.s.Create(ctx, f.a, id, store.Record{Kind: "test"}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("Create of an existing instance: err = %v, want ErrConflict", err)
 	}
 	f.wantState(3, id, "precious")
@@ -349,7 +349,7 @@ func testInvalidIDs(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	rec := store.Record{Kind: "test", State: []byte("x")}
 	for _, id := range []string{"a.b", "*", ">", "", strings.Repeat("x", 65), "has space", "héllo", "a\x00b", "a/b"} {
-		if _, err := f.s.Create(ctx, f.a, id, "test"); !errors.Is(err, store.ErrInvalidID) {
+		if _, err := f.s.Create(ctx, f.a, id, store.Record{Kind: "test"}); !errors.Is(err, store.ErrInvalidID) {
 			t.Errorf("Create(%q): err = %v, want ErrInvalidID", id, err)
 		}
 		if _, err := f.s.Write(ctx, f.a, id, rec); !errors.Is(err, store.ErrInvalidID) {

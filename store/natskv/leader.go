@@ -1,0 +1,70 @@
+package natskv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tickfence/tickfence/store"
+)
+
+// leaderMsg is the last message on a subject as the stream leader holds it.
+type leaderMsg struct {
+	seq     uint64
+	data    []byte
+	time    time.Time
+	deleted bool // a delete, purge or TTL marker
+}
+
+// leaderGet reads the last message on a key (or a key filter with wildcards) of a bucket through
+// $JS.API.STREAM.MSG.GET, which only the stream leader answers. KV buckets allow direct gets, and
+// the jetstream package then uses them for every message get: any replica may answer those, so a
+// decision that must see every acknowledged write reads here instead (DESIGN 4).
+func (s *Store) leaderGet(ctx context.Context, bucket, key string) (leaderMsg, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + key})
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.AckTimeout)
+		defer cancel()
+	}
+	resp, err := s.nc.RequestWithContext(ctx, jetstream.DefaultAPIPrefix+"STREAM.MSG.GET.KV_"+bucket, req)
+	if err != nil {
+		return leaderMsg{}, fmt.Errorf("leader read of %s: %w", key, err)
+	}
+	var r struct {
+		Message *struct {
+			Seq  uint64    `json:"seq"`
+			Time time.Time `json:"time"`
+			Hdrs []byte    `json:"hdrs"`
+			Data []byte    `json:"data"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return leaderMsg{}, fmt.Errorf("leader read of %s: %w", key, err)
+	}
+	if r.Error != nil {
+		if r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+			return leaderMsg{}, fmt.Errorf("%s: %w", key, store.ErrNotFound)
+		}
+		return leaderMsg{}, fmt.Errorf("leader read of %s: %w", key, r.Error)
+	}
+	if r.Message == nil {
+		return leaderMsg{}, fmt.Errorf("leader read of %s: empty answer", key)
+	}
+	m := leaderMsg{seq: r.Message.Seq, data: r.Message.Data, time: r.Message.Time}
+	if len(r.Message.Hdrs) > 0 {
+		h, err := nats.DecodeHeadersMsg(r.Message.Hdrs)
+		if err != nil {
+			return leaderMsg{}, fmt.Errorf("leader read of %s: headers: %w", key, err)
+		}
+		if op := h.Get(headerKVOp); op == "DEL" || op == "PURGE" || h.Get(jetstream.MarkerReasonHeader) != "" {
+			m.deleted = true
+		}
+	}
+	return m, nil
+}
