@@ -119,6 +119,7 @@ func Run(t *testing.T, b Backend) {
 		{"MalformedStoredRecord", testMalformed},
 		{"PipelinedWrites", testPipelined},
 		{"WatchAssignments", testWatch},
+		{"LatestAssignmentAndList", testLatestAssignment},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, setup(t, b)) })
@@ -491,6 +492,8 @@ func RunControl(t *testing.T, b Backend) {
 		{"LeaseExpiresWithMarker", testLeaseExpiry},
 		{"RenewalKeepsLeaseAlive", testLeaseRenewal},
 		{"ListAndWatchFilter", testControlList},
+		{"FilterAllMatchesEveryKey", testControlListAll},
+		{"LatestControl", testLatestControl},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, setup(t, b)) })
@@ -601,5 +604,120 @@ func testControlList(t *testing.T, f *fixture) {
 	}
 	if got, _ := f.s.ControlList(ctx, "missing.*"); len(got) != 0 {
 		t.Fatalf("ControlList(missing.*) = %+v", got)
+	}
+}
+
+// testLatestAssignment: the leader read sees every acknowledged write (values with their grant),
+// and ListAssignments covers every shard key, released ones marked Deleted.
+func testLatestAssignment(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	a, rev, err := f.s.LatestAssignment(ctx, 1, 3)
+	if err != nil || a != f.a.Assignment || rev != f.a.Token {
+		t.Fatalf("LatestAssignment = %+v@%d, %v; want %+v@%d", a, rev, err, f.a.Assignment, f.a.Token)
+	}
+	if _, _, err := f.s.LatestAssignment(ctx, 1, 4); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("LatestAssignment of an unassigned shard: err = %v, want ErrNotFound", err)
+	}
+	b := store.Assignment{Owner: "B", Session: "B-session", Grant: "7.1"}
+	brev, err := f.s.Assign(ctx, 1, 3, b, f.a.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, rev, err := f.s.LatestAssignment(ctx, 1, 3); err != nil || got != b || rev != brev {
+		t.Fatalf("LatestAssignment after a new grant = %+v@%d, %v; want %+v@%d (grant kept)", got, rev, err, b, brev)
+	}
+	g5 := f.grant(5, "C", 0)
+	if err := f.s.ReleaseShard(ctx, g5); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.s.LatestAssignment(ctx, 1, 5); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("LatestAssignment of a released shard: err = %v, want ErrNotFound", err)
+	}
+	evs, err := f.s.ListAssignments(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint32]store.AssignmentEvent{}
+	for _, ev := range evs {
+		got[ev.Shard] = ev
+	}
+	if len(got) != 2 || got[3].Assignment != b || got[3].Revision != brev || got[3].Deleted || !got[5].Deleted {
+		t.Fatalf("ListAssignments = %+v; want shard 3 = %+v@%d and shard 5 deleted", evs, b, brev)
+	}
+}
+
+// testControlListAll: the filter ">" matches every key, as JetStream's does (the coordinator and
+// tickctl status list the whole control bucket with it).
+func testControlListAll(t *testing.T, f *fixture) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	keys := []string{"node.a", "pin.3", "drain.a", "move.7", "leader"}
+	for _, k := range keys {
+		if _, err := f.s.ControlCreate(ctx, k, []byte(`{}`), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := f.s.ControlList(ctx, ">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range got {
+		seen[e.Key] = true
+	}
+	for _, k := range append(keys, store.ClusterKey) {
+		if !seen[k] {
+			t.Fatalf("ControlList(>) = %d entries, missing %s; want every key", len(got), k)
+		}
+	}
+	ch, err := f.s.ControlWatch(ctx, ">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.ControlCreate(ctx, "weight.b", []byte(`{"weight":2}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(5 * time.Second)
+	for replayed := map[string]bool{}; ; {
+		select {
+		case e := <-ch:
+			replayed[e.Key] = true
+			if e.Key == "weight.b" {
+				for _, k := range keys {
+					if !replayed[k] {
+						t.Fatalf("ControlWatch(>) delivered weight.b without replaying %s first", k)
+					}
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("ControlWatch(>) did not deliver a new key within 5s")
+		}
+	}
+}
+
+// testLatestControl: the leader read of a control key sees every acknowledged write.
+func testLatestControl(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	rev, err := f.s.ControlCreate(ctx, "leader", []byte(`{"node":"n1"}`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev2, err := f.s.ControlUpdate(ctx, "leader", []byte(`{"node":"n1","x":1}`), rev, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := f.s.LatestControl(ctx, "leader")
+	if err != nil || e.Revision != rev2 || string(e.Value) != `{"node":"n1","x":1}` {
+		t.Fatalf("LatestControl = %+v, %v; want revision %d", e, err, rev2)
+	}
+	if err := f.s.ControlDelete(ctx, "leader", rev2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.LatestControl(ctx, "leader"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("LatestControl of a deleted key: err = %v, want ErrNotFound", err)
+	}
+	if _, err := f.s.LatestControl(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("LatestControl of a missing key: err = %v, want ErrNotFound", err)
 	}
 }
