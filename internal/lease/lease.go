@@ -76,6 +76,7 @@ type Lease struct {
 	firstUnacked time.Duration
 	unacked      bool
 	fenced       bool
+	lost         bool // the store showed the key is someone else's: never valid again
 	timer        *time.Timer
 	kick         chan struct{}
 
@@ -158,6 +159,20 @@ func (l *Lease) fence() {
 	l.notify()
 }
 
+// forceFence stops trusting the lease at once: the store showed it is no longer ours, whatever
+// the time of the last acknowledged renewal says.
+func (l *Lease) forceFence() {
+	l.mu.Lock()
+	if l.fenced {
+		l.mu.Unlock()
+		return
+	}
+	l.fenced, l.lost = true, true
+	l.mu.Unlock()
+	l.cfg.Logger.Warn("lease lost: the key is no longer ours", "key", l.cfg.Key, "revision", l.Revision())
+	l.notify()
+}
+
 // notify tells the holder the lease's current state if it differs from what it was last told.
 // Callbacks run one at a time and always end on the current state, so a fence and a recovery
 // racing each other cannot leave the holder paused while the lease is valid.
@@ -183,7 +198,18 @@ func (l *Lease) notify() {
 func (l *Lease) Valid() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return !l.fenced && l.untilFence(l.lastAcked) > 0
+	return !l.fenced && !l.lost && l.untilFence(l.lastAcked) > 0
+}
+
+// Remaining is how long the lease may still be trusted (≤ 0: not now), on the lease's clock. A
+// holder bounds its work by it, so nothing it starts while valid runs past the deadline.
+func (l *Lease) Remaining() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fenced || l.lost {
+		return 0
+	}
+	return l.untilFence(l.lastAcked)
 }
 
 // Revision is the key's revision as last written by us.
@@ -232,10 +258,16 @@ func (l *Lease) renew(ctx context.Context) error {
 	switch {
 	case err == nil:
 	case errors.Is(err, store.ErrConflict):
-		// Either an earlier renewal landed and only its ack was lost, or the key is gone.
-		e, gerr := l.cfg.Store.ControlGet(rctx, l.cfg.Key)
-		if gerr != nil || !l.cfg.Mine(e.Value) {
-			l.fence()
+		// Either an earlier renewal landed and only its ack was lost, or the key is gone. Read
+		// through the stream leader: a lagging replica still shows my value at my revision. The
+		// conflict proves the key moved past the revision held, so only a later one can be mine.
+		held := l.Revision()
+		e, gerr := l.cfg.Store.LatestControl(rctx, l.cfg.Key)
+		if gerr != nil || !l.cfg.Mine(e.Value) || e.Revision <= held {
+			l.forceFence()
+			if gerr == nil && e.Revision <= held {
+				gerr = fmt.Errorf("read back revision %d, not past the %d held", e.Revision, held)
+			}
 			return fmt.Errorf("%s: %w (read back: %v)", l.cfg.Key, ErrLost, gerr)
 		}
 		l.cfg.Logger.Info("adopted a renewal whose acknowledgement was lost", "key", l.cfg.Key, "revision", e.Revision)

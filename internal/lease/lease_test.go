@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -184,4 +185,91 @@ func TestWallClockJumpsChangeNothing(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// lagging serves ControlGet (and, if lagLatest, LatestControl too) from a copy of the key taken
+// when freeze was called: a replica that has not seen the writes since.
+type lagging struct {
+	store.Store
+	lagLatest bool
+	frozen    atomic.Pointer[store.Entry]
+}
+
+func (s *lagging) freeze(ctx context.Context, key string) store.Entry {
+	e, err := s.Store.ControlGet(ctx, key)
+	if err != nil {
+		panic(err)
+	}
+	s.frozen.Store(&e)
+	return e
+}
+
+func (s *lagging) ControlGet(ctx context.Context, key string) (store.Entry, error) {
+	if e := s.frozen.Load(); e != nil && e.Key == key {
+		return *e, nil
+	}
+	return s.Store.ControlGet(ctx, key)
+}
+
+func (s *lagging) LatestControl(ctx context.Context, key string) (store.Entry, error) {
+	if s.lagLatest {
+		return s.ControlGet(ctx, key)
+	}
+	return s.Store.LatestControl(ctx, key)
+}
+
+// TestLaggingReadBackIsNotAdopted: the key moves on (it was lost and another session took it)
+// while a replica still shows the holder's value at the holder's revision. The renewal conflicts;
+// the read-back must not adopt that revision — the conflict proved the key moved past it — or two
+// holders are valid at once. With a lagging ControlGet the leader read sees the new holder; with a
+// lagging leader read too, a revision not above the one held is still refused.
+func TestLaggingReadBackIsNotAdopted(t *testing.T) {
+	for _, lagLatest := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ControlGet lags", true: "every read lags"}[lagLatest], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				mem := memstore.New()
+				st := &lagging{Store: mem, lagLatest: lagLatest}
+				var fenced, valid atomic.Int32
+				cfg := config(st, "s1", &fenced, &valid)
+				l, err := lease.TryAcquire(ctx, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() { done <- l.Run(ctx) }()
+				time.Sleep(500 * time.Millisecond) // a renewal or so
+				synctest.Wait()
+				held := st.freeze(ctx, "node.n1")
+				if held.Revision != l.Revision() {
+					t.Fatalf("frozen copy at revision %d, holder at %d", held.Revision, l.Revision())
+				}
+				// The key is lost and another session takes it.
+				if err := mem.ControlDelete(ctx, "node.n1", 0); err != nil {
+					t.Fatal(err)
+				}
+				var f2, v2 atomic.Int32
+				other, err := lease.TryAcquire(ctx, config(mem, "s2", &f2, &v2))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer other.Release(context.Background())
+				time.Sleep(400 * time.Millisecond) // the next renewal conflicts
+				synctest.Wait()
+				select {
+				case err := <-done:
+					if !errors.Is(err, lease.ErrLost) {
+						t.Fatalf("Run = %v, want ErrLost", err)
+					}
+				default:
+					t.Fatalf("after a conflicting renewal read back at revision %d (held %d), the lease still runs; valid %v",
+						held.Revision, l.Revision(), l.Valid())
+				}
+				if l.Valid() || fenced.Load() != 1 {
+					t.Fatalf("valid %v, self-fenced %d times: two holders of node.n1 (the other valid: %v)", l.Valid(), fenced.Load(), other.Valid())
+				}
+			})
+		})
+	}
 }
