@@ -232,7 +232,9 @@ func (in *instance) queue(w *write) {
 
 // takeSendable moves the pending write in flight if none is, and returns it to send.
 func (in *instance) takeSendable(w *write) *write {
-	if in.inflight != nil || in.pending != w {
+	// DESIGN 4: after any uncertainty nothing more is written under that token — the uncertain
+	// write could land late over this one. The pending write waits; the rebuild answers it retry.
+	if in.inflight != nil || in.pending != w || in.failed != nil || in.sh.uncertain(in.grant.Token) {
 		return nil
 	}
 	in.inflight, in.pending = w, nil
@@ -266,6 +268,7 @@ func (in *instance) written(w *write, err error) {
 	}
 	if err != nil && !errors.Is(err, store.ErrTooLarge) { // too large: refused outright, nothing sent
 		in.failed = err
+		in.sh.markUncertain(in.grant.Token)
 	}
 	if in.dead && err != nil {
 		// Out of service (stopped, rebuilt under a rotated token, or stopped for a hand-off): a
@@ -368,6 +371,9 @@ func (in *instance) flush(ctx context.Context) error {
 		}
 	}
 	// in.mu held
+	if in.failed == nil && in.sh.uncertain(in.grant.Token) {
+		in.failed = errShardUncertain
+	}
 	if in.failed != nil {
 		// A write of this instance may still land: writing again under the same token could be
 		// overtaken by it. Give up the flush; the owner takes the shard back under a new token.

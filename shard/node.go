@@ -255,7 +255,7 @@ func (n *Node) handOff(ctx context.Context, host *Host, s uint32, e store.Entry,
 	}
 	// Not handed on (the move was withdrawn, or the flush failed): if the shard is still ours,
 	// take it back under a rotated token — some of its writes may have landed.
-	a, rev, rerr := n.cfg.Store.Assignment(ctx, host.cluster.Epoch, s)
+	a, rev, rerr := n.cfg.Store.LatestAssignment(ctx, host.cluster.Epoch, s)
 	if rerr != nil || a.Owner != n.cfg.Node || a.Session != host.cfg.Session {
 		return
 	}

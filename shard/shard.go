@@ -35,13 +35,16 @@ type shardRun struct {
 	state       runState
 	insts       map[string]*instance
 	creating    map[string][]Command // commands that arrived while their instance is being created
-	rotatedAway map[uint64]bool      // tokens this session rotated away from itself
 	stopServe   func()
 	ctx         context.Context
 	cancel      context.CancelFunc
 	// resumeFrom is when the previous owner stopped ticking, for a shard received by a graceful
 	// move: each instance's first tick here reports the pause.
 	resumeFrom time.Time
+
+	// uncertainToken is a token under which a write of this shard failed or has an unknown
+	// outcome: no write is sent under it any more (DESIGN 4); the rebuild rotates away from it.
+	uncertainToken atomic.Uint64
 
 	cpu    atomic.Int64 // nanoseconds spent ticking this shard's instances since the last report
 	cpuAvg float64      // smoothed tick CPU (s/s), under mu
@@ -50,9 +53,16 @@ type shardRun struct {
 func newShardRun(h *Host, g store.Grant) *shardRun {
 	ctx, cancel := context.WithCancel(h.ctx)
 	return &shardRun{h: h, id: g.Shard, grant: g, state: loading, insts: map[string]*instance{},
-		creating: map[string][]Command{}, rotatedAway: map[uint64]bool{}, ctx: ctx, cancel: cancel,
+		creating: map[string][]Command{}, ctx: ctx, cancel: cancel,
 		log: h.log.With("shard", g.Shard, "epoch", g.Epoch)}
 }
+
+var errShardUncertain = errors.New("another write of the shard under this token has an unknown outcome")
+
+// markUncertain records that a write under token may still land: nothing more is sent under it.
+func (sh *shardRun) markUncertain(token uint64) { sh.uncertainToken.Store(token) }
+
+func (sh *shardRun) uncertain(token uint64) bool { return sh.uncertainToken.Load() == token }
 
 // retry runs f with backoff until it succeeds, returns a permanent error, or the shard stops.
 func (sh *shardRun) retry(what string, f func() error, permanent func(error) bool) error {
@@ -191,7 +201,7 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 // observe handles a revision of shard.<S> that still names this session.
 func (sh *shardRun) observe(rev uint64) {
 	sh.mu.Lock()
-	if rev <= sh.grant.Token || sh.rotatedAway[rev] || sh.state != running {
+	if rev <= sh.grant.Token || sh.state != running { // our own rotations are at or below the grant
 		sh.mu.Unlock()
 		return
 	}
@@ -206,12 +216,14 @@ func (sh *shardRun) writeFailed(in *instance, err error) {
 	switch {
 	case errors.Is(err, store.ErrStaleOwner):
 		sh.mu.Lock()
-		ours := sh.rotatedAway[in.grant.Token]
+		ours := in.grant.Token < sh.grant.Token
 		sh.mu.Unlock()
 		if ours { // a write that raced our own rotation: expected, the shard is being rebuilt
 			return
 		}
-		a, rev, rerr := sh.h.cfg.Store.Assignment(sh.ctx, in.grant.Epoch, sh.id)
+		// From the stream leader: a lagging replica could show an older owner, and stopping a
+		// shard that still names this session would leave it unserved (DESIGN 4).
+		a, rev, rerr := sh.h.cfg.Store.LatestAssignment(sh.ctx, in.grant.Epoch, sh.id)
 		if rerr != nil && !errors.Is(rerr, store.ErrNotFound) {
 			// Cannot tell whose it is now: the rotation settles it (adopt, or stop if lost).
 			sh.rebuild("stale-owner rejection, owner unknown: "+rerr.Error(), 0)
@@ -252,7 +264,6 @@ func (sh *shardRun) rebuild(cause string, adopt uint64) {
 		}
 		sh.h.cfg.Metrics.Rotations.Inc()
 		sh.mu.Lock()
-		sh.rotatedAway[old.Token] = true
 		if sh.state != rebuilding { // stopped or handed off meanwhile
 			sh.mu.Unlock()
 			return
@@ -280,7 +291,8 @@ func (sh *shardRun) rotate(old store.Grant, adopt uint64) (store.Grant, bool) {
 		if g, err = st.Rotate(sh.ctx, old); err == nil {
 			return nil
 		}
-		a, rev, rerr := st.Assignment(sh.ctx, old.Epoch, old.Shard)
+		// Read back from the stream leader (DESIGN 4), never from a replica that may lag.
+		a, rev, rerr := st.LatestAssignment(sh.ctx, old.Epoch, old.Shard)
 		switch {
 		case rerr != nil && !errors.Is(rerr, store.ErrNotFound):
 			return rerr // cannot tell yet
@@ -431,6 +443,10 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 		return
 	}
 	rec.State, rec.Create = state, nil
+	if sh.uncertain(g.Token) {
+		sh.h.answerErr(c, wire.CodeRetry, "shard %d is being rebuilt after an uncertain write; retry with the same request id", sh.id)
+		return
+	}
 	if sh.h.cfg.BeforeWrite != nil {
 		sh.h.cfg.BeforeWrite(sh.id, c.Instance)
 	}
@@ -438,6 +454,9 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 	sh.h.cfg.Metrics.StateWrite(writeResult(err))
 	if err != nil {
 		sh.h.answerErr(c, wire.CodeRetry, "initial write of %s: %v", c.Instance, err)
+		if !errors.Is(err, store.ErrTooLarge) {
+			sh.markUncertain(g.Token)
+		}
 		probe := &instance{id: c.Instance, grant: g}
 		sh.writeFailed(probe, err)
 		return

@@ -1,0 +1,132 @@
+package shard_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/memstore"
+)
+
+// boundary is a store whose faults sit at the store boundary: a pipelined write whose answer is
+// lost (it never lands), a rotation that lands but whose answer is lost, and lagging reads of
+// shard.<S> (Assignment answers what a replica that missed the last writes would).
+type boundary struct {
+	store.Store
+	mu         sync.Mutex
+	loseWrite  bool
+	loseRotate bool
+	stale      map[uint32]store.AssignmentEvent
+}
+
+func (b *boundary) WriteAsync(g store.Grant, id string, rec store.Record, done func(uint64, error)) {
+	b.mu.Lock()
+	lose := b.loseWrite
+	b.loseWrite = false
+	b.mu.Unlock()
+	if lose {
+		done(0, fmt.Errorf("write %s: ack lost: %w", id, store.ErrUnknownOutcome))
+		return
+	}
+	b.Store.WriteAsync(g, id, rec, done)
+}
+
+func (b *boundary) Rotate(ctx context.Context, g store.Grant) (store.Grant, error) {
+	ng, err := b.Store.Rotate(ctx, g)
+	b.mu.Lock()
+	lose := b.loseRotate
+	b.loseRotate = false
+	b.mu.Unlock()
+	if err == nil && lose {
+		return store.Grant{}, fmt.Errorf("rotate %s: ack lost: %w", g, store.ErrUnknownOutcome)
+	}
+	return ng, err
+}
+
+func (b *boundary) Assignment(ctx context.Context, epoch uint64, s uint32) (store.Assignment, uint64, error) {
+	b.mu.Lock()
+	ev, ok := b.stale[s]
+	b.mu.Unlock()
+	if ok {
+		return ev.Assignment, ev.Revision, nil
+	}
+	return b.Store.Assignment(ctx, epoch, s)
+}
+
+// DESIGN 4: after a rotation of unknown outcome the owner re-reads shard.<S> from the stream
+// leader. A read from a lagging replica that still shows the previous owner must not make it
+// stop a shard that names it: the coordinator would never fail that shard over.
+func TestRotationReadBackIgnoresLaggingReplica(t *testing.T) {
+	ctx := context.Background()
+	mem := memstore.New()
+	b := &boundary{Store: mem, stale: map[uint32]store.AssignmentEvent{}}
+	n := newNode(t, b, "n1", nodeOpt{})
+	const s = 3
+	prev := store.Assignment{Owner: "n0", Session: "n0-s1"}
+	rev0, err := mem.Assign(ctx, 1, s, prev, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.grant(s)
+	id := idIn(s, 1)
+	mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "counter"}), "create")
+	mustOK(t, n.send(id, "a1", map[string]any{"type": "add", "by": 1}), "add")
+
+	b.mu.Lock() // a replica that never saw the grant to n1; the next write and rotation lose their answers
+	b.stale[s] = store.AssignmentEvent{Shard: s, Revision: rev0, Assignment: prev}
+	b.loseWrite, b.loseRotate = true, true
+	b.mu.Unlock()
+	r := n.send(id, "a2", map[string]any{"type": "add", "by": 1})
+	if r.OK {
+		t.Fatalf("add a2 was acknowledged although its write's answer was lost")
+	}
+	mustOK(t, sendRetrying(n, id, "a2", map[string]any{"type": "add", "by": 1}), "add a2 retransmitted")
+	if _, st := load(t, mem, id); st.N != 2 {
+		t.Fatalf("stored n: got %d, want 2", st.N)
+	}
+}
+
+// A create whose initial fenced write is uncertain: the placeholder landed, the state did not.
+// The rebuild must make the instance from the same create command, and the client's
+// retransmission must get the first create's answer, not already_exists.
+func TestCreateWithUncertainInitialWrite(t *testing.T) {
+	mem := memstore.New()
+	n := newNode(t, mem, "n1", nodeOpt{})
+	const s = 5
+	n.grant(s)
+	id := idIn(s, 2)
+	mem.HoldWrites(func(x string) bool { return x == id }) // the initial write's answer is lost
+	r := n.send(id, "c1", map[string]any{"type": "create", "kind": "dungeon", "boss_hp": 777})
+	if r.OK {
+		t.Fatalf("create acknowledged although its initial write was held")
+	}
+	mem.HoldWrites(nil)
+	if held := mem.TakeHeld(); len(held) != 1 { // dropped: it never lands
+		t.Fatalf("held writes: got %d, want the initial write", len(held))
+	}
+	mustOK(t, sendRetrying(n, id, "c1", map[string]any{"type": "create", "kind": "dungeon", "boss_hp": 777}), "create retransmitted")
+	st := n.send(id, "s1", map[string]any{"type": "status"})
+	mustOK(t, st, "status")
+	res, _ := st.Result.(map[string]any)
+	if hp := fmt.Sprint(res["max_hp"]); hp != "777" {
+		t.Fatalf("boss max HP after the rebuild: got %v (status %v), want 777 as the create asked", hp, res)
+	}
+}
+
+// sendRetrying sends a command as a client does: the same request ID again while the answer is
+// retry, for up to 10 s.
+func sendRetrying(n *node, id, reqID string, cmd map[string]any) wire.Reply {
+	n.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := n.send(id, reqID, cmd)
+		if r.OK || r.Error.Code != wire.CodeRetry || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
