@@ -30,14 +30,14 @@ type shardRun struct {
 	id  uint32
 	log *slog.Logger
 
-	mu          sync.Mutex
-	grant       store.Grant
-	state       runState
-	insts       map[string]*instance
-	creating    map[string][]Command // commands that arrived while their instance is being created
-	stopServe   func()
-	ctx         context.Context
-	cancel      context.CancelFunc
+	mu        sync.Mutex
+	grant     store.Grant
+	state     runState
+	insts     map[string]*instance
+	creating  map[string][]Command // commands that arrived while their instance is being created
+	stopServe func()
+	ctx       context.Context
+	cancel    context.CancelFunc
 	// resumeFrom is when the previous owner stopped ticking, for a shard received by a graceful
 	// move: each instance's first tick here reports the pause.
 	resumeFrom time.Time
