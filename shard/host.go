@@ -52,6 +52,9 @@ type Config struct {
 	// BeforeWrite, if set, runs just before every fenced state write, in the goroutine that makes
 	// it. Fault tests use it to freeze an owner exactly before its save.
 	BeforeWrite func(shard uint32, id string)
+	// ReconcileEvery is how often Watch compares every shard key with what runs here, besides
+	// following changes (default 5s; negative: never).
+	ReconcileEvery time.Duration
 }
 
 // Host runs the shards granted to one node session.
@@ -70,6 +73,12 @@ type Host struct {
 	paused   bool
 	handoffs map[uint32]time.Time // shards arriving by a graceful move: when the old owner stopped
 	lastLoad time.Time
+	// seen is the highest revision of each shard.<S> applied: a watch reopened, a lagging replica
+	// or a listing can replay older values, and those change nothing.
+	seen map[uint32]uint64
+	// released is the token at which this session handed a shard on: the key may still name it
+	// until the coordinator grants the shard elsewhere, and reconciling must not take it back.
+	released map[uint32]uint64
 }
 
 // New validates the config and reads the cluster record.
@@ -86,6 +95,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if cfg.LoadParallelism <= 0 {
 		cfg.LoadParallelism = 16
 	}
+	if cfg.ReconcileEvery == 0 {
+		cfg.ReconcileEvery = 5 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -95,46 +107,147 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	hctx, cancel := context.WithCancel(context.Background())
 	return &Host{cfg: cfg, log: cfg.Logger.With("session", cfg.Session), cluster: cl,
-		ctx: hctx, cancel: cancel, shards: map[uint32]*shardRun{}, lastLoad: time.Now()}, nil
+		ctx: hctx, cancel: cancel, shards: map[uint32]*shardRun{}, lastLoad: time.Now(),
+		seen: map[uint32]uint64{}, released: map[uint32]uint64{}}, nil
 }
 
 // Cluster is the cluster record the host runs under.
 func (h *Host) Cluster() store.Cluster { return h.cluster }
 
-// Watch follows the assignments of the cluster's epoch and applies them until ctx ends.
+// Watch follows the assignments of the cluster's epoch and applies them until ctx ends. A watch
+// that fails to start or ends is logged and opened again after a backoff, and every
+// ReconcileEvery all shard keys are compared with what runs here: a shard must never sit
+// assigned to this live session without being served, since the coordinator would not fail it
+// over.
 func (h *Host) Watch(ctx context.Context) error {
-	ch, err := h.cfg.Store.WatchAssignments(ctx, h.cluster.Epoch)
-	if err != nil {
-		return err
+	var reconcile <-chan time.Time
+	if h.cfg.ReconcileEvery > 0 {
+		t := time.NewTicker(h.cfg.ReconcileEvery)
+		defer t.Stop()
+		reconcile = t.C
 	}
-	for ev := range ch {
-		h.Apply(ev)
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		ch, err := h.cfg.Store.WatchAssignments(ctx, h.cluster.Epoch)
+		if err != nil {
+			h.log.Warn("cannot watch shard assignments; retrying", "epoch", h.cluster.Epoch, "err", err, "backoff", backoff)
+		} else {
+			backoff = 50 * time.Millisecond
+		follow:
+			for {
+				select {
+				case ev, ok := <-ch:
+					if !ok {
+						break follow
+					}
+					h.Apply(ev)
+				case <-reconcile:
+					h.Reconcile(ctx)
+				}
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			h.log.Warn("shard assignment watch ended; reopening it", "epoch", h.cluster.Epoch)
+			// Whatever changed while no watch was open is caught by the replay and this pass.
+			h.Reconcile(ctx)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		case <-reconcile:
+			h.Reconcile(ctx)
+		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
 	return ctx.Err()
 }
 
-// Apply acts on one observed value of shard.<S>: a grant to this session starts (or, at a newer
-// revision it did not make itself, rebuilds) the shard; anything else stops it.
-func (h *Host) Apply(ev store.AssignmentEvent) {
-	mine := !ev.Deleted && ev.Owner == h.cfg.Node && ev.Session == h.cfg.Session
+// Reconcile starts every shard whose key names this session (confirmed by a read through the
+// stream leader) but that does not run here, rotating its token first: this session may have
+// written under that token before it stopped. Shards it handed on are left to the coordinator.
+func (h *Host) Reconcile(ctx context.Context) {
+	if h.isPaused() {
+		return
+	}
+	evs, err := h.cfg.Store.ListAssignments(ctx, h.cluster.Epoch)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn("reconcile: cannot list shard assignments", "err", err)
+		}
+		return
+	}
+	for _, ev := range evs {
+		if ev.Deleted || ev.Owner != h.cfg.Node || ev.Session != h.cfg.Session || h.runs(ev.Shard) {
+			continue
+		}
+		a, rev, err := h.cfg.Store.LatestAssignment(ctx, h.cluster.Epoch, ev.Shard)
+		if err != nil || a.Owner != h.cfg.Node || a.Session != h.cfg.Session {
+			continue // moved on meanwhile: the watch brings that
+		}
+		h.mu.Lock()
+		skip := h.closed || h.paused || h.shards[ev.Shard] != nil || h.released[ev.Shard] == rev
+		if !skip {
+			h.seen[ev.Shard] = max(h.seen[ev.Shard], rev)
+		}
+		h.mu.Unlock()
+		if skip {
+			continue
+		}
+		h.log.Warn("reconcile: shard assigned to this session was not running; taking it up under a rotated token",
+			"shard", ev.Shard, "token", rev)
+		h.start(store.Grant{Epoch: h.cluster.Epoch, Shard: ev.Shard, Token: rev, Assignment: a}, true)
+	}
+}
+
+func (h *Host) runs(shard uint32) bool {
 	h.mu.Lock()
-	if h.closed {
+	defer h.mu.Unlock()
+	return h.shards[shard] != nil
+}
+
+// start runs a shard granted at g. rotateFirst: this session may have written under g.Token
+// already (DESIGN 4: never reload under a token you have written with), so rotate, then load.
+func (h *Host) start(g store.Grant, rotateFirst bool) {
+	h.mu.Lock()
+	if h.closed || h.shards[g.Shard] != nil {
 		h.mu.Unlock()
 		return
 	}
+	sh := newShardRun(h, g)
+	if at, ok := h.handoffs[g.Shard]; ok {
+		sh.resumeFrom = at
+		delete(h.handoffs, g.Shard)
+	}
+	if rotateFirst {
+		sh.state = rebuilding
+	}
+	h.shards[g.Shard] = sh
+	h.mu.Unlock()
+	h.cfg.Metrics.ShardsOwned.Inc()
+	if rotateFirst {
+		h.spawn(func() { sh.rotateAndLoad(g, 0) })
+	} else {
+		h.spawn(func() { sh.load(g) })
+	}
+}
+
+// Apply acts on one observed value of shard.<S>: a grant to this session starts (or, at a newer
+// revision it did not make itself, rebuilds) the shard; anything else stops it. A revision at or
+// below one already applied is dropped.
+func (h *Host) Apply(ev store.AssignmentEvent) {
+	mine := !ev.Deleted && ev.Owner == h.cfg.Node && ev.Session == h.cfg.Session
+	h.mu.Lock()
+	if h.closed || ev.Revision <= h.seen[ev.Shard] {
+		h.mu.Unlock()
+		return
+	}
+	h.seen[ev.Shard] = ev.Revision
 	sh := h.shards[ev.Shard]
 	switch {
 	case mine && sh == nil:
-		g := store.Grant{Epoch: h.cluster.Epoch, Shard: ev.Shard, Token: ev.Revision, Assignment: ev.Assignment}
-		sh = newShardRun(h, g)
-		if at, ok := h.handoffs[ev.Shard]; ok {
-			sh.resumeFrom = at
-			delete(h.handoffs, ev.Shard)
-		}
-		h.shards[ev.Shard] = sh
 		h.mu.Unlock()
-		h.cfg.Metrics.ShardsOwned.Inc()
-		h.spawn(func() { sh.load(g) })
+		h.start(store.Grant{Epoch: h.cluster.Epoch, Shard: ev.Shard, Token: ev.Revision, Assignment: ev.Assignment}, false)
 	case mine:
 		h.mu.Unlock()
 		sh.observe(ev.Revision)
@@ -318,7 +431,15 @@ func (h *Host) HandOff(ctx context.Context, shard uint32, release func(stoppedAt
 	if sh == nil {
 		return fmt.Errorf("shard %d is not running here", shard)
 	}
-	err := sh.flushThen(ctx, "handoff", func(_ store.Grant, stoppedAt time.Time) error { return release(stoppedAt) })
+	err := sh.flushThen(ctx, "handoff", func(g store.Grant, stoppedAt time.Time) error {
+		if err := release(stoppedAt); err != nil {
+			return err
+		}
+		h.mu.Lock()
+		h.released[shard] = g.Token
+		h.mu.Unlock()
+		return nil
+	})
 	if err != nil {
 		sh.log.Error("hand-off failed; the shard will be reassigned by the coordinator", "err", err)
 	}

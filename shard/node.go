@@ -196,35 +196,60 @@ func (n *Node) retryLater(ctx context.Context, what string, err error) bool {
 	}
 }
 
+// follow keeps a control-bucket watch open until ctx ends: one that fails to start or ends is
+// logged and opened again after a backoff (a node that silently stopped following hand-offs or
+// epochs would keep its lease while ignoring the coordinator). handle returns true to stop.
+func (n *Node) follow(ctx context.Context, filter string, handle func(store.Entry) bool) {
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		ch, err := n.cfg.Store.ControlWatch(ctx, filter)
+		if err != nil {
+			n.log.Warn("cannot watch the control bucket; retrying", "filter", filter, "err", err, "backoff", backoff)
+		} else {
+			backoff = 50 * time.Millisecond
+			for e := range ch {
+				if handle(e) {
+					return
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			n.log.Warn("control watch ended; reopening it", "filter", filter)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
 // followMoves hands off the shards the coordinator moves away from this session, and notes the
 // ones arriving so their pause is measured.
 func (n *Node) followMoves(ctx context.Context, host *Host, session string) {
-	ch, err := n.cfg.Store.ControlWatch(ctx, "move.*")
-	if err != nil {
-		n.log.Error("cannot follow hand-offs", "err", err)
-		return
-	}
-	handled := map[string]bool{}
+	handled := map[string]bool{} // move key@revision: a reopened watch replays them
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for e := range ch {
+	n.follow(ctx, "move.*", func(e store.Entry) bool {
 		if e.Deleted {
-			continue
+			return false
 		}
 		var rec store.MoveRecord
 		if json.Unmarshal(e.Value, &rec) != nil {
-			continue
+			return false
 		}
 		_, name := store.SplitKey(e.Key)
 		s, err := store.ShardName(name)
 		if err != nil {
-			continue
+			return false
 		}
 		switch {
 		case rec.State == store.MoveRequested && rec.From == n.cfg.Node && rec.FromSession == session:
 			k := fmt.Sprintf("%s@%d", e.Key, e.Revision)
 			if handled[k] {
-				continue
+				return false
 			}
 			handled[k] = true
 			wg.Add(1)
@@ -235,7 +260,8 @@ func (n *Node) followMoves(ctx context.Context, host *Host, session string) {
 		case rec.State != store.MoveRequested && rec.To == n.cfg.Node && rec.StoppedAt != 0:
 			host.ExpectHandOff(s, time.Unix(0, rec.StoppedAt))
 		}
-	}
+		return false
+	})
 }
 
 func (n *Node) handOff(ctx context.Context, host *Host, s uint32, e store.Entry, rec store.MoveRecord) {
@@ -316,16 +342,11 @@ func (n *Node) othersAlive(ctx context.Context) bool {
 
 // followEpoch reports true once the cluster record names an epoch other than the one given.
 func (n *Node) followEpoch(ctx context.Context, epoch uint64) bool {
-	ch, err := n.cfg.Store.ControlWatch(ctx, store.ClusterKey)
-	if err != nil {
-		n.log.Error("cannot follow the cluster record", "err", err)
-		return false
-	}
-	for e := range ch {
+	changed := false
+	n.follow(ctx, store.ClusterKey, func(e store.Entry) bool {
 		var c store.Cluster
-		if !e.Deleted && json.Unmarshal(e.Value, &c) == nil && c.Epoch != epoch {
-			return true // the watch ends with the context its caller cancels next
-		}
-	}
-	return false
+		changed = !e.Deleted && json.Unmarshal(e.Value, &c) == nil && c.Epoch != epoch
+		return changed // the watch ends with the context its caller cancels next
+	})
+	return changed
 }

@@ -229,7 +229,7 @@ func (sh *shardRun) writeFailed(in *instance, err error) {
 			sh.rebuild("stale-owner rejection, owner unknown: "+rerr.Error(), 0)
 			return
 		}
-		if rerr == nil && a == in.grant.Assignment && rev > in.grant.Token {
+		if rerr == nil && a.Holds(in.grant.Assignment) && rev > in.grant.Token {
 			// Still ours, at a revision someone else wrote with our own value: adopt it. Our
 			// writes under the old token are fenced by it, so nothing stale can land later.
 			sh.rebuild("shard key rewritten with this session's value", rev)
@@ -257,23 +257,27 @@ func (sh *shardRun) rebuild(cause string, adopt uint64) {
 	sh.mu.Unlock()
 	sh.kill(insts, wire.CodeRetry, "shard %d is being rebuilt after an uncertain write; retry with the same request id", sh.id)
 	sh.log.Warn("rebuilding shard", "token", old.Token, "cause", cause, "adopt", adopt)
-	sh.h.spawn(func() {
-		g, ok := sh.rotate(old, adopt)
-		if !ok {
-			return
-		}
-		sh.h.cfg.Metrics.Rotations.Inc()
-		sh.mu.Lock()
-		if sh.state != rebuilding { // stopped or handed off meanwhile
-			sh.mu.Unlock()
-			return
-		}
-		sh.grant = g
-		sh.state = loading
+	sh.h.spawn(func() { sh.rotateAndLoad(old, adopt) })
+}
+
+// rotateAndLoad rotates away from old (or adopts a revision already made) and loads the shard
+// under the new token. The shard is rebuilding.
+func (sh *shardRun) rotateAndLoad(old store.Grant, adopt uint64) {
+	g, ok := sh.rotate(old, adopt)
+	if !ok {
+		return
+	}
+	sh.h.cfg.Metrics.Rotations.Inc()
+	sh.mu.Lock()
+	if sh.state != rebuilding { // stopped or handed off meanwhile
 		sh.mu.Unlock()
-		sh.log.Info("token rotated", "from", old.Token, "token", g.Token)
-		sh.load(g)
-	})
+		return
+	}
+	sh.grant = g
+	sh.state = loading
+	sh.mu.Unlock()
+	sh.log.Info("token rotated", "from", old.Token, "token", g.Token)
+	sh.load(g)
 }
 
 // rotate makes every write under old fail the fence. On an unknown or failed outcome it re-reads
@@ -283,6 +287,9 @@ func (sh *shardRun) rotate(old store.Grant, adopt uint64) (store.Grant, bool) {
 	if adopt > old.Token {
 		g := old
 		g.Token = adopt
+		if a, rev, err := st.LatestAssignment(sh.ctx, old.Epoch, old.Shard); err == nil && rev == adopt && a.Holds(old.Assignment) {
+			g.Assignment = a // a rotation must rewrite the value byte for byte, grant included
+		}
 		return g, true
 	}
 	var g store.Grant
@@ -296,11 +303,11 @@ func (sh *shardRun) rotate(old store.Grant, adopt uint64) (store.Grant, bool) {
 		switch {
 		case rerr != nil && !errors.Is(rerr, store.ErrNotFound):
 			return rerr // cannot tell yet
-		case rerr == nil && a == old.Assignment && rev > old.Token:
+		case rerr == nil && a.Holds(old.Assignment) && rev > old.Token:
 			g = old
-			g.Token = rev // our rotation landed; its answer was lost
+			g.Token, g.Assignment = rev, a // our rotation landed (its answer was lost), or a new grant to us
 			return nil
-		case rerr == nil && a == old.Assignment && rev == old.Token:
+		case rerr == nil && a.Holds(old.Assignment) && rev == old.Token:
 			return err // nothing happened; rotate again
 		default:
 			return errLost

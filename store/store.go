@@ -70,6 +70,9 @@ type Assignment struct {
 	Grant string `json:"grant,omitempty"`
 }
 
+// Holds reports whether a names the same node session as b, whatever the grant.
+func (a Assignment) Holds(b Assignment) bool { return a.Owner == b.Owner && a.Session == b.Session }
+
 // Grant is what an owner holds: the right to write the instances of one shard in one epoch,
 // as long as shard.<S> is still at revision Token.
 type Grant struct {

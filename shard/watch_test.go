@@ -1,0 +1,156 @@
+package shard_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/internal/metrics"
+	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/memstore"
+)
+
+// flakyWatches makes the first watch of each kind fail: refused at start, or ended at once
+// (closed channel, as when an ordered consumer gives up).
+type flakyWatches struct {
+	store.Store
+	refuse bool
+	mu     sync.Mutex
+	done   map[string]bool
+}
+
+func (f *flakyWatches) first(kind string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	was := f.done[kind]
+	f.done[kind] = true
+	return !was
+}
+
+func (f *flakyWatches) WatchAssignments(ctx context.Context, epoch uint64) (<-chan store.AssignmentEvent, error) {
+	if f.first("assignments") {
+		if f.refuse {
+			return nil, errors.New("watch refused: no responders")
+		}
+		ch := make(chan store.AssignmentEvent)
+		close(ch)
+		return ch, nil
+	}
+	return f.Store.WatchAssignments(ctx, epoch)
+}
+
+func (f *flakyWatches) ControlWatch(ctx context.Context, filter string) (<-chan store.Entry, error) {
+	if f.first(filter) {
+		if f.refuse {
+			return nil, errors.New("watch refused: no responders")
+		}
+		ch := make(chan store.Entry)
+		close(ch)
+		return ch, nil
+	}
+	return f.Store.ControlWatch(ctx, filter)
+}
+
+// A watch that fails to start or ends must not leave a live session that never serves the shards
+// assigned to it: the coordinator would never fail them over. The node opens it again, and a
+// hand-off request is still followed.
+func TestWatchesThatFailAreReopened(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		name := map[bool]string{false: "ended", true: "refused"}[refuse]
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			mem := memstore.New()
+			if _, err := mem.Bootstrap(ctx, store.Cluster{Shards: testShards, Partitions: 1, Epoch: 1}); err != nil {
+				t.Fatal(err)
+			}
+			st := &flakyWatches{Store: mem, refuse: refuse, done: map[string]bool{}}
+			m := metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })
+			e, err := actor.NewEngine(actor.EngineConfig{Rate: 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Stop()
+			kinds, _ := actor.NewKinds(counter{})
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			n, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: "n1", Store: st, Kinds: kinds,
+				Engine: e, Metrics: m, Logger: log}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); _ = n.Run(rctx) }()
+			defer func() { stop(); <-done }()
+			<-n.Ready()
+			a := store.Assignment{Owner: "n1", Session: n.Session()}
+			const s = 2
+			if _, err := mem.Assign(ctx, 1, s, a, 0); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the node runs the shard assigned to its session", func() bool { return n.Host().Running(s) })
+
+			// A hand-off request for it is followed although the first move watch failed.
+			rec, _ := json.Marshal(store.MoveRecord{From: "n1", FromSession: n.Session(), To: "n2", State: store.MoveRequested})
+			if _, err := mem.ControlCreate(ctx, store.MoveKey(s), rec, 0); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the shard is handed off", func() bool {
+				e, err := mem.ControlGet(ctx, store.MoveKey(s))
+				var r store.MoveRecord
+				return err == nil && json.Unmarshal(e.Value, &r) == nil && r.State == store.MoveReleased
+			})
+			_ = time.Second
+		})
+	}
+}
+
+// Reconcile takes up a shard assigned to this session that does not run here (its grant event
+// was missed), under a rotated token; a shard it handed on stays with the coordinator.
+func TestReconcileStartsMissedShardsUnderRotatedToken(t *testing.T) {
+	ctx := context.Background()
+	mem := memstore.New()
+	n := newNode(t, mem, "n1", nodeOpt{})
+	const s = 4
+	a := store.Assignment{Owner: "n1", Session: "n1-s1"}
+	tok, err := mem.Assign(ctx, 1, s, a, 0) // the host is never told
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.host.Reconcile(ctx)
+	waitFor(t, "reconcile starts the shard", func() bool { return n.host.Running(s) })
+	if _, rev, _ := mem.Assignment(ctx, 1, s); rev <= tok {
+		t.Fatalf("shard key revision after reconcile: got %d, want a rotation past %d", rev, tok)
+	}
+
+	// Handed on: the key still names this session until the coordinator grants it elsewhere.
+	if err := n.host.HandOff(ctx, s, func(time.Time) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	n.host.Reconcile(ctx)
+	time.Sleep(50 * time.Millisecond)
+	if n.host.Running(s) {
+		t.Fatal("reconcile took back a shard this session handed on")
+	}
+}
+
+// A replayed, older value of shard.<S> (a reopened watch, a lagging replica) changes nothing.
+func TestApplyDropsOlderRevisions(t *testing.T) {
+	mem := memstore.New()
+	n := newNode(t, mem, "n1", nodeOpt{})
+	const s = 6
+	g := n.grant(s)
+	n.host.Apply(store.AssignmentEvent{Shard: s, Revision: g.Token - 1, Assignment: store.Assignment{Owner: "n0", Session: "old"}})
+	time.Sleep(20 * time.Millisecond)
+	if !n.host.Running(s) {
+		t.Fatal("an older revision naming another owner stopped the shard")
+	}
+}
