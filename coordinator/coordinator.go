@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/tickfence/tickfence/store"
 )
@@ -32,35 +33,71 @@ func Bootstrap(ctx context.Context, st store.Store, want store.Cluster, shardsSe
 }
 
 // errReplan: shard.<S> changed under us to another owner; the next round decides again.
-var errReplan = errors.New("shard changed owner since it was read; replanning")
+var errReplan = errors.New("shard changed since it was read; replanning")
 
-// assign writes shard.<S> compare-on-revision. A conflict is retried only if the re-read shows the
-// same owner and session (a token rotation); otherwise the round replans (DESIGN 5).
-func assign(ctx context.Context, st store.Store, epoch uint64, shard uint32, from store.Assignment, expect uint64, to store.Assignment) (uint64, error) {
-	if from == to && expect != 0 {
-		return expect, nil // already there: rewriting it would only rotate the owner's token
+// errNotLeader: the leader lease cannot be trusted now (or the round's time is up); no write.
+var errNotLeader = errors.New("coordinator: leader lease not valid; not writing")
+
+// term is one leadership: what the rounds need of the leader lease. Every grant it writes is named
+// "<lease revision>.<counter>", unique across leaders, so a frozen leader's retry can tell a
+// rotation by the owner (same value, same grant) from a decision someone made since (DESIGN 5).
+type term struct {
+	rev   uint64      // the leader lease's revision when it was acquired
+	valid func() bool // the leader lease may be trusted now
+	n     atomic.Uint64
+}
+
+func (t *term) nextGrant() string { return fmt.Sprintf("%d.%d", t.rev, t.n.Add(1)) }
+
+// check is called immediately before every write of the coordinator.
+func (t *term) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", errNotLeader, err)
 	}
+	if !t.valid() {
+		return errNotLeader
+	}
+	return nil
+}
+
+// sameSession: two values name the same owner session (whatever the grant).
+func sameSession(a, b store.Assignment) bool { return a.Owner == b.Owner && a.Session == b.Session }
+
+// assign grants shard.<S> to a session with a new grant, compare-on-revision against the value
+// read (from at expect). A conflict is retried only if the re-read, through the stream leader,
+// shows exactly the value read — owner, session and grant: a token rotation by its owner;
+// anything else (A→B→A included) replans (DESIGN 5, model/coord.pml). regrant forces a new grant
+// even if the session already holds the shard (it released it in a hand-off). It returns the value
+// stored and its revision.
+func assign(ctx context.Context, st store.Store, t *term, epoch uint64, shard uint32, from store.Assignment, expect uint64,
+	to store.Assignment, regrant bool) (store.Assignment, uint64, error) {
+	if !regrant && expect != 0 && sameSession(from, to) {
+		return from, expect, nil // already there: rewriting it would only rotate the owner's token
+	}
+	to.Grant = t.nextGrant()
 	for {
+		if err := t.check(ctx); err != nil {
+			return store.Assignment{}, 0, err
+		}
 		rev, err := st.Assign(ctx, epoch, shard, to, expect)
 		if err == nil {
-			return rev, nil
+			return to, rev, nil
 		}
 		if !errors.Is(err, store.ErrConflict) {
-			return 0, err
+			return store.Assignment{}, 0, err
 		}
-		now, rev2, rerr := st.Assignment(ctx, epoch, shard)
+		now, rev2, rerr := st.LatestAssignment(ctx, epoch, shard)
 		switch {
-		case errors.Is(rerr, store.ErrNotFound) && expect != 0:
-			expect = 0 // released meanwhile
-			from = store.Assignment{}
+		case errors.Is(rerr, store.ErrNotFound):
+			return store.Assignment{}, 0, errReplan // released meanwhile
 		case rerr != nil:
-			return 0, rerr
-		case now == to:
-			return rev2, nil
+			return store.Assignment{}, 0, rerr
 		case now == from && rev2 != expect:
-			expect = rev2
+			expect = rev2 // rotated by its owner: the decision still stands
+		case !regrant && sameSession(now, to):
+			return now, rev2, nil // someone already granted it there
 		default:
-			return 0, errReplan
+			return store.Assignment{}, 0, errReplan
 		}
 	}
 }

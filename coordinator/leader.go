@@ -107,6 +107,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		log.Info("became coordinator leader", "leader_revision", l.Revision())
 		cfg.Metrics.CoordinatorLeader.Set(1)
+		t := &term{rev: l.Revision(), valid: l.Valid}
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
@@ -117,25 +118,35 @@ func Run(ctx context.Context, cfg Config) error {
 			stepDown()
 		}()
 		for {
-			err = lead(lctx, cfg, log)
+			err = lead(lctx, cfg, log, t, l.Remaining)
 			if !errors.Is(err, errEpochChanged) || lctx.Err() != nil {
 				break
 			}
 			log.Info("new epoch: rebuilding the view from its buckets")
 		}
+		failed := lctx.Err() == nil // lead gave up by itself, the lease still ours
 		stepDown()
 		wg.Wait()
 		cfg.Metrics.CoordinatorLeader.Set(0)
+		// Release the key (compare-and-delete) so another candidate takes over at once instead of
+		// after a TTL; a lease already lost is left alone by the compare.
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if rerr := l.Release(rctx); rerr != nil && !errors.Is(rerr, store.ErrConflict) {
+			log.Warn("leader lease not released", "err", rerr)
+		}
+		cancel()
 		if ctx.Err() != nil {
-			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if rerr := l.Release(rctx); rerr != nil {
-				log.Warn("leader lease not released", "err", rerr)
-			}
-			cancel()
 			log.Info("stepped down: shutting down")
 			return nil
 		}
 		log.Warn("stepped down as coordinator leader", "err", err)
+		if failed {
+			// Leave the role to the other candidates for a lease's time before standing again.
+			select {
+			case <-ctx.Done():
+			case <-time.After(cfg.TTL):
+			}
+		}
 	}
 	return nil
 }
@@ -226,6 +237,9 @@ func (s snapshot) input(maxMoves int, rebalance bool, tolerance float64) Input {
 		if e, ok := s.moves[uint32(i)]; ok {
 			var rec store.MoveRecord
 			in.Shards[i].Moving = json.Unmarshal(e.Value, &rec) != nil || rec.State != store.MoveDone
+			// Its owner stopped it in a hand-off: nobody runs it until it is granted again.
+			in.Shards[i].Released = rec.State == store.MoveReleased &&
+				sameSession(in.Shards[i].Owner, store.Assignment{Owner: rec.From, Session: rec.FromSession})
 		}
 	}
 	ids := make([]string, 0, len(s.nodes))
@@ -245,8 +259,9 @@ func (s snapshot) input(maxMoves int, rebalance bool, tolerance float64) Input {
 	return in
 }
 
-// lead runs placement rounds until ctx ends (stepping down).
-func lead(ctx context.Context, cfg Config, log *slog.Logger) error {
+// lead runs placement rounds until ctx ends (stepping down). Every write checks the term's lease
+// first, and no round runs past the lease's deadline (remaining).
+func lead(ctx context.Context, cfg Config, log *slog.Logger, t *term, remaining func() time.Duration) error {
 	st := cfg.Store
 	cl, err := st.Cluster(ctx)
 	if err != nil {
@@ -312,13 +327,17 @@ func lead(ctx context.Context, cfg Config, log *slog.Logger) error {
 			v.applyShard(ev)
 		}
 	}()
-	r := &rounds{cfg: cfg, log: log, st: st, epoch: cl.Epoch, v: v, firstSeen: map[string]time.Duration{},
-		lastRebalance: cfg.Clock.Monotonic()}
-	t := time.NewTicker(cfg.Round)
-	defer t.Stop()
+	r := &rounds{cfg: cfg, log: log, st: st, epoch: cl.Epoch, v: v, t: t, firstSeen: map[string]time.Duration{},
+		lastRebalance: cfg.Clock.Monotonic(), stuck: map[string]bool{}}
+	tick := time.NewTicker(cfg.Round)
+	defer tick.Stop()
 	for {
-		if err := r.round(epochCtx); err != nil && epochCtx.Err() == nil {
-			log.Warn("placement round failed", "err", err)
+		if d := remaining(); d > 0 {
+			rctx, cancel := context.WithTimeout(epochCtx, d)
+			if err := r.round(rctx); err != nil && epochCtx.Err() == nil {
+				log.Warn("placement round failed", "err", err)
+			}
+			cancel()
 		}
 		select {
 		case <-epochCtx.Done():
@@ -326,7 +345,7 @@ func lead(ctx context.Context, cfg Config, log *slog.Logger) error {
 				return errEpochChanged
 			}
 			return ctx.Err()
-		case <-t.C:
+		case <-tick.C:
 		case <-kick:
 		}
 	}
@@ -338,6 +357,8 @@ type rounds struct {
 	st            store.Store
 	epoch         uint64
 	v             *view
+	t             *term
+	stuck         map[string]bool // leaving nodes already reported as unable to hand off
 	firstSeen     map[string]time.Duration // move key@revision → when this leader first saw it (monotonic)
 	lastRebalance time.Duration
 }
@@ -370,23 +391,33 @@ func (r *rounds) round(ctx context.Context) error {
 	snap = r.v.snapshot()
 	now := r.cfg.Clock.Monotonic()
 	rebalance := !r.cfg.NoRebalance && now-r.lastRebalance >= r.cfg.RebalanceEvery
-	plan := MakePlan(snap.input(r.cfg.MaxMoves, rebalance, r.cfg.Tolerance))
+	in := snap.input(r.cfg.MaxMoves, rebalance, r.cfg.Tolerance)
+	r.reportStuck(in)
+	plan := MakePlan(in)
 	if rebalance {
 		r.lastRebalance = now
 	}
 	for s, node := range plan.Failover {
 		cur := snap.shards[s]
+		released := in.Shards[s].Released
 		to := store.Assignment{Owner: node, Session: snap.nodes[node].Session}
-		rev, err := assign(ctx, r.st, r.epoch, s, cur.Owner, cur.Revision, to)
+		got, rev, err := assign(ctx, r.st, r.t, r.epoch, s, cur.Owner, cur.Revision, to, released)
 		if err != nil {
 			r.log.Warn("failover assignment", "shard", s, "to", node, "err", err)
 			continue
 		}
-		r.v.applyShard(store.AssignmentEvent{Shard: s, Revision: rev, Assignment: to})
+		r.v.applyShard(store.AssignmentEvent{Shard: s, Revision: rev, Assignment: got})
+		if released { // its owner had released it in a hand-off: that move is settled now
+			if e, ok := snap.moves[s]; ok {
+				if err := r.finishMove(ctx, e, node, "failover"); err != nil {
+					r.log.Warn("hand-off", "shard", s, "err", err)
+				}
+			}
+		}
 		if cur.Revision != 0 && cur.Owner.Owner != "" {
 			r.cfg.Metrics.Failovers.Inc()
 			r.log.Info("failover: shard reassigned", "shard", s, "from", cur.Owner.Owner, "from_session", cur.Owner.Session,
-				"to", node, "session", to.Session, "token", rev)
+				"to", node, "session", to.Session, "token", rev, "grant", got.Grant)
 		} else {
 			r.log.Debug("shard assigned", "shard", s, "to", node, "token", rev)
 		}
@@ -395,6 +426,9 @@ func (r *rounds) round(ctx context.Context) error {
 		cur := snap.shards[m.Shard]
 		rec := store.MoveRecord{From: m.From, FromSession: cur.Owner.Session, To: m.To, State: store.MoveRequested, Reason: m.Reason}
 		b, _ := json.Marshal(rec)
+		if err := r.t.check(ctx); err != nil {
+			return err
+		}
 		if _, err := r.st.ControlCreate(ctx, store.MoveKey(m.Shard), b, 0); err != nil {
 			if !errors.Is(err, store.ErrConflict) {
 				return err
@@ -408,6 +442,20 @@ func (r *rounds) round(ctx context.Context) error {
 			"imbalance_after", fmt.Sprintf("%.2f", plan.After))
 	}
 	return nil
+}
+
+// reportStuck logs, once each time it starts, that a leaving node cannot hand its shards off
+// because every other live node is drained.
+func (r *rounds) reportStuck(in Input) {
+	now := map[string]bool{}
+	for _, w := range StuckLeaving(in) {
+		now[w.Node] = true
+		if !r.stuck[w.Node] {
+			r.log.Warn("leaving node cannot hand off: every other live node is drained (undrain one)", "node", w.Node,
+				"shards", w.Shards, "drained", w.Drained)
+		}
+	}
+	r.stuck = now
 }
 
 // settleMove drives one move.<S> forward.
@@ -428,7 +476,7 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 		return nil
 	case store.MoveRequested:
 		switch {
-		case cur.Owner != from || !fromLive:
+		case cur.Revision == 0 || !sameSession(cur.Owner, from) || !fromLive:
 			// The owner changed or died: failover or a later plan takes it from here.
 			r.cfg.Metrics.Handoffs.WithLabelValues("aborted").Inc()
 			r.log.Info("hand-off aborted", "shard", s, "from", rec.From, "to", rec.To, "owner", cur.Owner.Owner)
@@ -438,43 +486,90 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 		}
 		rec.Result = "timeout"
 	case store.MoveReleased:
+		if cur.Revision == 0 || !sameSession(cur.Owner, from) {
+			// Granted elsewhere since (a failover): the new owner got it by a grant of its own;
+			// handing it on from there now would be a move without a hand-off.
+			r.cfg.Metrics.Handoffs.WithLabelValues("aborted").Inc()
+			r.log.Info("hand-off superseded: the shard was granted elsewhere after its release", "shard", s,
+				"from", rec.From, "to", rec.To, "owner", cur.Owner.Owner)
+			return r.deleteMove(ctx, e)
+		}
 		rec.Result = "ok"
 	default:
 		return r.deleteMove(ctx, e)
 	}
-	// Assign the new owner: the one asked for if it can take it, else the best other node.
-	target := rec.To
-	if n, ok := snap.nodes[target]; !ok || n.Leaving || target == rec.From {
-		target = ""
-		in := snap.input(0, false, 0)
-		best := -1.0
-		loads := map[string]float64{}
-		sl := ShardLoads(in)
-		for i, sh := range in.Shards {
-			loads[sh.Owner.Owner] += sl[i]
+	target, regrant := r.moveTarget(snap, rec, rec.State == store.MoveReleased && fromLive)
+	if target == "" {
+		if rec.State == store.MoveReleased {
+			return nil // no live node at all: failover places it once one joins
 		}
-		for _, n := range in.Nodes {
-			if n.ID == rec.From || n.Drained || n.Leaving {
-				continue
-			}
-			if l := loads[n.ID] / n.Weight; best < 0 || l < best {
-				best, target = l, n.ID
-			}
-		}
-		if target == "" {
-			return nil // nowhere to go yet
-		}
+		// Timed out with nowhere else to go: the old owner never released and still runs it.
+		r.cfg.Metrics.Handoffs.WithLabelValues("aborted").Inc()
+		r.log.Info("hand-off abandoned: no eligible node to take it; it stays with its owner", "shard", s, "from", rec.From, "to", rec.To)
+		return r.deleteMove(ctx, e)
 	}
 	to := store.Assignment{Owner: target, Session: snap.nodes[target].Session}
-	rev, err := assign(ctx, r.st, r.epoch, s, cur.Owner, cur.Revision, to)
+	got, rev, err := assign(ctx, r.st, r.t, r.epoch, s, cur.Owner, cur.Revision, to, regrant)
 	if err != nil {
 		return err
 	}
-	r.v.applyShard(store.AssignmentEvent{Shard: s, Revision: rev, Assignment: to})
+	r.v.applyShard(store.AssignmentEvent{Shard: s, Revision: rev, Assignment: got})
 	r.cfg.Metrics.Handoffs.WithLabelValues(rec.Result).Inc()
-	r.log.Info("hand-off complete", "shard", s, "from", rec.From, "to", target, "result", rec.Result, "token", rev)
-	rec.State, rec.To = store.MoveDone, target
+	r.log.Info("hand-off complete", "shard", s, "from", rec.From, "to", target, "result", rec.Result, "token", rev, "grant", got.Grant)
+	return r.finishMove(ctx, e, target, rec.Result)
+}
+
+// moveTarget picks the new owner of a moving shard: the node asked for if it can take it, else the
+// least loaded other node that is neither drained nor leaving. A released shard must get an owner
+// whatever happens (backToSource): then its source, with a new grant (regrant), and failing that a
+// drained node.
+func (r *rounds) moveTarget(snap snapshot, rec store.MoveRecord, backToSource bool) (target string, regrant bool) {
+	in := snap.input(0, false, 0)
+	undrained := false // another node could take it without being drained
+	for _, n := range in.Nodes {
+		undrained = undrained || n.ID != rec.From && !n.Drained && !n.Leaving
+	}
+	if n, ok := snap.nodes[rec.To]; ok && !n.Leaving && rec.To != rec.From && (!snap.drained[rec.To] || !undrained) {
+		return rec.To, false
+	}
+	loads := map[string]float64{}
+	sl := ShardLoads(in)
+	for i, sh := range in.Shards {
+		loads[sh.Owner.Owner] += sl[i]
+	}
+	best := func(ok func(NodeState) bool) string {
+		target, min := "", -1.0
+		for _, n := range in.Nodes {
+			if n.ID == rec.From || !ok(n) {
+				continue
+			}
+			if l := loads[n.ID] / n.Weight; min < 0 || l < min {
+				min, target = l, n.ID
+			}
+		}
+		return target
+	}
+	if t := best(func(n NodeState) bool { return !n.Drained && !n.Leaving }); t != "" || !backToSource {
+		return t, false
+	}
+	if n := snap.nodes[rec.From]; !n.Leaving {
+		return rec.From, true
+	}
+	if t := best(func(n NodeState) bool { return !n.Leaving }); t != "" {
+		return t, false
+	}
+	return rec.From, true // leaving, but the only live node: it flushes and releases it on exit
+}
+
+// finishMove marks a move done, naming the owner it ended with (compare-on-revision).
+func (r *rounds) finishMove(ctx context.Context, e store.Entry, to, result string) error {
+	var rec store.MoveRecord
+	_ = json.Unmarshal(e.Value, &rec)
+	rec.State, rec.To, rec.Result = store.MoveDone, to, result
 	b, _ := json.Marshal(rec)
+	if err := r.t.check(ctx); err != nil {
+		return err
+	}
 	mrev, err := r.st.ControlUpdate(ctx, e.Key, b, e.Revision, 0)
 	if err == nil {
 		r.v.applyControl(store.Entry{Key: e.Key, Value: b, Revision: mrev}) // not settled twice
@@ -488,6 +583,9 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 // deleteMove removes a settled or abandoned move.<S> (compare-and-delete). If it changed meanwhile
 // the next round looks at it again.
 func (r *rounds) deleteMove(ctx context.Context, e store.Entry) error {
+	if err := r.t.check(ctx); err != nil {
+		return err
+	}
 	err := r.st.ControlDelete(ctx, e.Key, e.Revision)
 	if err == nil {
 		r.v.applyControl(store.Entry{Key: e.Key, Revision: e.Revision + 1, Deleted: true})

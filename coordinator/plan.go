@@ -27,6 +27,9 @@ type ShardState struct {
 	Revision uint64 // 0: unassigned
 	Pinned   bool   // never moved by the rebalancer (only on failure, drain or shutdown)
 	Moving   bool   // a graceful move is under way
+	// Released: its owner stopped it in a hand-off that is not settled yet. Nobody runs it, so
+	// it counts as having no owner: it is granted again (to its old owner, too, if need be).
+	Released bool
 }
 
 // Input of a placement round.
@@ -82,7 +85,7 @@ func ShardLoads(in Input) []float64 {
 	var sum float64
 	var count int
 	for s, sh := range in.Shards {
-		if n := bySession[sh.Owner]; n != nil && sh.Revision != 0 {
+		if n := bySession[store.Assignment{Owner: sh.Owner.Owner, Session: sh.Owner.Session}]; n != nil && sh.Revision != 0 {
 			if cpu, ok := n.TickCPU[uint32(s)]; ok {
 				loads[s], known[s] = cpu, true
 				sum += cpu
@@ -122,7 +125,7 @@ func MakePlan(in Input) Plan {
 	owner := make([]string, len(in.Shards)) // live owner node, or ""
 	moving := 0
 	for s, sh := range in.Shards {
-		if n := nodes[sh.Owner.Owner]; n != nil && sh.Revision != 0 && n.Session == sh.Owner.Session {
+		if n := nodes[sh.Owner.Owner]; n != nil && sh.Revision != 0 && n.Session == sh.Owner.Session && !sh.Released {
 			owner[s] = n.ID
 			n.load += loads[s]
 		}

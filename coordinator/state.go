@@ -32,6 +32,8 @@ type State struct {
 	Moves   map[uint32]store.MoveRecord `json:"moves,omitempty"`
 	// Imbalance is max/mean node load (weighted); 1 is perfect.
 	Imbalance float64 `json:"imbalance"`
+	// Stuck lists leaving nodes that cannot hand off: all their peers are drained.
+	Stuck []StuckHandOff `json:"stuck_leaving,omitempty"`
 	snap      snapshot
 }
 
@@ -92,6 +94,7 @@ func ReadState(ctx context.Context, st store.Store) (*State, error) {
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].ID < out.Nodes[j].ID })
 	out.Imbalance = MakePlan(in).Before
+	out.Stuck = StuckLeaving(in)
 	return out, nil
 }
 
@@ -109,4 +112,44 @@ func (s *State) Live(node string) (NodeView, bool) {
 		}
 	}
 	return NodeView{}, false
+}
+
+// StuckHandOff is a leaving node that cannot hand its shards off: every other live node is
+// drained, and the planner moves nothing onto a drained node. Undrain one to let it leave.
+type StuckHandOff struct {
+	Node    string   `json:"node"`
+	Shards  int      `json:"shards"`
+	Drained []string `json:"drained_peers"`
+}
+
+// StuckLeaving lists the leaving nodes that own shards while all their live peers are drained.
+func StuckLeaving(in Input) []StuckHandOff {
+	owned := map[string]int{}
+	for _, sh := range in.Shards {
+		if sh.Revision != 0 && !sh.Released {
+			owned[sh.Owner.Owner+"\x00"+sh.Owner.Session]++
+		}
+	}
+	var out []StuckHandOff
+	for _, n := range in.Nodes {
+		k := owned[n.ID+"\x00"+n.Session]
+		if !n.Leaving || k == 0 {
+			continue
+		}
+		var drained []string
+		stuck := true
+		for _, p := range in.Nodes {
+			switch {
+			case p.ID == n.ID || p.Leaving:
+			case p.Drained:
+				drained = append(drained, p.ID)
+			default:
+				stuck = false
+			}
+		}
+		if stuck && len(drained) > 0 {
+			out = append(out, StuckHandOff{Node: n.ID, Shards: k, Drained: drained})
+		}
+	}
+	return out
 }
