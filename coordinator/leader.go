@@ -358,7 +358,7 @@ type rounds struct {
 	epoch         uint64
 	v             *view
 	t             *term
-	stuck         map[string]bool // leaving nodes already reported as unable to hand off
+	stuck         map[string]bool          // leaving nodes already reported as unable to hand off
 	firstSeen     map[string]time.Duration // move key@revision → when this leader first saw it (monotonic)
 	lastRebalance time.Duration
 }

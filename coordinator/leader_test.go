@@ -52,7 +52,10 @@ func newWorld(t *testing.T, shards uint32) *world {
 
 type testWriter struct{ t *testing.T }
 
-func (w testWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
 
 func (w *world) start() {
 	ctx, cancel := context.WithCancel(context.Background())

@@ -34,7 +34,7 @@ type State struct {
 	Imbalance float64 `json:"imbalance"`
 	// Stuck lists leaving nodes that cannot hand off: all their peers are drained.
 	Stuck []StuckHandOff `json:"stuck_leaving,omitempty"`
-	snap      snapshot
+	snap  snapshot
 }
 
 // ReadState reads the control bucket and every shard.<S>.
