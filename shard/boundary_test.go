@@ -130,3 +130,46 @@ func sendRetrying(n *node, id, reqID string, cmd map[string]any) wire.Reply {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// An end is remembered by its tombstone: a retransmission gets the first answer, and when the ID
+// is created again the retransmission never ends the new instance.
+func TestEndRetransmittedAnswersOnceAndSparesALaterInstance(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		st := b.open(t)
+		n := newNode(t, st, "A", nodeOpt{})
+		const s = 1
+		n.grant(s)
+		id := idIn(s, 3)
+		mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "counter"}), "create")
+		mustOK(t, n.send(id, "a1", map[string]any{"type": "add", "by": 5}), "add")
+		first := n.send(id, "e1", map[string]any{"type": "end"})
+		mustOK(t, first, "end")
+		again := n.send(id, "e1", map[string]any{"type": "end"})
+		mustOK(t, again, "end retransmitted")
+		if fmt.Sprint(again.Result) != fmt.Sprint(first.Result) {
+			t.Fatalf("retransmitted end: got %v, want the first answer %v", again.Result, first.Result)
+		}
+		wantCode(t, n.send(id, "g1", map[string]any{"type": "get"}), wire.CodeUnknownInstance, "command after end")
+		mustOK(t, n.send(id, "c2", map[string]any{"type": "create", "kind": "counter"}), "create again")
+		mustOK(t, n.send(id, "a2", map[string]any{"type": "add", "by": 7}), "add to the new instance")
+		mustOK(t, n.send(id, "e1", map[string]any{"type": "end"}), "the old end retransmitted")
+		r := n.send(id, "g2", map[string]any{"type": "get"})
+		mustOK(t, r, "the new instance is alive")
+		if got := fmt.Sprint(r.Result); got != "map[n:7]" {
+			t.Fatalf("new instance: got %v, want n 7", got)
+		}
+		// A new owner reads the same: the tombstone and its window were stored.
+		mustOK(t, n.send(id, "e2", map[string]any{"type": "end"}), "end the new instance")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := n.host.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		n2 := newNode(t, st, "B", nodeOpt{})
+		n2.grant(s)
+		if r := n2.send(id, "e2", map[string]any{"type": "end"}); !r.OK {
+			t.Fatalf("end retransmitted to the new owner: got %+v, want its first answer", r.Error)
+		}
+		wantCode(t, n2.send(id, "g3", map[string]any{"type": "get"}), wire.CodeUnknownInstance, "command after end, new owner")
+	})
+}

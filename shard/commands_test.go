@@ -110,19 +110,24 @@ func TestOversizedRecordChangesNothing(t *testing.T) {
 	})
 }
 
-func TestEndIsFencedDeleteAndFlushOnClose(t *testing.T) {
+func TestEndIsFencedTombstoneThenDeleteAndFlushOnClose(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		st := b.open(t)
-		n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30})
+		n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30, tombstoneTTL: 300 * time.Millisecond})
 		n.grant(7)
 		id, keep := idIn(7, 0), idIn(7, 1)
 		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
 		mustOK(t, n.send(keep, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
 		mustOK(t, n.send(id, "e", map[string]any{"type": "end"}), "end")
-		if _, _, err := st.Load(context.Background(), 1, 7, id); !errors.Is(err, store.ErrNotFound) {
-			t.Fatalf("load after end: %v, want ErrNotFound", err)
+		if rec, _, err := st.Load(context.Background(), 1, 7, id); err != nil || !rec.Ended || !hasRequest(rec, "e") {
+			t.Fatalf("load after end: %+v, %v; want a tombstone that remembers the end", rec, err)
 		}
 		wantCode(t, n.send(id, "x", map[string]any{"type": "get"}), wire.CodeUnknownInstance, "command after end")
+		waitFor(t, "the tombstone expires into a fenced delete marker", func() bool {
+			_, _, err := st.Load(context.Background(), 1, 7, id)
+			return errors.Is(err, store.ErrNotFound)
+		})
+		wantCode(t, n.send(id, "e", map[string]any{"type": "end"}), wire.CodeUnknownInstance, "end retransmitted after the tombstone expired")
 		// Ticks advance only in memory (no checkpoint); Close writes them.
 		time.Sleep(200 * time.Millisecond)
 		before, _ := load(t, st, keep)
@@ -267,4 +272,9 @@ func TestBadInputOverNATS(t *testing.T) {
 	if n.engine.Ticks() == t0 {
 		t.Fatal("node stopped ticking")
 	}
+}
+
+func hasRequest(rec store.Record, id string) bool {
+	_, ok := rec.FindRequest(id)
+	return ok
 }

@@ -52,6 +52,10 @@ type Config struct {
 	// BeforeWrite, if set, runs just before every fenced state write, in the goroutine that makes
 	// it. Fault tests use it to freeze an owner exactly before its save.
 	BeforeWrite func(shard uint32, id string)
+	// TombstoneTTL is how long an ended instance's tombstone keeps its request window, so a
+	// retransmitted end gets its first answer (default 10m; it must exceed how long clients
+	// retransmit). Then a fenced delete marker removes it.
+	TombstoneTTL time.Duration
 	// ReconcileEvery is how often Watch compares every shard key with what runs here, besides
 	// following changes (default 5s; negative: never).
 	ReconcileEvery time.Duration
@@ -94,6 +98,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	if cfg.LoadParallelism <= 0 {
 		cfg.LoadParallelism = 16
+	}
+	if cfg.TombstoneTTL == 0 {
+		cfg.TombstoneTTL = 10 * time.Minute
 	}
 	if cfg.ReconcileEvery == 0 {
 		cfg.ReconcileEvery = 5 * time.Second

@@ -36,7 +36,7 @@ type instance struct {
 	pending    *write // the next one, coalesced while one is in flight
 	handle     *actor.Handle
 	dead       bool
-	ending     bool
+	expiring   bool // the tombstone's delete marker is being written
 	resumeFrom time.Time // set on a shard received by a graceful move: report the pause at the first tick
 	failed     error     // the last write failed: its outcome may be unknown, so no more writes under this token
 }
@@ -73,9 +73,9 @@ func (in *instance) enqueue(c Command) {
 		in.mu.Unlock()
 		in.sh.h.answerErr(c, wire.CodeRetry, "instance %s is moving; retry with the same request id", in.id)
 		return
-	case in.ending:
+	case in.expiring:
 		in.mu.Unlock()
-		in.sh.h.answerErr(c, wire.CodeUnknownInstance, "instance %s has ended", in.id)
+		in.sh.h.answerErr(c, wire.CodeRetry, "instance %s has ended and is being removed; retry with the same request id", in.id)
 		return
 	case len(in.mailbox) >= maxMailbox:
 		in.mu.Unlock()
@@ -134,29 +134,41 @@ func (in *instance) Tick(time.Time) {
 }
 
 func (in *instance) tickLocked() *write {
-	if in.dead || in.ending {
+	if in.dead || in.expiring {
 		return nil
 	}
-	tick := in.rec.Tick + 1
+	ended := in.rec.Ended
+	tick := in.rec.Tick
+	if !ended {
+		tick++ // a tombstone does not tick
+	}
 	cmds := in.mailbox
 	in.mailbox, in.spare = in.spare[:0], cmds
 	var answers []answer
 	for i, c := range cmds {
 		cmds[i] = Command{}
-		if in.ending {
-			in.sh.h.answerErr(c, wire.CodeUnknownInstance, "instance %s has ended", in.id)
-			continue
-		}
 		if a, now := in.apply(tick, c); now {
 			in.sh.h.answer(a.c, a.reply, a.result)
 		} else {
 			answers = append(answers, a)
 		}
 	}
-	if in.ending {
-		w := &write{end: true, answers: answers}
+	if in.rec.Ended {
+		if len(answers) == 0 && !in.forceWrite {
+			return in.expireLocked()
+		}
+		// The tombstone (or a retransmission's answer) is written like any record.
+		in.forceWrite = false
+		in.lastWrite = tick
+		rec := in.rec
+		rec.State = nil
+		rec.Reqs = in.rec.Reqs[:len(in.rec.Reqs):len(in.rec.Reqs)]
+		w := &write{rec: rec, answers: answers}
 		in.queue(w)
 		return in.takeSendable(w)
+	}
+	if ended { // created again from its tombstone: this tick is its first
+		tick++
 	}
 	in.logic.Tick(tick)
 	in.rec.Tick = tick
@@ -177,6 +189,19 @@ func (in *instance) tickLocked() *write {
 	return in.takeSendable(w)
 }
 
+// expireLocked removes a stored tombstone once it is older than the host's TombstoneTTL: a fenced
+// delete marker, after which a retransmitted end gets unknown_instance.
+func (in *instance) expireLocked() *write {
+	if !in.acked.Ended || in.pending != nil || in.inflight != nil ||
+		time.Since(time.UnixMilli(in.rec.EndedAt)) < in.sh.h.cfg.TombstoneTTL {
+		return nil
+	}
+	in.expiring = true
+	w := &write{end: true}
+	in.queue(w)
+	return in.takeSendable(w)
+}
+
 // apply runs one command; now reports an answer that does not wait for a write.
 func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 	a.c = c
@@ -191,24 +216,70 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 		a.reply, a.result = q.Result, "duplicate"
 		return a, false
 	}
-	switch c.Type {
-	case "create":
-		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeExists, "instance %s already exists", in.id)})
-		a.result = wire.CodeExists
-	case "end":
-		in.ending = true
-		a.reply = wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"ended": in.id, "tick": in.rec.Tick}})
-		a.result = "ok"
-		return a, false
-	default:
-		res, err := in.logic.Handle(tick, actor.Command{Type: c.Type, Body: c.Body})
-		a.reply, a.result = replyFor(res, err)
-		if a.result == wire.CodeBadRequest {
-			return a, true // malformed: nothing changed, nothing to remember or store
+	if in.rec.Ended {
+		if c.Type != "create" {
+			a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeUnknownInstance, "instance %s has ended", in.id)})
+			a.result = wire.CodeUnknownInstance
+			return a, true
+		}
+		if !in.revive(c, &a) {
+			return a, true
+		}
+	} else {
+		switch c.Type {
+		case "create":
+			a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeExists, "instance %s already exists", in.id)})
+			a.result = wire.CodeExists
+		case "end":
+			// A tombstone, not a delete marker: the record keeps the request window, so a
+			// retransmitted end gets this answer and never ends a later instance of the ID.
+			in.rec.Ended, in.rec.EndedAt = true, time.Now().UnixMilli()
+			in.logic = nil
+			in.forceWrite = true
+			a.reply = wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"ended": in.id, "tick": in.rec.Tick}})
+			a.result = "ok"
+		default:
+			res, err := in.logic.Handle(tick, actor.Command{Type: c.Type, Body: c.Body})
+			a.reply, a.result = replyFor(res, err)
+			if a.result == wire.CodeBadRequest {
+				return a, true // malformed: nothing changed, nothing to remember or store
+			}
 		}
 	}
 	in.rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: a.reply})
 	return a, false
+}
+
+// revive makes a new instance of an ended ID from a create command; false if the command is
+// refused (a's reply says why). The tombstone's request window and tick carry on.
+func (in *instance) revive(c Command, a *answer) bool {
+	var args struct {
+		Kind string `msgpack:"kind"`
+	}
+	cmd := actor.Command{Type: c.Type, Body: c.Body}
+	kinds := in.sh.h.cfg.Kinds
+	if err := cmd.Decode(&args); err != nil || args.Kind == "" {
+		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBadRequest, `create needs a string "kind" (one of %v)`, kinds.Names())})
+		a.result = wire.CodeBadRequest
+		return false
+	}
+	kind, ok := kinds.Get(args.Kind)
+	if !ok {
+		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBadRequest, "unknown kind %q (one of %v)", args.Kind, kinds.Names())})
+		a.result = wire.CodeBadRequest
+		return false
+	}
+	logic, err := kind.New(in.id, cmd)
+	if err != nil {
+		a.reply, a.result = replyFor(nil, err)
+		return false
+	}
+	in.kind, in.logic = kind, logic
+	in.rec.Kind, in.rec.Ended, in.rec.EndedAt = args.Kind, false, 0
+	in.forceWrite = true
+	a.reply = wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"created": in.id, "kind": args.Kind}})
+	a.result = "ok"
+	return true
 }
 
 func replyFor(res any, err error) ([]byte, string) {
@@ -280,6 +351,7 @@ func (in *instance) written(w *write, err error) {
 		return
 	}
 	var next *write
+	wasEnded := in.acked.Ended
 	if err == nil {
 		if !w.end {
 			in.acked = w.rec
@@ -298,9 +370,13 @@ func (in *instance) written(w *write, err error) {
 			h.answer(a.c, a.reply, a.result)
 		}
 		if w.end {
-			in.die()
+			for _, c := range in.die() {
+				h.answerErr(c, wire.CodeRetry, "instance %s was removed; retry with the same request id", in.id)
+			}
 			in.sh.remove(in)
-			in.sh.log.Info("instance ended", "instance", in.id, "token", in.grant.Token)
+			in.sh.log.Info("tombstone of an ended instance removed", "instance", in.id, "token", in.grant.Token)
+		} else if w.rec.Ended && !wasEnded {
+			in.sh.log.Info("instance ended", "instance", in.id, "token", in.grant.Token, "tick", w.rec.Tick)
 		}
 		if next != nil {
 			in.send(next)
@@ -326,11 +402,14 @@ func (in *instance) revertLocked(answers []answer) []answer {
 		answers = append(answers, in.pending.answers...)
 		in.pending = nil
 	}
-	logic, err := in.kind.Restore(in.id, in.acked.State)
-	if err != nil {
-		panic(fmt.Sprintf("restore acknowledged state of %s: %v", in.id, err))
+	in.logic = nil
+	if !in.acked.Ended {
+		logic, err := in.kind.Restore(in.id, in.acked.State)
+		if err != nil {
+			panic(fmt.Sprintf("restore acknowledged state of %s: %v", in.id, err))
+		}
+		in.logic = logic
 	}
-	in.logic = logic
 	tick := in.rec.Tick
 	in.rec = in.acked
 	in.rec.Tick = tick
@@ -401,10 +480,10 @@ func (in *instance) flush(ctx context.Context) error {
 	if in.pending != nil {
 		w, in.pending = in.pending, nil
 	}
-	ending := in.ending
+	expiring := in.expiring
 	rec := in.rec
-	needWrite := !ending && (w != nil || rec.Tick > in.lastWrite || in.forceWrite)
-	if needWrite {
+	needWrite := !expiring && (w != nil || rec.Tick > in.lastWrite || in.forceWrite)
+	if needWrite && !rec.Ended {
 		state, err := in.logic.MarshalState()
 		if err != nil {
 			in.mu.Unlock()
@@ -422,7 +501,7 @@ func (in *instance) flush(ctx context.Context) error {
 	}
 	var err error
 	switch {
-	case ending && w != nil: // else the delete marker is already stored
+	case expiring && w != nil: // else the delete marker is already stored
 		_, err = in.sh.h.cfg.Store.End(ctx, in.grant, in.id)
 	case needWrite:
 		_, err = in.sh.h.cfg.Store.Write(ctx, in.grant, in.id, rec)

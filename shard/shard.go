@@ -175,6 +175,9 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 	}
 	rec.Token = g.Token
 	kind, ok := sh.h.cfg.Kinds.Get(rec.Kind)
+	if rec.Ended { // a tombstone: it answers retransmissions until it expires, or is created again
+		return newInstance(sh, g, id, kind, nil, rec)
+	}
 	if !ok {
 		sh.log.Error("instance of unknown kind not loaded", "instance", id, "kind", rec.Kind, "known", sh.h.cfg.Kinds.Names())
 		return nil
