@@ -36,7 +36,7 @@ type instance struct {
 	pending    *write // the next one, coalesced while one is in flight
 	handle     *actor.Handle
 	dead       bool
-	expiring   bool // the tombstone's delete marker is being written
+	expiring   bool      // the tombstone's delete marker is being written
 	resumeFrom time.Time // set on a shard received by a graceful move: report the pause at the first tick
 	failed     error     // the last write failed: its outcome may be unknown, so no more writes under this token
 }
