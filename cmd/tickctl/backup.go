@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/user"
 
 	"github.com/tickfence/tickfence/store/natskv"
 )
@@ -49,11 +51,15 @@ func (c *cli) restore(ctx context.Context, path string) error {
 		return usageError{fmt.Sprintf("restore replaces the state of every instance with the backup of epoch %d (%d keys); "+
 			"it seals epoch %d for good. Run again with --yes to do it", b.Cluster.Epoch, len(b.Entries), c.cl.Epoch)}
 	}
-	cl, err := c.st.Restore(ctx, b, natskv.RestoreOptions{Progress: func(done, total int) {
-		if !c.g.json {
-			fmt.Fprintf(os.Stderr, "\rrestoring: %d/%d keys", done, total)
-		}
-	}})
+	cl, err := c.st.Restore(ctx, b, natskv.RestoreOptions{Operator: operator(), Takeover: c.g.takeover,
+		Progress: func(done, total int) {
+			if !c.g.json {
+				fmt.Fprintf(os.Stderr, "\rrestoring: %d/%d keys", done, total)
+			}
+		}})
+	if errors.Is(err, natskv.ErrRestoreClaimed) {
+		return fmt.Errorf("%w (if it crashed: --takeover finishes it with this backup; restore --undo releases it if it sealed nothing)", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -63,4 +69,27 @@ func (c *cli) restore(ctx context.Context, path string) error {
 	return c.done(map[string]any{"file": path, "sealed_epoch": c.cl.Epoch, "epoch": cl.Epoch, "keys": len(b.Entries)},
 		"restored %d keys into epoch %d; epoch %d is sealed; nodes move to epoch %d and the coordinator assigns every shard",
 		len(b.Entries), cl.Epoch, c.cl.Epoch, cl.Epoch)
+}
+
+// undoRestore releases the claim of a crashed restore that sealed nothing yet.
+func (c *cli) undoRestore(ctx context.Context) error {
+	if !c.g.yes {
+		return usageError{"restore --undo releases another operator's restore claim; run again with --yes to do it"}
+	}
+	held, err := c.st.AbandonRestore(ctx)
+	if err != nil {
+		return err
+	}
+	return c.done(map[string]any{"operator": held.Operator, "epoch": held.Epoch, "undone": true},
+		"undid %s's restore into epoch %d: epoch %d carries on", held.Operator, held.Epoch, held.FromEpoch)
+}
+
+// operator names who runs a restore, for the claim another operator sees.
+func operator() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s@%s (tickctl pid %d)", name, host, os.Getpid())
 }

@@ -42,6 +42,8 @@ Usage:
   tickctl rebalance [--dry-run]                   plan load-based moves (and apply them, with progress)
   tickctl backup <file>                           save the latest value of every key of the current epoch
   tickctl restore <file> --yes                    seal the current epoch, restore the backup into the next
+  tickctl restore <file> --yes --takeover         finish a restore that crashed (its claim names the operator)
+  tickctl restore --undo --yes                    undo a crashed restore that sealed nothing yet
 
 Flags (before or after the arguments):
   --nats URL          NATS server (default $NATS_URL, else nats://127.0.0.1:4222; start tickd with
@@ -51,6 +53,8 @@ Flags (before or after the arguments):
   --timeout D         give up after D (default 10s; drain and rebalance: 2m)
   --dry-run           rebalance: print the plan and the imbalance before/after, change nothing
   --yes               restore: really replace the cluster's state
+  --takeover          restore: take over the claim of a restore that crashed, and finish it
+  --undo              restore: release the claim of a crashed restore that sealed nothing
   --max-moves N       rebalance: moves under way at once (default 8)
   --tolerance F       rebalance: leave nodes within this factor of the mean alone (default 0.05)
 `
@@ -65,6 +69,8 @@ type globals struct {
 	shard     int
 	dryRun    bool
 	yes       bool
+	takeover  bool
+	undo      bool
 	maxMoves  int
 	tolerance float64
 }
@@ -102,6 +108,8 @@ func parse(args []string) (globals, []string, error) {
 	fs.IntVar(&g.shard, "shard", -1, "")
 	fs.BoolVar(&g.dryRun, "dry-run", false, "")
 	fs.BoolVar(&g.yes, "yes", false, "")
+	fs.BoolVar(&g.takeover, "takeover", false, "")
+	fs.BoolVar(&g.undo, "undo", false, "")
 	fs.IntVar(&g.maxMoves, "max-moves", 8, "")
 	fs.Float64Var(&g.tolerance, "tolerance", 0.05, "")
 	var pos []string
@@ -173,8 +181,10 @@ func run(args []string, out io.Writer) error {
 		return c.rebalance(ctx, g.dryRun)
 	case pos[0] == "backup" && len(pos) == 2:
 		return c.backup(ctx, pos[1])
-	case pos[0] == "restore" && len(pos) == 2:
+	case pos[0] == "restore" && len(pos) == 2 && !g.undo:
 		return c.restore(ctx, pos[1])
+	case pos[0] == "restore" && len(pos) == 1 && g.undo:
+		return c.undoRestore(ctx)
 	case pos[0] == "instance" && len(pos) >= 3:
 		id := pos[2]
 		if err := store.ValidID(id); err != nil {

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tickfence/tickfence/coordinator"
@@ -40,16 +40,27 @@ func (c *cli) status(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintf(c.out, "cluster: %d shards, epoch %d; coordinator leader: %s\n", s.Cluster.Shards, s.Cluster.Epoch, leader)
-	fmt.Fprintf(c.out, "imbalance (max/mean node load): %.2f; unassigned shards: %d; moves under way: %d\n\n", s.Imbalance, unassigned, len(s.Moves))
+	fmt.Fprintf(c.out, "imbalance (max/mean node load): %.2f; unassigned shards: %d; moves under way: %d\n", s.Imbalance, unassigned, len(s.Moves))
+	for _, st := range s.Stuck {
+		fmt.Fprintf(c.out, "warning: %s is leaving but cannot hand off its %d shards: every other node is drained (%s); undrain one\n",
+			st.Node, st.Shards, strings.Join(st.Drained, ", "))
+	}
+	fmt.Fprintln(c.out)
 	return c.nodeTable(s)
 }
 
 func (c *cli) nodeTable(s *coordinator.State) error {
 	w := c.table()
+	stuck := map[string]bool{}
+	for _, st := range s.Stuck {
+		stuck[st.Node] = true
+	}
 	fmt.Fprintln(w, "NODE\tSESSION\tSHARDS\tINSTANCES\tTICK CPU\tP99 LATENESS\tLEASE AGE\tWEIGHT\tSTATE")
 	for _, n := range s.Nodes {
 		state := "active"
 		switch {
+		case n.Record.Leaving && stuck[n.ID]:
+			state = "leaving (stuck: peers drained)"
 		case n.Record.Leaving:
 			state = "leaving"
 		case n.Drained:
@@ -88,32 +99,20 @@ func (c *cli) move(ctx context.Context, shardS, node string) error {
 	if err != nil {
 		return err
 	}
-	s, err := c.state(ctx)
-	if err != nil {
-		return err
-	}
-	if _, ok := s.Live(node); !ok {
-		return fmt.Errorf("node %s holds no lease (is it running?)", node)
-	}
-	cur := s.Shards[sh]
-	if cur.Revision == 0 {
-		return fmt.Errorf("shard %d is unassigned; the coordinator places it", sh)
-	}
-	if cur.Owner.Owner == node {
+	from, err := coordinator.RequestMove(ctx, c.st, sh, node)
+	if errors.Is(err, coordinator.ErrAlreadyPlaced) {
 		return c.done(map[string]any{"shard": sh, "owner": node, "moved": false}, "shard %d is already on %s", sh, node)
 	}
-	rec := store.MoveRecord{From: cur.Owner.Owner, FromSession: cur.Owner.Session, To: node, State: store.MoveRequested, Reason: "operator"}
-	b, _ := json.Marshal(rec)
-	if err := c.createMove(ctx, sh, b); err != nil {
+	if err != nil {
 		return err
 	}
 	start := time.Now()
-	owner, err := c.waitOwner(ctx, sh, func(a store.Assignment) bool { return a.Owner != cur.Owner.Owner })
+	owner, err := c.waitOwner(ctx, sh, func(a store.Assignment) bool { return a.Owner != from.Owner })
 	if err != nil {
 		return err
 	}
-	return c.done(map[string]any{"shard": sh, "from": cur.Owner.Owner, "to": owner, "seconds": time.Since(start).Seconds()},
-		"shard %d moved %s → %s in %v", sh, cur.Owner.Owner, owner, time.Since(start).Round(time.Millisecond))
+	return c.done(map[string]any{"shard": sh, "from": from.Owner, "to": owner, "seconds": time.Since(start).Seconds()},
+		"shard %d moved %s → %s in %v", sh, from.Owner, owner, time.Since(start).Round(time.Millisecond))
 }
 
 func (c *cli) waitOwner(ctx context.Context, sh uint32, ok func(store.Assignment) bool) (string, error) {
@@ -142,7 +141,7 @@ func (c *cli) drain(ctx context.Context, node string) error {
 	if err := store.ValidID(node); err != nil {
 		return usageError{err.Error()}
 	}
-	if _, err := c.st.ControlCreate(ctx, store.DrainKey(node), []byte(`{}`), 0); err != nil && !errors.Is(err, store.ErrConflict) {
+	if err := coordinator.Drain(ctx, c.st, node); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -170,7 +169,7 @@ func (c *cli) drain(ctx context.Context, node string) error {
 }
 
 func (c *cli) undrain(ctx context.Context, node string) error {
-	if err := c.st.ControlDelete(ctx, store.DrainKey(node), 0); err != nil {
+	if err := coordinator.Undrain(ctx, c.st, node); err != nil {
 		return err
 	}
 	return c.done(map[string]any{"node": node, "drained": false}, "%s undrained: the coordinator may place shards on it again", node)
@@ -181,14 +180,11 @@ func (c *cli) pin(ctx context.Context, shardS string, on bool) error {
 	if err != nil {
 		return err
 	}
-	if on {
-		if _, err := c.st.ControlCreate(ctx, store.PinKey(sh), []byte(`{}`), 0); err != nil && !errors.Is(err, store.ErrConflict) {
-			return err
-		}
-		return c.done(map[string]any{"shard": sh, "pinned": true}, "shard %d pinned: the rebalancer leaves it where it is", sh)
-	}
-	if err := c.st.ControlDelete(ctx, store.PinKey(sh), 0); err != nil {
+	if err := coordinator.Pin(ctx, c.st, sh, on); err != nil {
 		return err
+	}
+	if on {
+		return c.done(map[string]any{"shard": sh, "pinned": true}, "shard %d pinned: the rebalancer leaves it where it is", sh)
 	}
 	return c.done(map[string]any{"shard": sh, "pinned": false}, "shard %d unpinned", sh)
 }
@@ -198,15 +194,7 @@ func (c *cli) weight(ctx context.Context, node, ws string) error {
 	if err != nil || w <= 0 || w > 1000 {
 		return usageError{fmt.Sprintf("weight %q: want a number in (0, 1000]", ws)}
 	}
-	b, _ := json.Marshal(store.WeightRecord{Weight: w})
-	e, err := c.st.ControlGet(ctx, store.WeightKey(node))
-	switch {
-	case err == nil:
-		_, err = c.st.ControlUpdate(ctx, store.WeightKey(node), b, e.Revision, 0)
-	case errors.Is(err, store.ErrNotFound):
-		_, err = c.st.ControlCreate(ctx, store.WeightKey(node), b, 0)
-	}
-	if err != nil {
+	if err := coordinator.SetWeight(ctx, c.st, node, w); err != nil {
 		return err
 	}
 	return c.done(map[string]any{"node": node, "weight": w}, "%s weight %g", node, w)
@@ -241,10 +229,8 @@ func (c *cli) rebalance(ctx context.Context, dryRun bool) error {
 		for len(pending) > 0 && len(inFlight) < c.g.maxMoves {
 			m := pending[0]
 			pending = pending[1:]
-			cur := s.Shards[m.Shard]
-			rec := store.MoveRecord{From: m.From, FromSession: cur.Owner.Session, To: m.To, State: store.MoveRequested, Reason: "operator-rebalance"}
-			b, _ := json.Marshal(rec)
-			if err := c.createMove(ctx, m.Shard, b); err != nil {
+			m.Reason = "operator-rebalance"
+			if _, err := coordinator.StartMove(ctx, c.st, m); err != nil {
 				fmt.Fprintf(os.Stderr, "shard %d: not moved: %v\n", m.Shard, err)
 				continue
 			}
@@ -275,22 +261,4 @@ func (c *cli) rebalance(ctx context.Context, dryRun bool) error {
 	return c.done(map[string]any{"moves": done, "imbalance_before": plan.Before, "imbalance_after": after.Imbalance,
 		"seconds": time.Since(start).Seconds()},
 		"rebalanced: %d moves in %v; imbalance %.2f → %.2f", done, time.Since(start).Round(time.Millisecond), plan.Before, after.Imbalance)
-}
-
-// createMove writes move.<S>, replacing a finished move the coordinator has not cleaned up yet.
-func (c *cli) createMove(ctx context.Context, sh uint32, rec []byte) error {
-	_, err := c.st.ControlCreate(ctx, store.MoveKey(sh), rec, 0)
-	if !errors.Is(err, store.ErrConflict) {
-		return err
-	}
-	e, gerr := c.st.ControlGet(ctx, store.MoveKey(sh))
-	var cur store.MoveRecord
-	if gerr != nil || json.Unmarshal(e.Value, &cur) != nil || cur.State != store.MoveDone {
-		return fmt.Errorf("shard %d is already moving", sh)
-	}
-	if err := c.st.ControlDelete(ctx, store.MoveKey(sh), e.Revision); err != nil {
-		return fmt.Errorf("shard %d: %w", sh, err)
-	}
-	_, err = c.st.ControlCreate(ctx, store.MoveKey(sh), rec, 0)
-	return err
 }
