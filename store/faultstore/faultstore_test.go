@@ -1,0 +1,26 @@
+package faultstore_test
+
+import (
+	"testing"
+
+	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/faultstore"
+	"github.com/tickfence/tickfence/store/memstore"
+	"github.com/tickfence/tickfence/store/storetest"
+)
+
+// With no faults the wrapper is a store like any other: it passes the conformance suite.
+func backend() storetest.Backend {
+	return storetest.Backend{
+		New: func(t *testing.T) store.Store {
+			return faultstore.New(memstore.New(), 1, faultstore.Options{}).Client("suite")
+		},
+		PutRaw: func(t *testing.T, s store.Store, epoch uint64, shard uint32, id string, data []byte) {
+			s.(*faultstore.Client).Net().Under().(*memstore.Store).PutRaw(epoch, shard, id, data)
+		},
+	}
+}
+
+func TestConformance(t *testing.T) { storetest.Run(t, backend()) }
+
+func TestControlConformance(t *testing.T) { storetest.RunControl(t, backend()) }
