@@ -2,7 +2,9 @@
 // section 2, message by message: every inst.<S>.* record carries the token equal to the current
 // revision of shard.<S> at that point in the stream, or is a registration that changes nothing but
 // the token, or a Create of an empty record; and an instance's tick never goes backwards. A stream
-// that no longer holds every message is reported incomplete, never as a pass.
+// that no longer holds every message is reported incomplete, never as a pass. The history comes
+// from a JetStream stream (Check) or from memstore's message log (Memstore); CheckMessages is the
+// check itself, over any ordered list of messages.
 package history
 
 import (
@@ -16,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/memstore"
 )
 
 // Report of a check.
@@ -41,7 +44,19 @@ type last struct {
 	present bool
 }
 
-// Check reads the whole stream of a data bucket in order.
+// Message is one message of a data bucket's stream, from whichever source: a JetStream stream
+// (Check) or memstore's log (Memstore).
+type Message struct {
+	Seq uint64
+	// Key is the key within the bucket: shard.<S> or inst.<S>.<id>.
+	Key   string
+	Value []byte
+	// Deleted marks a delete or purge marker; Token is then its Tickfence-Token header.
+	Deleted bool
+	Token   uint64
+}
+
+// Check reads the whole stream of a data bucket in order and checks it.
 func Check(ctx context.Context, js jetstream.JetStream, bucket string) (Report, error) {
 	var rep Report
 	stream, err := js.Stream(ctx, "KV_"+bucket)
@@ -66,27 +81,58 @@ func Check(ctx context.Context, js jetstream.JetStream, bucket string) (Report, 
 		return rep, err
 	}
 	prefix := "$KV." + bucket + "."
+	msgs := make([]Message, 0, st.Msgs)
+	for len(msgs) < int(st.Msgs) {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5_000_000_000))
+		if err != nil {
+			return rep, fmt.Errorf("read message %d of %d: %w", len(msgs)+1, st.Msgs, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return rep, err
+		}
+		m := Message{Seq: meta.Sequence.Stream, Key: strings.TrimPrefix(msg.Subject(), prefix), Value: msg.Data()}
+		if op := msg.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			m.Deleted = true
+			m.Token, _ = strconv.ParseUint(msg.Headers().Get("Tickfence-Token"), 10, 64)
+		}
+		msgs = append(msgs, m)
+	}
+	return CheckMessages(bucket, msgs)
+}
+
+// Memstore checks a data bucket of an in-memory store made with memstore.NewWithHistory.
+func Memstore(s *memstore.Store, bucket string) (Report, error) {
+	log := s.History(bucket)
+	msgs := make([]Message, len(log))
+	for i, m := range log {
+		msgs[i] = Message{Seq: m.Seq, Key: m.Key, Value: m.Value, Deleted: m.Deleted, Token: m.Token}
+	}
+	return CheckMessages(bucket, msgs)
+}
+
+// CheckMessages checks the whole ordered history of a data bucket. A history whose sequences
+// do not start at 1 or have gaps is reported incomplete.
+func CheckMessages(bucket string, msgs []Message) (Report, error) {
+	var rep Report
+	for i, m := range msgs {
+		if m.Seq != uint64(i+1) {
+			rep.Incomplete = fmt.Sprintf("message %d has sequence %d: the history has gaps", i+1, m.Seq)
+			return rep, nil
+		}
+	}
 	// In an epoch after the first, a restore writes the backup's records before it rewrites the
 	// shard keys: a record of a shard with no shard key yet in this stream is one of those.
 	var epoch uint64
 	_, _ = fmt.Sscanf(bucket, "tickfence-data-e%d-", &epoch)
 	shardRev := map[string]uint64{} // "S" → sequence of the last shard.<S> message
 	insts := map[string]*last{}
-	for rep.Messages < int(st.Msgs) {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5_000_000_000))
-		if err != nil {
-			return rep, fmt.Errorf("read message %d of %d: %w", rep.Messages+1, st.Msgs, err)
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return rep, err
-		}
+	for _, msg := range msgs {
 		rep.Messages++
-		key := strings.TrimPrefix(msg.Subject(), prefix)
-		kind, rest, _ := strings.Cut(key, ".")
+		kind, rest, _ := strings.Cut(msg.Key, ".")
 		switch kind {
 		case "shard":
-			shardRev[rest] = meta.Sequence.Stream
+			shardRev[rest] = msg.Seq
 		case "inst":
 			s, id, _ := strings.Cut(rest, ".")
 			cur := shardRev[s]
@@ -95,18 +141,16 @@ func Check(ctx context.Context, js jetstream.JetStream, bucket string) (Report, 
 				l = &last{}
 				insts[rest] = l
 			}
-			op := msg.Headers().Get("KV-Operation")
-			if op == "DEL" || op == "PURGE" {
-				tok, _ := strconv.ParseUint(msg.Headers().Get("Tickfence-Token"), 10, 64)
-				if tok != cur {
-					rep.Stale = append(rep.Stale, fmt.Sprintf("seq %d: end of %s under token %d, shard %s at %d", meta.Sequence.Stream, id, tok, s, cur))
+			if msg.Deleted {
+				if msg.Token != cur {
+					rep.Stale = append(rep.Stale, fmt.Sprintf("seq %d: end of %s under token %d, shard %s at %d", msg.Seq, id, msg.Token, s, cur))
 				}
 				l.present = false
 				continue
 			}
-			rec, err := store.DecodeRecord(msg.Data())
+			rec, err := store.DecodeRecord(msg.Value)
 			if err != nil {
-				return rep, fmt.Errorf("seq %d (%s): %w", meta.Sequence.Stream, key, err)
+				return rep, fmt.Errorf("seq %d (%s): %w", msg.Seq, msg.Key, err)
 			}
 			rep.Records++
 			switch {
@@ -119,10 +163,10 @@ func Check(ctx context.Context, js jetstream.JetStream, bucket string) (Report, 
 				// A registration: changes nothing but the token.
 			default:
 				rep.Stale = append(rep.Stale, fmt.Sprintf("seq %d: %s tick %d written under token %d, shard %s at %d",
-					meta.Sequence.Stream, id, rec.Tick, rec.Token, s, cur))
+					msg.Seq, id, rec.Tick, rec.Token, s, cur))
 			}
 			if l.present && rec.Tick < l.rec.Tick {
-				rep.Backwards = append(rep.Backwards, fmt.Sprintf("seq %d: %s tick %d after %d", meta.Sequence.Stream, id, rec.Tick, l.rec.Tick))
+				rep.Backwards = append(rep.Backwards, fmt.Sprintf("seq %d: %s tick %d after %d", msg.Seq, id, rec.Tick, l.rec.Tick))
 			}
 			l.rec, l.present = rec, true
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/tickfence/tickfence/internal/history"
 	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/memstore"
 	"github.com/tickfence/tickfence/store/natskv"
 )
 
@@ -106,6 +107,72 @@ func TestCheckReportsLostHistoryAsIncomplete(t *testing.T) {
 
 func idIn(shard uint32) string {
 	for i := 0; ; i++ {
+		if id := fmt.Sprintf("i%d", i); store.ShardOf(id, 4) == shard {
+			return id
+		}
+	}
+}
+
+// The same check over memstore's message log: a fenced history passes; a zombie's plain put and a
+// stale end are reported.
+func TestCheckMemstoreHistory(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.NewWithHistory()
+	if _, err := st.Bootstrap(ctx, store.Cluster{Shards: 4, Partitions: 1, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a := store.Assignment{Owner: "A", Session: "a"}
+	tok, _ := st.Assign(ctx, 1, 0, a, 0)
+	ga := store.Grant{Epoch: 1, Shard: 0, Token: tok, Assignment: a}
+	id, id2 := idIn(0), idIn2(0)
+	for _, x := range []string{id, id2} {
+		if _, err := st.Create(ctx, ga, x, store.Record{Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Write(ctx, ga, x, store.Record{Kind: "k", Tick: 5, State: []byte("a5")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := store.Assignment{Owner: "B", Session: "b"}
+	tokB, _ := st.Assign(ctx, 1, 0, b, tok)
+	gb := store.Grant{Epoch: 1, Shard: 0, Token: tokB, Assignment: b}
+	rec, rev, _ := st.Load(ctx, 1, 0, id)
+	if _, err := st.Register(ctx, gb, id, rec, rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write(ctx, gb, id, store.Record{Kind: "k", Tick: 6, State: []byte("b6")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.End(ctx, gb, id2); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := history.Memstore(st, store.DataBucket(1, 0))
+	if err != nil || !rep.OK() || rep.Records != 6 {
+		t.Fatalf("a fenced history: %s, %v; want OK with 6 records", rep, err)
+	}
+	zombie, _ := store.EncodeRecord(store.Record{Token: tok, Kind: "k", Tick: 5, State: []byte("a5-again")})
+	st.PutRaw(1, 0, id, zombie)
+	rep, err = history.Memstore(st, store.DataBucket(1, 0))
+	if err != nil || rep.OK() || len(rep.Stale) != 1 || len(rep.Backwards) != 1 {
+		t.Fatalf("after a zombie's plain put: %s, %v; want 1 stale record and 1 tick backwards", rep, err)
+	}
+	// A stale end, as the message log would hold it if a store let it through.
+	msgs := []history.Message{
+		{Seq: 1, Key: "shard.0", Value: []byte(`{}`)},
+		{Seq: 2, Key: "shard.0", Value: []byte(`{}`)},
+		{Seq: 3, Key: "inst.0.x", Deleted: true, Token: 1},
+	}
+	rep, err = history.CheckMessages(store.DataBucket(1, 0), msgs)
+	if err != nil || len(rep.Stale) != 1 {
+		t.Fatalf("stale end: %s, %v", rep, err)
+	}
+	if rep, _ := history.CheckMessages(store.DataBucket(1, 0), msgs[1:]); rep.Incomplete == "" {
+		t.Fatal("a history with a gap passed")
+	}
+}
+
+func idIn2(shard uint32) string {
+	for i := 1000; ; i++ {
 		if id := fmt.Sprintf("i%d", i); store.ShardOf(id, 4) == shard {
 			return id
 		}

@@ -26,11 +26,31 @@ type entry struct {
 type bucket struct {
 	seq  uint64
 	keys map[string]entry
+	// log is every message in order, kept only by a store made with NewWithHistory.
+	log  []Message
+	keep bool
+}
+
+// Message is one message of a bucket's stream, as a history check reads it.
+type Message struct {
+	Seq     uint64
+	Key     string
+	Value   []byte
+	Deleted bool
+	// Token is the fence token of a fenced delete marker (its Tickfence-Token header), else 0.
+	Token uint64
 }
 
 func (b *bucket) put(key string, value []byte, deleted bool) uint64 {
+	return b.putToken(key, value, deleted, 0)
+}
+
+func (b *bucket) putToken(key string, value []byte, deleted bool, token uint64) uint64 {
 	b.seq++
 	b.keys[key] = entry{rev: b.seq, value: value, deleted: deleted}
+	if b.keep {
+		b.log = append(b.log, Message{Seq: b.seq, Key: key, Value: value, Deleted: deleted, Token: token})
+	}
 	return b.seq
 }
 
@@ -45,6 +65,7 @@ type Store struct {
 	ctlWatchers []*controlWatcher
 	hold        func(string) bool
 	held        []store.HeldWrite
+	history     bool
 }
 
 type watcher struct {
@@ -61,10 +82,24 @@ var (
 // New returns an empty store.
 func New() *Store { return &Store{buckets: map[string]*bucket{}} }
 
+// NewWithHistory returns an empty store that keeps every message of every bucket, for History.
+func NewWithHistory() *Store { return &Store{buckets: map[string]*bucket{}, history: true} }
+
+// History returns every message of a bucket in order (nil unless made with NewWithHistory).
+func (s *Store) History(bucket string) []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.buckets[bucket]
+	if b == nil {
+		return nil
+	}
+	return append([]Message(nil), b.log...)
+}
+
 func (s *Store) bucket(name string, create bool) *bucket {
 	b := s.buckets[name]
 	if b == nil && create {
-		b = &bucket{keys: map[string]entry{}}
+		b = &bucket{keys: map[string]entry{}, keep: s.history}
 		s.buckets[name] = b
 	}
 	return b
@@ -398,7 +433,11 @@ func (s *Store) fenced(g store.Grant, id string, v []byte, del bool) (uint64, er
 	if b.lastRev(store.ShardKey(g.Shard)) != g.Token {
 		return 0, fmt.Errorf("write %s under %s: %w", id, g, store.ErrStaleOwner)
 	}
-	return b.put(store.InstanceKey(g.Shard, id), v, del), nil
+	tok := uint64(0)
+	if del {
+		tok = g.Token
+	}
+	return b.putToken(store.InstanceKey(g.Shard, id), v, del, tok), nil
 }
 
 func (s *Store) prepare(g store.Grant, id string, rec store.Record) ([]byte, error) {
