@@ -174,7 +174,8 @@ func (c *Client) acked() {
 }
 
 // mutate runs one write through the faults: lost answer (landing now, later or never) or normal.
-func (c *Client) mutate(ctx context.Context, desc string, do func(context.Context) (uint64, error), rec func(uint64)) (uint64, error) {
+func (c *Client) mutate(ctx context.Context, key, desc string, do func(context.Context) (uint64, error), rec func(uint64)) (uint64, error) {
+	c.n.observe(c, key)
 	if err := c.enter(desc); err != nil {
 		return 0, err
 	}
@@ -307,7 +308,7 @@ func (c *Client) shardRec(epoch uint64, shard uint32, a store.Assignment) func(u
 
 // Assign implements store.Store.
 func (c *Client) Assign(ctx context.Context, epoch uint64, shard uint32, a store.Assignment, expect uint64) (uint64, error) {
-	return c.mutate(ctx, fmt.Sprintf("assign shard %d to %s/%s expecting %d", shard, a.Owner, a.Session, expect),
+	return c.mutate(ctx, store.ShardKey(shard), fmt.Sprintf("assign shard %d to %s/%s expecting %d", shard, a.Owner, a.Session, expect),
 		func(ctx context.Context) (uint64, error) { return c.n.under.Assign(ctx, epoch, shard, a, expect) },
 		c.shardRec(epoch, shard, a))
 }
@@ -330,7 +331,7 @@ func (c *Client) WatchAssignments(ctx context.Context, epoch uint64) (<-chan sto
 func (c *Client) Rotate(ctx context.Context, g store.Grant) (store.Grant, error) {
 	var out store.Grant
 	rec := c.shardRec(g.Epoch, g.Shard, g.Assignment)
-	_, err := c.mutate(ctx, fmt.Sprintf("rotate %s", g), func(ctx context.Context) (uint64, error) {
+	_, err := c.mutate(ctx, store.ShardKey(g.Shard), fmt.Sprintf("rotate %s", g), func(ctx context.Context) (uint64, error) {
 		ng, err := c.n.under.Rotate(ctx, g)
 		if err == nil {
 			out = ng
@@ -345,7 +346,7 @@ func (c *Client) Rotate(ctx context.Context, g store.Grant) (store.Grant, error)
 
 // ReleaseShard implements store.Store.
 func (c *Client) ReleaseShard(ctx context.Context, g store.Grant) error {
-	_, err := c.mutate(ctx, fmt.Sprintf("release %s", g),
+	_, err := c.mutate(ctx, store.ShardKey(g.Shard), fmt.Sprintf("release %s", g),
 		func(ctx context.Context) (uint64, error) { return 0, c.n.under.ReleaseShard(ctx, g) },
 		func(uint64) { c.n.record(shardVKey(g.Epoch, g.Shard), version{deleted: true}) })
 	return err
@@ -394,21 +395,21 @@ func (c *Client) instRec(g store.Grant, id string, val []byte, deleted bool) fun
 
 // Register implements store.Store.
 func (c *Client) Register(ctx context.Context, g store.Grant, id string, rec store.Record, loadedRev uint64) (uint64, error) {
-	return c.mutate(ctx, fmt.Sprintf("register %s under %s", id, g),
+	return c.mutate(ctx, store.InstanceKey(g.Shard, id), fmt.Sprintf("register %s under %s", id, g),
 		func(ctx context.Context) (uint64, error) { return c.n.under.Register(ctx, g, id, rec, loadedRev) },
 		c.instRec(g, id, encodeRec(g, rec, false), false))
 }
 
 // Create implements store.Store.
 func (c *Client) Create(ctx context.Context, g store.Grant, id string, rec store.Record) (uint64, error) {
-	return c.mutate(ctx, fmt.Sprintf("create %s under %s", id, g),
+	return c.mutate(ctx, store.InstanceKey(g.Shard, id), fmt.Sprintf("create %s under %s", id, g),
 		func(ctx context.Context) (uint64, error) { return c.n.under.Create(ctx, g, id, rec) },
 		c.instRec(g, id, encodeRec(g, rec, true), false))
 }
 
 // Write implements store.Store.
 func (c *Client) Write(ctx context.Context, g store.Grant, id string, rec store.Record) (uint64, error) {
-	return c.mutate(ctx, fmt.Sprintf("write %s tick %d under %s", id, rec.Tick, g),
+	return c.mutate(ctx, store.InstanceKey(g.Shard, id), fmt.Sprintf("write %s tick %d under %s", id, rec.Tick, g),
 		func(ctx context.Context) (uint64, error) { return c.n.under.Write(ctx, g, id, rec) },
 		c.instRec(g, id, encodeRec(g, rec, false), false))
 }
@@ -424,7 +425,7 @@ func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done fun
 	inflight := n.roll(n.opts.InFlight, "in_flight")
 	n.mu.Unlock()
 	if !inflight {
-		rev, err := c.mutate(context.Background(), desc, do, recf)
+		rev, err := c.mutate(context.Background(), store.InstanceKey(g.Shard, id), desc, do, recf)
 		if err != nil && (errors.Is(err, store.ErrUnknownOutcome) || errors.Is(err, errTransient)) {
 			go done(rev, err)
 			return
@@ -432,6 +433,7 @@ func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done fun
 		done(rev, err)
 		return
 	}
+	n.observe(c, store.InstanceKey(g.Shard, id))
 	if err := c.enter(desc); err != nil {
 		go done(0, err)
 		return
@@ -463,7 +465,7 @@ func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done fun
 
 // End implements store.Store.
 func (c *Client) End(ctx context.Context, g store.Grant, id string) (uint64, error) {
-	return c.mutate(ctx, fmt.Sprintf("end %s under %s", id, g),
+	return c.mutate(ctx, store.InstanceKey(g.Shard, id), fmt.Sprintf("end %s under %s", id, g),
 		func(ctx context.Context) (uint64, error) { return c.n.under.End(ctx, g, id) },
 		c.instRec(g, id, nil, true))
 }
@@ -502,14 +504,14 @@ func (c *Client) ctlRec(key string, value []byte, deleted bool) func(uint64) {
 
 // ControlCreate implements store.Control.
 func (c *Client) ControlCreate(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error) {
-	return c.mutate(ctx, fmt.Sprintf("create %s ttl %v", key, ttl),
+	return c.mutate(ctx, key, fmt.Sprintf("create %s ttl %v", key, ttl),
 		func(ctx context.Context) (uint64, error) { return c.n.under.ControlCreate(ctx, key, value, ttl) },
 		c.ctlRec(key, value, false))
 }
 
 // ControlUpdate implements store.Control.
 func (c *Client) ControlUpdate(ctx context.Context, key string, value []byte, expect uint64, ttl time.Duration) (uint64, error) {
-	return c.mutate(ctx, fmt.Sprintf("update %s expecting %d ttl %v", key, expect, ttl),
+	return c.mutate(ctx, key, fmt.Sprintf("update %s expecting %d ttl %v", key, expect, ttl),
 		func(ctx context.Context) (uint64, error) {
 			return c.n.under.ControlUpdate(ctx, key, value, expect, ttl)
 		}, c.ctlRec(key, value, false))
@@ -517,7 +519,7 @@ func (c *Client) ControlUpdate(ctx context.Context, key string, value []byte, ex
 
 // ControlDelete implements store.Control.
 func (c *Client) ControlDelete(ctx context.Context, key string, expect uint64) error {
-	_, err := c.mutate(ctx, fmt.Sprintf("delete %s expecting %d", key, expect),
+	_, err := c.mutate(ctx, key, fmt.Sprintf("delete %s expecting %d", key, expect),
 		func(ctx context.Context) (uint64, error) { return 0, c.n.under.ControlDelete(ctx, key, expect) },
 		c.ctlRec(key, nil, true))
 	return err

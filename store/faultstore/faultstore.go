@@ -154,6 +154,24 @@ type Net struct {
 	versions map[string][]version
 	pending  map[*lateWrite]struct{}
 	clients  map[string]*Client
+	onWrite  func(client, key string)
+}
+
+// OnWrite sets a function called as each write call of any client is issued, before any fault
+// (a freeze included) delays it: checks of "who may write when" use it. It must not call the Net.
+func (n *Net) OnWrite(f func(client, key string)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.onWrite = f
+}
+
+func (n *Net) observe(c *Client, key string) {
+	n.mu.Lock()
+	f := n.onWrite
+	n.mu.Unlock()
+	if f != nil {
+		f(c.name, key)
+	}
 }
 
 // New wraps under. With zero Options it injects nothing (and passes the conformance suite).
