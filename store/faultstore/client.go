@@ -643,3 +643,10 @@ func (n *Net) Close() error { return n.under.Close() }
 
 // Net is the Net the client belongs to.
 func (c *Client) Net() *Net { return c.n }
+
+// Killed reports whether the client was killed.
+func (c *Client) Killed() bool {
+	c.n.mu.Lock()
+	defer c.n.mu.Unlock()
+	return c.killed
+}

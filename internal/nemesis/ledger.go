@@ -1,0 +1,62 @@
+package nemesis
+
+import (
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tickfence/tickfence/actor"
+)
+
+// ledgerKind is the nemesis's own kind: its state is the ordered list of applied operation IDs, so
+// exactly-once and order are checkable from the stored state alone. {"type":"add","op":ID} appends
+// ID and returns its position (1-based); the create command's "tag" is kept, so a create remade with
+// default arguments shows.
+type ledgerKind struct{}
+
+func (ledgerKind) Name() string { return "ledger" }
+
+func (ledgerKind) New(_ string, c actor.Command) (actor.Logic, error) {
+	var a struct {
+		Tag string `msgpack:"tag"`
+	}
+	if err := c.Decode(&a); err != nil {
+		return nil, err
+	}
+	return &ledger{Tag: a.Tag}, nil
+}
+
+func (ledgerKind) Restore(_ string, b []byte) (actor.Logic, error) {
+	l := &ledger{}
+	return l, msgpack.Unmarshal(b, l)
+}
+
+type ledger struct {
+	Tag string   `msgpack:"tag"`
+	Ops []string `msgpack:"ops"`
+}
+
+func (l *ledger) Tick(uint64) {}
+
+func (l *ledger) Handle(_ uint64, c actor.Command) (any, error) {
+	var a struct {
+		Op string `msgpack:"op"`
+	}
+	if err := c.Decode(&a); err != nil {
+		return nil, err
+	}
+	switch c.Type {
+	case "add":
+		l.Ops = append(l.Ops, a.Op)
+		return len(l.Ops), nil // 1-based: a reply's result 0 would be omitted
+	case "get":
+		return len(l.Ops), nil
+	}
+	return nil, actor.Reject("unknown %q", c.Type)
+}
+
+func (l *ledger) MarshalState() ([]byte, error) { return msgpack.Marshal(l) }
+
+func decodeLedger(b []byte) (ledger, error) {
+	var l ledger
+	err := msgpack.Unmarshal(b, &l)
+	return l, err
+}

@@ -1,0 +1,901 @@
+// Package nemesis drives a small tickfence cluster in one process through seeded store-boundary
+// and process faults, then checks what the design promises.
+//
+// One run (Run, inside a testing/synctest bubble so that leases of 2 s cost no wall time): an
+// in-memory store that keeps its whole history, wrapped by a faultstore.Net with one Client per
+// process; three shard.Nodes, each also a coordinator.Run candidate with a Client of its own;
+// gateway clients creating "ledger" instances, sending adds with request IDs and retransmitting
+// them (to every node whose host has the shard; the first final answer wins; retry with the same
+// ID on retry, not_owner, busy or a timeout), and ending some; and a nemesis that, from the seed,
+// freezes and thaws nodes and coordinators, kills and restarts nodes (a new Node with the same ID:
+// a new session), forces reconnects and races operator moves and drains. Then the Net heals, the
+// cluster settles, and the checks run:
+//
+//   - the stored history (internal/history): no record under a stale token, no tick going back;
+//   - exactly-once and order: every acknowledged add sits in the final state at the position it
+//     was answered with, no op twice, none that was never sent, an op acknowledged before another
+//     was first sent sits before it; a create is what it asked for (its tag), and no command is
+//     answered already_exists, request_id_reused or unknown_instance for an instance it created;
+//   - liveness: within Config.Settle after healing, every shard is assigned to the live session
+//     of a node whose host runs it, no move older than the hand-off timeout is unsettled, and every
+//     command still being retried is answered;
+//   - one coordinator at a time: every coordinator write (the leader key itself aside) is issued
+//     while the leader key names that coordinator's session;
+//   - nothing left running: every process is stopped, and synctest reports a goroutine that is not.
+//
+// A failing run reports its seed and the tail of the event log (faults decided, nemesis actions,
+// the nodes' logs). The long run is the test flag -nemesis.long (a test flag rather than a tickbench
+// scenario: synctest needs a *testing.T). See nemesis_test.go for the flags.
+package nemesis
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/coordinator"
+	"github.com/tickfence/tickfence/internal/history"
+	"github.com/tickfence/tickfence/internal/metrics"
+	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/faultstore"
+	"github.com/tickfence/tickfence/store/memstore"
+)
+
+// Config of a run. Zero fields take defaults.
+type Config struct {
+	Nodes   int           // default 3
+	Shards  uint32        // default 4
+	Clients int           // gateway clients, default 3
+	Chaos   time.Duration // how long faults are injected (default 12s)
+	Settle  time.Duration // liveness bound after healing (default 30s)
+	// Faults are the store-boundary faults (default faultstore.Chaos()).
+	Faults *faultstore.Options
+	// NoActions turns the process nemesis (freeze, kill, operators) off.
+	NoActions bool
+	// HandOffTimeout of the coordinators (default 3s).
+	HandOffTimeout time.Duration
+	// LogTail is how many events a failure reports (default 300).
+	LogTail int
+}
+
+func (c *Config) defaults() {
+	if c.Nodes == 0 {
+		c.Nodes = 3
+	}
+	if c.Shards == 0 {
+		c.Shards = 4
+	}
+	if c.Clients == 0 {
+		c.Clients = 3
+	}
+	if c.Chaos == 0 {
+		c.Chaos = 12 * time.Second
+	}
+	if c.Settle == 0 {
+		c.Settle = 30 * time.Second
+	}
+	if c.Faults == nil {
+		o := faultstore.Chaos()
+		c.Faults = &o
+	}
+	if c.HandOffTimeout == 0 {
+		c.HandOffTimeout = 3 * time.Second
+	}
+	if c.LogTail == 0 {
+		c.LogTail = 300
+	}
+}
+
+// Result of a run.
+type Result struct {
+	Seed       uint64
+	Violations []string
+	Counts     map[string]uint64
+	Events     []string // the tail of the event log, on failure
+	Sent       int      // adds sent
+	Acked      int      // adds acknowledged
+	Actions    int      // nemesis actions
+}
+
+// OK reports a run with no violation.
+func (r Result) OK() bool { return len(r.Violations) == 0 }
+
+func (r Result) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d adds sent, %d acknowledged, %d nemesis actions; %s\n", r.Seed, r.Sent, r.Acked, r.Actions,
+		faultstore.FormatCounts(r.Counts))
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
+	}
+	if len(r.Events) > 0 {
+		fmt.Fprintf(&b, "last %d events:\n", len(r.Events))
+		for _, e := range r.Events {
+			b.WriteString("  " + e + "\n")
+		}
+	}
+	return b.String()
+}
+
+const epoch = 1
+
+type cluster struct {
+	cfg   Config
+	seed  uint64
+	mem   *memstore.Store
+	net   *faultstore.Net
+	kinds *actor.Kinds
+	op    *faultstore.Client // the operator
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	procs    []*proc
+	bg       sync.WaitGroup // nemesis actions and thaws
+	actions  atomic.Int64
+	healed   atomic.Bool
+	deadline atomic.Int64 // unix ns: commands must be answered by then (0: no bound yet)
+
+	mu         sync.Mutex
+	violations []string
+	coordSess  map[string]string // coordinator client name → its session
+	insts      []*inst
+	nextInst   int
+	sent       int
+	acked      int
+}
+
+type proc struct {
+	c  *cluster
+	id string
+
+	mu       sync.Mutex
+	life     int
+	alive    bool
+	node     *shard.Node
+	nodeC    *faultstore.Client
+	coordC   *faultstore.Client
+	cancel   context.CancelFunc
+	done     chan struct{}
+	impaired bool // frozen or dead: at most Nodes-1 at once
+}
+
+type inst struct {
+	id, tag  string
+	shard    uint32
+	created  bool // acknowledged
+	ending   bool
+	ended    bool
+	inflight int
+	ops      []*opRec
+}
+
+type opRec struct {
+	id          string
+	sent, acked time.Time
+	ok          bool
+	pos         int
+}
+
+func (c *cluster) violate(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	c.net.Logf("VIOLATION: %s", msg)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.violations = append(c.violations, msg)
+}
+
+func (c *cluster) intn(n int) int {
+	c.rngMu.Lock()
+	defer c.rngMu.Unlock()
+	return c.rng.IntN(n)
+}
+
+func (c *cluster) float() float64 {
+	c.rngMu.Lock()
+	defer c.rngMu.Unlock()
+	return c.rng.Float64()
+}
+
+func (c *cluster) dur(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(c.intn(int(hi-lo)+1))
+}
+
+func (c *cluster) session() string {
+	b := make([]byte, 8)
+	c.rngMu.Lock()
+	for i := range b {
+		b[i] = byte(c.rng.IntN(256))
+	}
+	c.rngMu.Unlock()
+	return hex.EncodeToString(b)
+}
+
+// Run runs one seeded scenario. It must be called inside a testing/synctest bubble (its time is
+// the bubble's fake clock); it returns once every goroutine it started has ended.
+func Run(seed uint64, cfg Config) Result {
+	cfg.defaults()
+	mem := memstore.NewWithHistory()
+	net := faultstore.New(mem, seed, faultstore.Options{LogSize: 20000})
+	kinds, _ := actor.NewKinds(ledgerKind{})
+	c := &cluster{cfg: cfg, seed: seed, mem: mem, net: net, kinds: kinds,
+		rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), coordSess: map[string]string{}}
+	c.op = net.Client("operator")
+	ctx := context.Background()
+	if _, err := coordinator.Bootstrap(ctx, mem, store.Cluster{Shards: cfg.Shards, Partitions: 1, Epoch: epoch}, true, nil); err != nil {
+		return Result{Seed: seed, Violations: []string{"bootstrap: " + err.Error()}}
+	}
+	net.OnWrite(c.checkCoordinatorWrite)
+	for i := range cfg.Nodes {
+		p := &proc{c: c, id: fmt.Sprintf("n%d", i+1)}
+		c.procs = append(c.procs, p)
+		p.start()
+	}
+	net.SetOptions(*cfg.Faults)
+	net.Logf("seed %d: %d nodes, %d shards, %d clients, chaos %v", seed, cfg.Nodes, cfg.Shards, cfg.Clients, cfg.Chaos)
+
+	// Gateway clients run until stopClients closes.
+	stopClients := make(chan struct{})
+	var clients sync.WaitGroup
+	for i := range cfg.Clients {
+		clients.Add(1)
+		go func() { defer clients.Done(); c.client(fmt.Sprintf("g%d", i+1), stopClients) }()
+	}
+
+	// The nemesis.
+	chaosEnd := time.Now().Add(cfg.Chaos)
+	for time.Now().Before(chaosEnd) {
+		time.Sleep(c.dur(100*time.Millisecond, 700*time.Millisecond))
+		if !cfg.NoActions {
+			c.act()
+		}
+	}
+
+	// Heal: no new faults, late writes settled, every process thawed and running, drains lifted.
+	c.healed.Store(true)
+	net.Heal()
+	net.Logf("healing")
+	c.bg.Wait() // every action finished (thaws and restarts included)
+	for _, p := range c.procs {
+		p.thaw()
+		if !p.isAlive() {
+			p.start()
+		}
+	}
+	for _, p := range c.procs {
+		_ = coordinator.Undrain(ctx, mem, p.id)
+	}
+	healedAt := time.Now()
+	c.deadline.Store(healedAt.Add(cfg.Settle + 20*time.Second).UnixNano())
+	c.awaitLive(healedAt.Add(cfg.Settle))
+	close(stopClients)
+	clients.Wait()
+
+	// Stop everything cleanly, then check the stored outcome.
+	for _, p := range c.procs {
+		p.stop(false)
+	}
+	c.checkHistory()
+	c.checkLedgers()
+
+	c.mu.Lock()
+	res := Result{Seed: seed, Violations: c.violations, Counts: net.Counts(), Sent: c.sent, Acked: c.acked, Actions: int(c.actions.Load())}
+	c.mu.Unlock()
+	if !res.OK() {
+		res.Events = net.Events(cfg.LogTail)
+	}
+	return res
+}
+
+// checkCoordinatorWrite: a coordinator writes (the leader key aside) only while the leader key
+// names its session — two coordinators that both think they lead show here.
+func (c *cluster) checkCoordinatorWrite(client, key string) {
+	if !strings.HasPrefix(client, "coord-") || key == store.LeaderKey {
+		return
+	}
+	c.mu.Lock()
+	sess := c.coordSess[client]
+	c.mu.Unlock()
+	e, err := c.mem.LatestControl(context.Background(), store.LeaderKey)
+	var r store.LeaderRecord
+	if err == nil {
+		_ = json.Unmarshal(e.Value, &r)
+	}
+	if err != nil || r.Session != sess {
+		c.violate("coordinator %s (session %s) issued a write of %s while the leader key names %q (%v): two coordinators at once",
+			client, sess, key, r.Session, err)
+	}
+}
+
+// --- processes ---
+
+func (p *proc) isAlive() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.alive
+}
+
+func (p *proc) host() *shard.Host {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.alive || p.node == nil {
+		return nil
+	}
+	return p.node.Host()
+}
+
+// start runs a new life of the node: a new session, new clients, a coordinator candidate.
+func (p *proc) start() {
+	c := p.c
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.life++
+	name := fmt.Sprintf("%s.%d", p.id, p.life)
+	p.nodeC = c.net.Client("node-" + name)
+	p.coordC = c.net.Client("coord-" + name)
+	sess := c.session()
+	c.mu.Lock()
+	c.coordSess[p.coordC.Name()] = sess
+	c.mu.Unlock()
+	m := metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })
+	engine, err := actor.NewEngine(actor.EngineConfig{Rate: 10, Workers: 1, Slot: 100 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	log := slog.New(&logHandler{net: c.net, name: name})
+	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: p.id, Store: p.nodeC, Kinds: c.kinds,
+		Engine: engine, Metrics: m, Logger: log}, LeaseTTL: 2 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	p.node, p.cancel, p.done, p.alive = node, cancel, done, true
+	c.net.Logf("start %s (coordinator session %s)", name, sess)
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); _ = node.Run(ctx) }()
+		go func() {
+			defer wg.Done()
+			_ = coordinator.Run(ctx, coordinator.Config{Store: p.coordC, Node: p.id, Session: sess, Metrics: m,
+				Logger: log, HandOffTimeout: c.cfg.HandOffTimeout})
+		}()
+		wg.Wait()
+		if h := node.Host(); h != nil {
+			if p.nodeC.Killed() {
+				h.Abandon("killed")
+			} else {
+				cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = h.Close(cctx)
+				ccancel()
+			}
+		}
+		engine.Stop()
+	}()
+}
+
+// stop ends this life: killed (its clients die first: nothing more lands) or shut down.
+func (p *proc) stop(kill bool) {
+	p.mu.Lock()
+	if !p.alive {
+		p.mu.Unlock()
+		return
+	}
+	p.alive = false
+	nodeC, coordC, cancel, done := p.nodeC, p.coordC, p.cancel, p.done
+	p.mu.Unlock()
+	if kill {
+		nodeC.Kill()
+		coordC.Kill()
+	} else {
+		nodeC.Thaw()
+		coordC.Thaw()
+	}
+	cancel()
+	<-done
+	p.c.net.Logf("stopped %s (killed %v)", nodeC.Name(), kill)
+}
+
+func (p *proc) thaw() {
+	p.mu.Lock()
+	nodeC, coordC := p.nodeC, p.coordC
+	p.impaired = false
+	p.mu.Unlock()
+	nodeC.Thaw()
+	coordC.Thaw()
+}
+
+// impair marks the process frozen or dead if fewer than Nodes-1 others are.
+func (c *cluster) impair(p *proc) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, q := range c.procs {
+		q.mu.Lock()
+		if q.impaired {
+			n++
+		}
+		q.mu.Unlock()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.impaired || n >= len(c.procs)-1 {
+		return false
+	}
+	p.impaired = true
+	return true
+}
+
+// --- the nemesis ---
+
+func (c *cluster) act() {
+	p := c.procs[c.intn(len(c.procs))]
+	r := c.float()
+	c.actions.Add(1)
+	ctx := context.Background()
+	switch {
+	case r < 0.2: // a node frozen (GC pause, SIGSTOP): its node and coordinator both
+		if !c.impair(p) {
+			return
+		}
+		d := c.dur(300*time.Millisecond, 5*time.Second)
+		p.mu.Lock()
+		nodeC, coordC := p.nodeC, p.coordC
+		p.mu.Unlock()
+		c.net.Logf("nemesis: freeze %s for %v", p.id, d)
+		nodeC.Freeze()
+		coordC.Freeze()
+		c.later(d, func() { c.net.Logf("nemesis: thaw %s", p.id); p.thaw() })
+	case r < 0.35: // only the coordinator frozen, at whatever point of a round it is
+		p.mu.Lock()
+		coordC := p.coordC
+		p.mu.Unlock()
+		d := c.dur(300*time.Millisecond, 5*time.Second)
+		c.net.Logf("nemesis: freeze coordinator of %s for %v", p.id, d)
+		coordC.Freeze()
+		c.later(d, func() { c.net.Logf("nemesis: thaw coordinator of %s", p.id); coordC.Thaw() })
+	case r < 0.5: // killed, restarted later as a new session
+		if !c.impair(p) || !p.isAlive() {
+			return
+		}
+		d := c.dur(200*time.Millisecond, 3*time.Second)
+		c.net.Logf("nemesis: kill %s, restart in %v", p.id, d)
+		p.stop(true)
+		c.later(d, func() {
+			p.mu.Lock()
+			p.impaired = false
+			p.mu.Unlock()
+			if !p.isAlive() {
+				p.start()
+			}
+		})
+	case r < 0.6: // a reconnect
+		p.mu.Lock()
+		nodeC := p.nodeC
+		p.mu.Unlock()
+		c.net.Logf("nemesis: reconnect %s", nodeC.Name())
+		nodeC.Reconnect()
+	case r < 0.8: // operator moves, sometimes two racing
+		n := 1 + c.intn(2)
+		for range n {
+			s := uint32(c.intn(int(c.cfg.Shards)))
+			to := c.procs[c.intn(len(c.procs))].id
+			c.bg.Add(1)
+			go func() {
+				defer c.bg.Done()
+				from, err := coordinator.RequestMove(ctx, c.op, s, to)
+				c.net.Logf("nemesis: operator move of shard %d from %s to %s: %v", s, from.Owner, to, err)
+			}()
+		}
+	default: // a drain, lifted later
+		d := c.dur(500*time.Millisecond, 4*time.Second)
+		err := coordinator.Drain(ctx, c.op, p.id)
+		c.net.Logf("nemesis: drain %s for %v: %v", p.id, d, err)
+		c.later(d, func() {
+			err := coordinator.Undrain(ctx, c.op, p.id)
+			c.net.Logf("nemesis: undrain %s: %v", p.id, err)
+		})
+	}
+}
+
+// later runs f after d in the background (Run waits for it before healing is complete).
+func (c *cluster) later(d time.Duration, f func()) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		time.Sleep(d)
+		f()
+	}()
+}
+
+// --- liveness ---
+
+// awaitLive waits until every shard is served by a live session, reporting what is not by the
+// deadline.
+func (c *cluster) awaitLive(deadline time.Time) {
+	ctx := context.Background()
+	for {
+		why := c.notLive(ctx)
+		if why == "" {
+			c.net.Logf("settled: every shard is served")
+			return
+		}
+		if time.Now().After(deadline) {
+			c.violate("liveness: %v after healing: %s", c.cfg.Settle, why)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (c *cluster) notLive(ctx context.Context) string {
+	for s := range c.cfg.Shards {
+		a, _, err := c.mem.LatestAssignment(ctx, epoch, s)
+		if err != nil {
+			return fmt.Sprintf("shard %d unassigned (%v)", s, err)
+		}
+		var p *proc
+		for _, q := range c.procs {
+			if q.id == a.Owner {
+				p = q
+			}
+		}
+		if p == nil {
+			return fmt.Sprintf("shard %d assigned to unknown node %q", s, a.Owner)
+		}
+		lease, err := c.mem.LatestControl(ctx, store.NodeKey(p.id))
+		var nr store.NodeRecord
+		if err == nil {
+			_ = json.Unmarshal(lease.Value, &nr)
+		}
+		if nr.Session != a.Session {
+			return fmt.Sprintf("shard %d assigned to %s session %s, whose lease is not live (lease names %q)", s, a.Owner, a.Session, nr.Session)
+		}
+		h := p.host()
+		if h == nil || p.node.Session() != a.Session || !h.Running(s) {
+			return fmt.Sprintf("shard %d assigned to the live session %s of %s, which does not run it", s, a.Session, a.Owner)
+		}
+	}
+	moves, err := c.mem.ControlList(ctx, "move.*")
+	if err != nil {
+		return err.Error()
+	}
+	for _, e := range moves {
+		var m store.MoveRecord
+		if json.Unmarshal(e.Value, &m) == nil && m.State != store.MoveDone && time.Since(e.Created) > 2*c.cfg.HandOffTimeout {
+			return fmt.Sprintf("%s %s→%s %s for %v, longer than the hand-off timeout", e.Key, m.From, m.To, m.State, time.Since(e.Created))
+		}
+	}
+	return ""
+}
+
+// --- gateway clients ---
+
+func (c *cluster) client(name string, stop <-chan struct{}) {
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		time.Sleep(c.dur(10*time.Millisecond, 150*time.Millisecond))
+		c.mu.Lock()
+		var live, mine []*inst
+		for _, in := range c.insts {
+			if in.created && !in.ending {
+				live = append(live, in)
+			}
+		}
+		for _, in := range live {
+			if strings.HasPrefix(in.id, name+"-") && in.inflight == 0 {
+				mine = append(mine, in)
+			}
+		}
+		c.mu.Unlock()
+		r := c.float()
+		switch {
+		case len(live) == 0 || r < 0.06 && len(live) < 8:
+			c.create(name, n)
+		case r < 0.08 && len(mine) > 0 && len(live) > 2:
+			c.end(name, n, mine[c.intn(len(mine))])
+		default:
+			c.add(name, n, live[c.intn(len(live))])
+		}
+	}
+}
+
+func (c *cluster) create(client string, n int) {
+	c.mu.Lock()
+	c.nextInst++
+	in := &inst{id: fmt.Sprintf("%s-i%d", client, c.nextInst)}
+	in.tag = "tag-" + in.id
+	in.shard = store.ShardOf(in.id, c.cfg.Shards)
+	c.insts = append(c.insts, in)
+	c.mu.Unlock()
+	reqID := fmt.Sprintf("%s-c%d", client, n)
+	r, ok := c.send(in, reqID, map[string]any{"type": "create", "kind": "ledger", "tag": in.tag})
+	if !ok {
+		return
+	}
+	switch {
+	case r.OK:
+		c.mu.Lock()
+		in.created = true
+		c.mu.Unlock()
+	case r.Error.Code == wire.CodeExists:
+		c.violate("create %s (request %s) answered %s: a retransmitted create must get the first create's answer", in.id, reqID, r.Error)
+	default:
+		c.violate("create %s (request %s) answered %s", in.id, reqID, r.Error)
+	}
+}
+
+func (c *cluster) end(client string, n int, in *inst) {
+	c.mu.Lock()
+	if in.ending || in.inflight > 0 {
+		c.mu.Unlock()
+		return
+	}
+	in.ending = true
+	c.mu.Unlock()
+	reqID := fmt.Sprintf("%s-e%d", client, n)
+	r, ok := c.send(in, reqID, map[string]any{"type": "end"})
+	if !ok {
+		return
+	}
+	if !r.OK {
+		c.violate("end %s (request %s) answered %s", in.id, reqID, r.Error)
+		return
+	}
+	c.mu.Lock()
+	in.ended = true
+	c.mu.Unlock()
+}
+
+func (c *cluster) add(client string, n int, in *inst) {
+	c.mu.Lock()
+	if in.ending {
+		c.mu.Unlock()
+		return
+	}
+	in.inflight++
+	op := &opRec{id: fmt.Sprintf("%s-a%d", client, n), sent: time.Now()}
+	in.ops = append(in.ops, op)
+	c.sent++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		in.inflight--
+		c.mu.Unlock()
+	}()
+	r, ok := c.send(in, op.id, map[string]any{"type": "add", "op": op.id})
+	if !ok {
+		return
+	}
+	if !r.OK {
+		c.violate("add %s to %s answered %s", op.id, in.id, r.Error)
+		return
+	}
+	pos, isInt := toInt(r.Result)
+	if !isInt {
+		c.violate("add %s to %s answered %v, not a position", op.id, in.id, r.Result)
+		return
+	}
+	c.mu.Lock()
+	op.ok, op.pos, op.acked = true, pos-1, time.Now()
+	c.acked++
+	c.mu.Unlock()
+}
+
+func toInt(v any) (int, bool) {
+	switch x := v.(type) {
+	case int8:
+		return int(x), true
+	case int16:
+		return int(x), true
+	case int32:
+		return int(x), true
+	case int64:
+		return int(x), true
+	case int:
+		return x, true
+	case uint8:
+		return int(x), true
+	case uint16:
+		return int(x), true
+	case uint32:
+		return int(x), true
+	case uint64:
+		return int(x), true
+	}
+	return 0, false
+}
+
+func retryable(code string) bool {
+	return code == wire.CodeRetry || code == wire.CodeNotOwner || code == "busy"
+}
+
+// send delivers a command to every node whose host has its shard and returns the first final
+// answer, retransmitting with the same request ID (as natscmd's client does) on retry, not_owner,
+// busy, or no answer in time. false: no final answer by the deadline after healing (reported).
+func (c *cluster) send(in *inst, reqID string, cmd map[string]any) (wire.Reply, bool) {
+	body, err := wire.Canonical(cmd)
+	if err != nil {
+		panic(err)
+	}
+	req, err := wire.DecodeRequest(wire.Subject(in.shard, in.id), reqID, "", body, c.cfg.Shards)
+	if err != nil {
+		panic(err)
+	}
+	var last string
+	for attempt := 0; ; attempt++ {
+		if d := c.deadline.Load(); d != 0 && time.Now().UnixNano() > d {
+			c.violate("liveness: %s %s on %s not answered %v after healing (last: %s)", req.Type, reqID, in.id,
+				c.cfg.Settle+20*time.Second, last)
+			return wire.Reply{}, false
+		}
+		if attempt > 0 {
+			time.Sleep(c.dur(20*time.Millisecond, 100*time.Millisecond))
+		}
+		var hosts []*shard.Host
+		for _, p := range c.procs {
+			if h := p.host(); h != nil && slices.Contains(h.Shards(), in.shard) {
+				hosts = append(hosts, h)
+			}
+		}
+		if len(hosts) == 0 {
+			last = "no host has the shard"
+			continue
+		}
+		replies := make(chan []byte, len(hosts))
+		for _, h := range hosts {
+			h.Submit(shard.Command{Request: req, Received: time.Now(), Reply: func(b []byte) { replies <- b }})
+		}
+		timeout := time.NewTimer(2 * time.Second)
+	wait:
+		for range hosts {
+			select {
+			case b := <-replies:
+				r, err := wire.DecodeReply(b, false)
+				if err != nil {
+					c.violate("%s: undecodable reply: %v", reqID, err)
+					timeout.Stop()
+					return wire.Reply{}, false
+				}
+				if r.OK || !retryable(r.Error.Code) {
+					timeout.Stop()
+					return r, true
+				}
+				last = r.Error.Error()
+			case <-timeout.C:
+				last = "timeout"
+				break wait
+			}
+		}
+		timeout.Stop()
+	}
+}
+
+// --- final checks ---
+
+func (c *cluster) checkHistory() {
+	rep, err := history.Memstore(c.mem, store.DataBucket(epoch, 0))
+	if err != nil {
+		c.violate("history: %v", err)
+		return
+	}
+	if err := history.Require(rep); err != nil {
+		c.violate("history: %v", err)
+		for _, s := range rep.Stale {
+			c.net.Logf("stale: %s", s)
+		}
+		for _, s := range rep.Backwards {
+			c.net.Logf("backwards: %s", s)
+		}
+	}
+}
+
+// checkLedgers: every acknowledged add exactly once at its answered position, nothing unsent, and
+// real-time order kept; each instance is what its create asked for.
+func (c *cluster) checkLedgers() {
+	ctx := context.Background()
+	c.mu.Lock()
+	insts := slices.Clone(c.insts)
+	c.mu.Unlock()
+	for _, in := range insts {
+		if !in.created || in.ending {
+			continue
+		}
+		rec, _, err := c.mem.Load(ctx, epoch, in.shard, in.id)
+		if err != nil {
+			c.violate("instance %s, created and never ended: %v", in.id, err)
+			continue
+		}
+		if rec.Ended {
+			c.violate("instance %s, never ended, is a tombstone", in.id)
+			continue
+		}
+		l, err := decodeLedger(rec.State)
+		if err != nil {
+			c.violate("instance %s: state: %v", in.id, err)
+			continue
+		}
+		if l.Tag != in.tag {
+			c.violate("instance %s has tag %q, its create asked for %q", in.id, l.Tag, in.tag)
+		}
+		at := map[string]int{}
+		for i, id := range l.Ops {
+			if j, dup := at[id]; dup {
+				c.violate("instance %s: op %s applied twice (positions %d and %d)", in.id, id, j, i)
+			}
+			at[id] = i
+		}
+		sent := map[string]*opRec{}
+		for _, op := range in.ops {
+			sent[op.id] = op
+		}
+		for id := range at {
+			if sent[id] == nil {
+				c.violate("instance %s: op %s applied but never sent to it", in.id, id)
+			}
+		}
+		for _, a := range in.ops {
+			i, present := at[a.id]
+			if !a.ok {
+				continue
+			}
+			if !present {
+				c.violate("instance %s: acknowledged op %s (position %d) lost", in.id, a.id, a.pos)
+				continue
+			}
+			if i != a.pos {
+				c.violate("instance %s: op %s acknowledged at position %d, stored at %d", in.id, a.id, a.pos, i)
+			}
+			for _, b := range in.ops {
+				if j, ok := at[b.id]; ok && b.sent.After(a.acked) && j < i {
+					c.violate("instance %s: op %s, sent after %s was acknowledged, sits before it (%d < %d)", in.id, b.id, a.id, j, i)
+				}
+			}
+		}
+	}
+}
+
+// --- logs into the event log ---
+
+type logHandler struct {
+	net   *faultstore.Net
+	name  string
+	attrs []slog.Attr
+}
+
+func (h *logHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(h.name + ": " + r.Level.String() + " " + r.Message)
+	for _, a := range h.attrs {
+		b.WriteString(" " + a.String())
+	}
+	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
+	h.net.Logf("%s", b.String())
+	return nil
+}
+
+func (h *logHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &logHandler{net: h.net, name: h.name, attrs: append(slices.Clone(h.attrs), as...)}
+}
+
+func (h *logHandler) WithGroup(string) slog.Handler { return h }

@@ -1,0 +1,81 @@
+package nemesis
+
+import (
+	"flag"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tickfence/tickfence/store/faultstore"
+)
+
+var (
+	seeds   = flag.Int("nemesis.seeds", 200, "how many seeds TestNemesis runs (from 1)")
+	oneSeed = flag.Uint64("nemesis.seed", 0, "run only this seed (prints its whole event log tail)")
+	long    = flag.Duration("nemesis.long", 0, "run seeds from 1 until this much wall time has passed (e.g. 10m)")
+	chaos   = flag.Duration("nemesis.chaos", 0, "fault phase of each run, in fake time (default 12s)")
+	tail    = flag.Int("nemesis.tail", 300, "how many events of the log a failing seed prints")
+)
+
+// TestNemesis runs the seeded scenario of package nemesis for many seeds, in parallel, each in
+// its own synctest bubble; a failing seed prints its violations and event log.
+func TestNemesis(t *testing.T) {
+	start := time.Now()
+	cfg := Config{Chaos: *chaos, LogTail: *tail}
+	var mu sync.Mutex
+	totals := map[string]uint64{}
+	var runs, sent, acked, actions int
+	var failed []uint64
+	run := func(t *testing.T, seed uint64) {
+		synctest.Test(t, func(t *testing.T) {
+			res := Run(seed, cfg)
+			mu.Lock()
+			runs++
+			sent += res.Sent
+			acked += res.Acked
+			actions += res.Actions
+			for k, v := range res.Counts {
+				totals[k] += v
+			}
+			if !res.OK() {
+				failed = append(failed, seed)
+			}
+			mu.Unlock()
+			if !res.OK() || *oneSeed != 0 {
+				t.Logf("rerun with: go test ./internal/nemesis -run TestNemesis -nemesis.seed %d\n%s", seed, res)
+			}
+			if !res.OK() {
+				t.Fail()
+			}
+		})
+	}
+	switch {
+	case *oneSeed != 0:
+		t.Run(fmt.Sprint(*oneSeed), func(t *testing.T) { run(t, *oneSeed) })
+	case *long > 0:
+		t.Run("long", func(t *testing.T) {
+			for seed := uint64(1); time.Since(start) < *long; seed += 4 {
+				var wg sync.WaitGroup
+				for i := range uint64(4) {
+					wg.Add(1)
+					go func() { defer wg.Done(); t.Run(fmt.Sprint(seed+i), func(t *testing.T) { run(t, seed+i) }) }()
+				}
+				wg.Wait()
+			}
+		})
+	default:
+		t.Run("seeds", func(t *testing.T) {
+			for seed := uint64(1); seed <= uint64(*seeds); seed++ {
+				t.Run(fmt.Sprint(seed), func(t *testing.T) { t.Parallel(); run(t, seed) })
+			}
+		})
+	}
+	var total uint64
+	for _, v := range totals {
+		total += v
+	}
+	t.Logf("%d runs in %v: %d adds sent, %d acknowledged, %d nemesis actions, %s; failing seeds: %v",
+		runs, time.Since(start).Round(time.Millisecond), sent, acked, actions, faultstore.FormatCounts(totals), failed)
+}
