@@ -356,7 +356,7 @@ func (p *proc) start() {
 	}
 	log := slog.New(&logHandler{net: c.net, name: name})
 	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: p.id, Store: p.nodeC, Kinds: c.kinds,
-		Engine: engine, Metrics: m, Logger: log}, LeaseTTL: 2 * time.Second})
+		Engine: engine, Metrics: m, Logger: log, CheckpointEvery: 5}, LeaseTTL: 2 * time.Second})
 	if err != nil {
 		panic(err)
 	}

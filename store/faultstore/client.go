@@ -103,7 +103,7 @@ func (c *Client) reconnectLocked() {
 			n.counts["reconnect_never"]++
 			n.logLocked("%s: %s in flight at the reconnect never lands", c.name, w.desc)
 		} else {
-			n.queueLocked(c, w.desc, w.do, w.rec)
+			n.queueLocked(c, w.key, w.desc, w.do, w.rec)
 		}
 		done := w.done
 		go done(0, fmt.Errorf("%s: connection lost with the write in flight: %w", w.desc, store.ErrUnknownOutcome))
@@ -138,6 +138,13 @@ func (c *Client) enter(what string) error {
 		n.logLocked("%s: %s failed transiently", c.name, what)
 		return fmt.Errorf("%s: %w", what, errTransient)
 	}
+	if n.roll(n.opts.Slow, "slow") {
+		d := n.durLocked(n.opts.MaxSlow)
+		n.logLocked("%s: %s slow: %v", c.name, what, d)
+		n.mu.Unlock()
+		time.Sleep(d)
+		n.mu.Lock()
+	}
 	return nil
 }
 
@@ -155,15 +162,17 @@ func (c *Client) waitThaw() bool {
 	return !c.killed
 }
 
-// acked notes an acknowledged write of the client: late writes waiting for it may land now.
-func (c *Client) acked() {
+// acked notes an acknowledged write of key by the client: late writes waiting for it land now.
+func (c *Client) acked(key string) {
 	n := c.n
 	n.mu.Lock()
 	var due []*lateWrite
 	for w := range n.pending {
 		if w.c == c && !w.done {
-			if w.after--; w.after <= 0 {
+			if w.sameKey && w.key == key || !w.sameKey && w.after-1 <= 0 {
 				due = append(due, w)
+			} else if !w.sameKey {
+				w.after--
 			}
 		}
 	}
@@ -186,7 +195,7 @@ func (c *Client) mutate(ctx context.Context, key, desc string, do func(context.C
 		switch {
 		case r < n.opts.LandLater:
 			n.counts["lost_answer_later"]++
-			n.queueLocked(c, desc, do, rec)
+			n.queueLocked(c, key, desc, do, rec)
 			n.mu.Unlock()
 		case r < n.opts.LandLater+n.opts.LandNever:
 			n.counts["lost_answer_never"]++
@@ -207,7 +216,7 @@ func (c *Client) mutate(ctx context.Context, key, desc string, do func(context.C
 	rev, err := do(ctx)
 	if err == nil {
 		rec(rev)
-		c.acked()
+		c.acked(key)
 	}
 	return rev, err
 }
@@ -438,7 +447,7 @@ func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done fun
 		go done(0, err)
 		return
 	}
-	w := &asyncWrite{desc: desc, do: do, rec: recf, done: done}
+	w := &asyncWrite{key: store.InstanceKey(g.Shard, id), desc: desc, do: do, rec: recf, done: done}
 	n.mu.Lock()
 	d := n.durLocked(n.opts.MaxInFlight)
 	c.inflight[w] = time.AfterFunc(d, func() {
@@ -452,7 +461,7 @@ func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done fun
 		rev, err := do(context.Background())
 		if err == nil {
 			recf(rev)
-			c.acked()
+			c.acked(w.key)
 		}
 		if !c.waitThaw() {
 			done(0, c.killedErr(desc))

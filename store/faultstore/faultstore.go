@@ -9,6 +9,7 @@
 //     view up to Options.MaxLag old;
 //   - a watch refused when it starts, or ended (its channel closed) after a while;
 //   - a transient failure: an error, nothing stored;
+//   - a slow call: it reaches the store only after a while, overtaken by later calls and ticks;
 //   - a reconnect: every WriteAsync of the client still in flight loses its answer at once, and
 //     each of those writes lands later or never.
 //
@@ -75,6 +76,10 @@ type Options struct {
 	// before it lands and is answered; a reconnect loses the answers of those still in flight.
 	InFlight    float64
 	MaxInFlight time.Duration
+	// Slow: per call, it takes up to MaxSlow (default 300ms) before reaching the store (a server
+	// hiccup, a slow link): other calls and ticks overtake it.
+	Slow    float64
+	MaxSlow time.Duration
 	// Reconnect: per call, the client reconnects first.
 	Reconnect float64
 	// WatchRefuse: a watch fails to start. WatchEnd: a watch ends after a random time up to
@@ -89,7 +94,7 @@ type Options struct {
 // Chaos is a mix of every fault at rates that keep a small cluster busy but alive.
 func Chaos() Options {
 	return Options{LoseAnswer: 0.02, LandLater: 0.4, LandNever: 0.2, Transient: 0.01, Lag: 0.2,
-		InFlight: 0.3, Reconnect: 0.004, WatchRefuse: 0.05, WatchEnd: 0.3}
+		InFlight: 0.3, Slow: 0.1, Reconnect: 0.004, WatchRefuse: 0.05, WatchEnd: 0.3}
 }
 
 func (o *Options) defaults() {
@@ -101,6 +106,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = 5 * time.Millisecond
+	}
+	if o.MaxSlow == 0 {
+		o.MaxSlow = 300 * time.Millisecond
 	}
 	if o.WatchLife == 0 {
 		o.WatchLife = 5 * time.Second
@@ -125,12 +133,17 @@ type lateWrite struct {
 	do    func(ctx context.Context) (uint64, error)
 	rec   func(rev uint64)
 	after int // acknowledged writes of its client still to come before it lands
-	timer *time.Timer
-	done  bool
+	key   string
+	// sameKey: it lands right after the client's next acknowledged write of the same key (a
+	// copy in an old connection's buffers overtaken by the next write on a new one).
+	sameKey bool
+	timer   *time.Timer
+	done    bool
 }
 
 // asyncWrite is a WriteAsync in flight.
 type asyncWrite struct {
+	key  string
 	desc string
 	do   func(ctx context.Context) (uint64, error)
 	rec  func(rev uint64)
@@ -318,14 +331,19 @@ func (n *Net) Pending() int {
 	return len(n.pending)
 }
 
-// queueLocked makes a write land later: after one to three more acknowledged writes of its
-// client, or at the latest after a random wait up to MaxLate.
-func (n *Net) queueLocked(c *Client, desc string, do func(context.Context) (uint64, error), rec func(uint64)) {
-	w := &lateWrite{c: c, desc: desc, do: do, rec: rec, after: 1 + n.rng.IntN(3)}
+// queueLocked makes a write land later: after the next acknowledged write of the same key by its
+// client, or after one to three more of any key, and at the latest after a random wait up to
+// MaxLate.
+func (n *Net) queueLocked(c *Client, key, desc string, do func(context.Context) (uint64, error), rec func(uint64)) {
+	w := &lateWrite{c: c, key: key, desc: desc, do: do, rec: rec, after: 1 + n.rng.IntN(3), sameKey: n.rng.IntN(2) == 0}
 	n.pending[w] = struct{}{}
 	d := n.durLocked(n.opts.MaxLate)
 	w.timer = time.AfterFunc(d, func() { n.land(w) })
-	n.logLocked("%s: %s lost its answer; lands after %d more writes or %v", c.name, desc, w.after, d)
+	if w.sameKey {
+		n.logLocked("%s: %s lost its answer; lands after the next write of %s or %v", c.name, desc, key, d)
+	} else {
+		n.logLocked("%s: %s lost its answer; lands after %d more writes or %v", c.name, desc, w.after, d)
+	}
 }
 
 // land delivers a late write to the underlying store (which fences it as of now).
