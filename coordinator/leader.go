@@ -377,8 +377,13 @@ func (r *rounds) seen(key string, rev uint64) time.Duration {
 func (r *rounds) round(ctx context.Context) error {
 	snap := r.v.snapshot()
 	live := map[string]bool{}
+	releasedSeen := map[uint32]uint64{} // released moves this round tried to settle, by revision
 	for s, e := range snap.moves {
 		live[fmt.Sprintf("%s@%d", e.Key, e.Revision)] = true
+		var rec store.MoveRecord
+		if json.Unmarshal(e.Value, &rec) == nil && rec.State == store.MoveReleased {
+			releasedSeen[s] = e.Revision
+		}
 		if err := r.settleMove(ctx, snap, s, e); err != nil {
 			r.log.Warn("hand-off", "shard", s, "err", err)
 		}
@@ -392,6 +397,13 @@ func (r *rounds) round(ctx context.Context) error {
 	now := r.cfg.Clock.Monotonic()
 	rebalance := !r.cfg.NoRebalance && now-r.lastRebalance >= r.cfg.RebalanceEvery
 	in := snap.input(r.cfg.MaxMoves, rebalance, r.cfg.Tolerance)
+	for i := range in.Shards {
+		// Only a release settleMove saw and could not settle is the planner's to place; one that
+		// arrived since is settled (to the node it was meant for) next round.
+		if s := uint32(i); in.Shards[i].Released && (releasedSeen[s] == 0 || releasedSeen[s] != snap.moves[s].Revision) {
+			in.Shards[i].Released = false
+		}
+	}
 	r.reportStuck(in)
 	plan := MakePlan(in)
 	if rebalance {
@@ -414,11 +426,15 @@ func (r *rounds) round(ctx context.Context) error {
 				}
 			}
 		}
-		if cur.Revision != 0 && cur.Owner.Owner != "" {
+		switch {
+		case released:
+			r.cfg.Metrics.Handoffs.WithLabelValues("ok").Inc()
+			r.log.Info("hand-off complete", "shard", s, "from", cur.Owner.Owner, "to", node, "result", "ok", "token", rev, "grant", got.Grant)
+		case cur.Revision != 0 && cur.Owner.Owner != "":
 			r.cfg.Metrics.Failovers.Inc()
 			r.log.Info("failover: shard reassigned", "shard", s, "from", cur.Owner.Owner, "from_session", cur.Owner.Session,
 				"to", node, "session", to.Session, "token", rev, "grant", got.Grant)
-		} else {
+		default:
 			r.log.Debug("shard assigned", "shard", s, "to", node, "token", rev)
 		}
 	}
