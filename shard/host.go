@@ -80,9 +80,11 @@ type Host struct {
 	// seen is the highest revision of each shard.<S> applied: a watch reopened, a lagging replica
 	// or a listing can replay older values, and those change nothing.
 	seen map[uint32]uint64
-	// released is the token at which this session handed a shard on: the key may still name it
-	// until the coordinator grants the shard elsewhere, and reconciling must not take it back.
-	released map[uint32]uint64
+	// released is the grant this session handed a shard on under: the key may still name it
+	// (at that token or a rotation of it, which keeps the value) until the coordinator grants the
+	// shard elsewhere, and reconciling must not take it back. A new grant has a new Grant field.
+	released     map[uint32]store.Assignment
+	reconcileNow chan struct{}
 }
 
 // New validates the config and reads the cluster record.
@@ -115,7 +117,8 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	hctx, cancel := context.WithCancel(context.Background())
 	return &Host{cfg: cfg, log: cfg.Logger.With("session", cfg.Session), cluster: cl,
 		ctx: hctx, cancel: cancel, shards: map[uint32]*shardRun{}, lastLoad: time.Now(),
-		seen: map[uint32]uint64{}, released: map[uint32]uint64{}}, nil
+		seen: map[uint32]uint64{}, released: map[uint32]store.Assignment{},
+		reconcileNow: make(chan struct{}, 1)}, nil
 }
 
 // Cluster is the cluster record the host runs under.
@@ -127,47 +130,68 @@ func (h *Host) Cluster() store.Cluster { return h.cluster }
 // assigned to this live session without being served, since the coordinator would not fail it
 // over.
 func (h *Host) Watch(ctx context.Context) error {
-	var reconcile <-chan time.Time
-	if h.cfg.ReconcileEvery > 0 {
-		t := time.NewTicker(h.cfg.ReconcileEvery)
-		defer t.Stop()
-		reconcile = t.C
-	}
+	// Reconciling runs beside the watch, never in the loop that drains it: a slow listing must
+	// not hold up grants, and a store that blocks writers on a full watch must not deadlock.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	rctx, stopReconcile := context.WithCancel(ctx)
+	defer stopReconcile()
+	wg.Add(1)
+	go func() { defer wg.Done(); h.reconcileLoop(rctx) }()
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
+		opened := time.Now()
 		ch, err := h.cfg.Store.WatchAssignments(ctx, h.cluster.Epoch)
 		if err != nil {
 			h.log.Warn("cannot watch shard assignments; retrying", "epoch", h.cluster.Epoch, "err", err, "backoff", backoff)
 		} else {
-			backoff = 50 * time.Millisecond
-		follow:
-			for {
-				select {
-				case ev, ok := <-ch:
-					if !ok {
-						break follow
-					}
-					h.Apply(ev)
-				case <-reconcile:
-					h.Reconcile(ctx)
-				}
+			for ev := range ch {
+				h.Apply(ev)
 			}
 			if ctx.Err() != nil {
 				break
 			}
-			h.log.Warn("shard assignment watch ended; reopening it", "epoch", h.cluster.Epoch)
-			// Whatever changed while no watch was open is caught by the replay and this pass.
-			h.Reconcile(ctx)
+			h.log.Warn("shard assignment watch ended; reopening it", "epoch", h.cluster.Epoch, "backoff", backoff)
+			// Whatever changed while no watch was open is caught by the replay and a reconcile.
+			h.kickReconcile()
+			if time.Since(opened) > 10*time.Second {
+				backoff = 50 * time.Millisecond // it worked for a while: reopen at once
+			}
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
-		case <-reconcile:
-			h.Reconcile(ctx)
 		}
-		backoff = min(2*backoff, 2*time.Second)
+		backoff = min(2*backoff, 5*time.Second)
 	}
 	return ctx.Err()
+}
+
+func (h *Host) kickReconcile() {
+	select {
+	case h.reconcileNow <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Host) reconcileLoop(ctx context.Context) {
+	var tick <-chan time.Time
+	if h.cfg.ReconcileEvery > 0 {
+		t := time.NewTicker(h.cfg.ReconcileEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		case <-h.reconcileNow:
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		h.Reconcile(rctx)
+		cancel()
+	}
 }
 
 // Reconcile starts every shard whose key names this session (confirmed by a read through the
@@ -193,7 +217,8 @@ func (h *Host) Reconcile(ctx context.Context) {
 			continue // moved on meanwhile: the watch brings that
 		}
 		h.mu.Lock()
-		skip := h.closed || h.paused || h.shards[ev.Shard] != nil || h.released[ev.Shard] == rev
+		rel, handedOn := h.released[ev.Shard]
+		skip := h.closed || h.paused || h.shards[ev.Shard] != nil || handedOn && rel == a
 		if !skip {
 			h.seen[ev.Shard] = max(h.seen[ev.Shard], rev)
 		}
@@ -205,6 +230,14 @@ func (h *Host) Reconcile(ctx context.Context) {
 			"shard", ev.Shard, "token", rev)
 		h.start(store.Grant{Epoch: h.cluster.Epoch, Shard: ev.Shard, Token: rev, Assignment: a}, true)
 	}
+}
+
+// applied raises the shard's high-water mark to a revision this session made itself (a
+// rotation), so the watch event of it changes nothing.
+func (h *Host) applied(shard uint32, rev uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seen[shard] = max(h.seen[shard], rev)
 }
 
 func (h *Host) runs(shard uint32) bool {
@@ -221,6 +254,7 @@ func (h *Host) start(g store.Grant, rotateFirst bool) {
 		h.mu.Unlock()
 		return
 	}
+	delete(h.released, g.Shard)
 	sh := newShardRun(h, g)
 	if at, ok := h.handoffs[g.Shard]; ok {
 		sh.resumeFrom = at
@@ -443,7 +477,7 @@ func (h *Host) HandOff(ctx context.Context, shard uint32, release func(stoppedAt
 			return err
 		}
 		h.mu.Lock()
-		h.released[shard] = g.Token
+		h.released[shard] = g.Assignment
 		h.mu.Unlock()
 		return nil
 	})

@@ -37,6 +37,7 @@ type instance struct {
 	handle     *actor.Handle
 	dead       bool
 	expiring   bool      // the tombstone's delete marker is being written
+	endedSeen  time.Time // when this node ended the instance or loaded its tombstone (local clock)
 	resumeFrom time.Time // set on a shard received by a graceful move: report the pause at the first tick
 	failed     error     // the last write failed: its outcome may be unknown, so no more writes under this token
 }
@@ -55,7 +56,12 @@ type answer struct {
 }
 
 func newInstance(sh *shardRun, g store.Grant, id string, kind actor.Kind, logic actor.Logic, rec store.Record) *instance {
-	return &instance{sh: sh, grant: g, id: id, kind: kind, logic: logic, rec: rec, acked: rec, lastWrite: rec.Tick}
+	in := &instance{sh: sh, grant: g, id: id, kind: kind, logic: logic, rec: rec, acked: rec, lastWrite: rec.Tick}
+	in.rec.Create = nil // kept in acked only: a revert to a placeholder makes the instance again
+	if rec.Ended {
+		in.endedSeen = time.Now()
+	}
+	return in
 }
 
 func (in *instance) schedule() {
@@ -192,8 +198,9 @@ func (in *instance) tickLocked() *write {
 // expireLocked removes a stored tombstone once it is older than the host's TombstoneTTL: a fenced
 // delete marker, after which a retransmitted end gets unknown_instance.
 func (in *instance) expireLocked() *write {
-	if !in.acked.Ended || in.pending != nil || in.inflight != nil ||
-		time.Since(time.UnixMilli(in.rec.EndedAt)) < in.sh.h.cfg.TombstoneTTL {
+	// Measured on this node's clock from when it learned of the end, never against EndedAt (another
+	// node's wall clock): a new owner keeps a tombstone at least as long as the one that wrote it.
+	if !in.acked.Ended || in.pending != nil || in.inflight != nil || time.Since(in.endedSeen) < in.sh.h.cfg.TombstoneTTL {
 		return nil
 	}
 	in.expiring = true
@@ -234,6 +241,7 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 			// A tombstone, not a delete marker: the record keeps the request window, so a
 			// retransmitted end gets this answer and never ends a later instance of the ID.
 			in.rec.Ended, in.rec.EndedAt = true, time.Now().UnixMilli()
+			in.endedSeen = time.Now()
 			in.logic = nil
 			in.forceWrite = true
 			a.reply = wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"ended": in.id, "tick": in.rec.Tick}})
@@ -402,17 +410,26 @@ func (in *instance) revertLocked(answers []answer) []answer {
 		answers = append(answers, in.pending.answers...)
 		in.pending = nil
 	}
-	in.logic = nil
-	if !in.acked.Ended {
-		logic, err := in.kind.Restore(in.id, in.acked.State)
-		if err != nil {
-			panic(fmt.Sprintf("restore acknowledged state of %s: %v", in.id, err))
-		}
-		in.logic = logic
+	var logic actor.Logic
+	var err error
+	switch {
+	case in.acked.Ended:
+	case len(in.acked.State) == 0: // a Create placeholder: its initial state was never stored
+		logic, err = in.kind.New(in.id, actor.Command{Type: "create", Body: in.acked.Create})
+		in.forceWrite = true
+	default:
+		logic, err = in.kind.Restore(in.id, in.acked.State)
 	}
 	tick := in.rec.Tick
 	in.rec = in.acked
-	in.rec.Tick = tick
+	in.rec.Tick, in.rec.Create = tick, nil
+	in.logic = logic
+	if err != nil { // cannot go back: take it out of service here, as a panicking instance is
+		in.sh.log.Error("instance cannot be reverted to its last stored state; stopped on this node",
+			"instance", in.id, "token", in.grant.Token, "err", err)
+		in.dead = true
+		in.sh.h.cfg.Engine.Remove(in.handle)
+	}
 	return answers
 }
 

@@ -202,11 +202,11 @@ func (n *Node) retryLater(ctx context.Context, what string, err error) bool {
 func (n *Node) follow(ctx context.Context, filter string, handle func(store.Entry) bool) {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
+		opened := time.Now()
 		ch, err := n.cfg.Store.ControlWatch(ctx, filter)
 		if err != nil {
 			n.log.Warn("cannot watch the control bucket; retrying", "filter", filter, "err", err, "backoff", backoff)
 		} else {
-			backoff = 50 * time.Millisecond
 			for e := range ch {
 				if handle(e) {
 					return
@@ -215,14 +215,17 @@ func (n *Node) follow(ctx context.Context, filter string, handle func(store.Entr
 			if ctx.Err() != nil {
 				return
 			}
-			n.log.Warn("control watch ended; reopening it", "filter", filter)
+			n.log.Warn("control watch ended; reopening it", "filter", filter, "backoff", backoff)
+			if time.Since(opened) > 10*time.Second {
+				backoff = 50 * time.Millisecond // it worked for a while: reopen at once
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 2*time.Second)
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -60,7 +61,15 @@ func newShardRun(h *Host, g store.Grant) *shardRun {
 var errShardUncertain = errors.New("another write of the shard under this token has an unknown outcome")
 
 // markUncertain records that a write under token may still land: nothing more is sent under it.
-func (sh *shardRun) markUncertain(token uint64) { sh.uncertainToken.Store(token) }
+// Tokens only grow, so a late failure under an older token never clears a newer mark.
+func (sh *shardRun) markUncertain(token uint64) {
+	for {
+		cur := sh.uncertainToken.Load()
+		if cur >= token || sh.uncertainToken.CompareAndSwap(cur, token) {
+			return
+		}
+	}
+}
 
 func (sh *shardRun) uncertain(token uint64) bool { return sh.uncertainToken.Load() == token }
 
@@ -185,7 +194,6 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 	var logic actor.Logic
 	if len(rec.State) == 0 { // created, but its initial state was never written: the same create again
 		logic, err = kind.New(id, actor.Command{Type: "create", Body: rec.Create})
-		rec.Create = nil
 	} else {
 		logic, err = kind.Restore(id, rec.State)
 	}
@@ -279,6 +287,7 @@ func (sh *shardRun) rotateAndLoad(old store.Grant, adopt uint64) {
 	sh.grant = g
 	sh.state = loading
 	sh.mu.Unlock()
+	sh.h.applied(g.Shard, g.Token) // its own watch event must not start it again unrotated
 	sh.log.Info("token rotated", "from", old.Token, "token", g.Token)
 	sh.load(g)
 }
@@ -523,13 +532,24 @@ func (sh *shardRun) flushAndRelease(ctx context.Context) error {
 // grant's token, and then runs release (which hands the shard on). The shard is stopped for good.
 func (sh *shardRun) flushThen(ctx context.Context, reason string, release func(g store.Grant, stoppedAt time.Time) error) error {
 	sh.mu.Lock()
+	for sh.state == loading || sh.state == rebuilding {
+		// A rotation or load in flight settles first: handing on sh.grant while a rotation may
+		// still land would release an old token and leave the key naming this session.
+		sh.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("hand off shard %d: still loading: %w", sh.id, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+		sh.mu.Lock()
+	}
 	if sh.state == stopped || sh.state == handingOff {
 		sh.mu.Unlock()
 		return nil
 	}
 	if sh.state != running {
-		// Loading, rebuilding or paused: nothing ticks and no state write of ours is pending
-		// (a rebuild killed them all), so there is nothing to flush. Stop it and hand it on.
+		// Paused (self-fenced): nothing ticks and the pause took every instance out of service,
+		// so there is nothing to flush. Stop it and hand it on.
 		g := sh.grant
 		sh.mu.Unlock()
 		sh.stop(reason)
