@@ -119,6 +119,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 		for {
 			err = lead(lctx, cfg, log, t, l.Remaining)
+			if errors.Is(err, errViewLost) && lctx.Err() == nil {
+				// A watch of the view failed or ended: rebuild it rather than plan on a frozen
+				// picture (shards of a dead node would never be failed over).
+				log.Warn("rebuilding the coordinator's view", "err", err)
+				select {
+				case <-lctx.Done():
+				case <-time.After(cfg.Round):
+				}
+				continue
+			}
 			if !errors.Is(err, errEpochChanged) || lctx.Err() != nil {
 				break
 			}
@@ -153,6 +163,9 @@ func Run(ctx context.Context, cfg Config) error {
 
 // errEpochChanged: a restore started a new epoch (DESIGN 6); the view is rebuilt from its buckets.
 var errEpochChanged = errors.New("cluster epoch changed")
+
+// errViewLost: a watch that feeds the view could not start or ended; the view is rebuilt.
+var errViewLost = errors.New("a watch of the coordinator's view ended")
 
 // view is the leader's picture of the buckets, fed by watches; rebuilt on every election.
 type view struct {
@@ -280,28 +293,27 @@ func lead(ctx context.Context, cfg Config, log *slog.Logger, t *term, remaining 
 	defer epochChanged(nil)
 	ctlCh, err := st.ControlWatch(epochCtx, ">")
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: control: %v", errViewLost, err)
 	}
 	shardCh, err := st.WatchAssignments(epochCtx, cl.Epoch)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: assignments: %v", errViewLost, err)
 	}
 	// The watches replay current values first; reading them directly as well means the first
 	// round sees everything even before the replay is through.
 	entries, err := st.ControlList(ctx, ">")
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: list control keys: %v", errViewLost, err)
 	}
 	for _, e := range entries {
 		v.applyControl(e)
 	}
-	for s := uint32(0); s < cl.Shards; s++ {
-		a, rev, err := st.Assignment(ctx, cl.Epoch, s)
-		if err == nil {
-			v.applyShard(store.AssignmentEvent{Shard: s, Revision: rev, Assignment: a})
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
+	assigned, err := st.ListAssignments(ctx, cl.Epoch)
+	if err != nil {
+		return fmt.Errorf("%w: list assignments: %v", errViewLost, err)
+	}
+	for _, ev := range assigned {
+		v.applyShard(ev)
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -320,12 +332,14 @@ func lead(ctx context.Context, cfg Config, log *slog.Logger, t *term, remaining 
 				poke() // a lease expired, a hand-off progressed, a drain began: act now
 			}
 		}
+		epochChanged(errViewLost) // no-op if the view already ended for another cause
 	}()
 	go func() {
 		defer wg.Done()
 		for ev := range shardCh {
 			v.applyShard(ev)
 		}
+		epochChanged(errViewLost)
 	}()
 	r := &rounds{cfg: cfg, log: log, st: st, epoch: cl.Epoch, v: v, t: t, firstSeen: map[string]time.Duration{},
 		lastRebalance: cfg.Clock.Monotonic(), stuck: map[string]bool{}}
@@ -341,8 +355,8 @@ func lead(ctx context.Context, cfg Config, log *slog.Logger, t *term, remaining 
 		}
 		select {
 		case <-epochCtx.Done():
-			if errors.Is(context.Cause(epochCtx), errEpochChanged) {
-				return errEpochChanged
+			if cause := context.Cause(epochCtx); ctx.Err() == nil && (errors.Is(cause, errEpochChanged) || errors.Is(cause, errViewLost)) {
+				return cause
 			}
 			return ctx.Err()
 		case <-tick.C:

@@ -173,3 +173,46 @@ func TestEndRetransmittedAnswersOnceAndSparesALaterInstance(t *testing.T) {
 		wantCode(t, n2.send(id, "g3", map[string]any{"type": "get"}), wire.CodeUnknownInstance, "command after end, new owner")
 	})
 }
+
+// laggingLoad answers the first Load of an instance as a replica that has not seen it yet would.
+type laggingLoad struct {
+	store.Store
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (l *laggingLoad) Load(ctx context.Context, epoch uint64, s uint32, id string) (store.Record, uint64, error) {
+	l.mu.Lock()
+	first := !l.seen[id]
+	l.seen[id] = true
+	l.mu.Unlock()
+	if first {
+		return store.Record{}, 0, fmt.Errorf("instance %s: %w", id, store.ErrNotFound)
+	}
+	return l.Store.Load(ctx, epoch, s, id)
+}
+
+// Load may lag; the listing covers every instance. A listed instance that a lagging Load calls
+// "not found" must still be loaded: dropping it would lose an acknowledged create until the next
+// rebuild.
+func TestListedInstanceSurvivesALaggingLoad(t *testing.T) {
+	mem := memstore.New()
+	a := newNode(t, mem, "A", nodeOpt{})
+	const s = 2
+	a.grant(s)
+	id := idIn(s, 4)
+	mustOK(t, a.send(id, "c1", map[string]any{"type": "create", "kind": "counter"}), "create")
+	mustOK(t, a.send(id, "a1", map[string]any{"type": "add", "by": 3}), "add")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.host.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := newNode(t, &laggingLoad{Store: mem, seen: map[string]bool{}}, "B", nodeOpt{})
+	b.grant(s)
+	r := b.send(id, "g1", map[string]any{"type": "get"})
+	mustOK(t, r, "get on the new owner")
+	if got := fmt.Sprint(r.Result); got != "map[n:3]" {
+		t.Fatalf("get: got %v, want n 3", got)
+	}
+}

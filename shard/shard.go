@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -170,6 +171,11 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 	err := sh.retry("load "+id, func() error {
 		var err error
 		if rec, rev, err = st.Load(sh.ctx, g.Epoch, g.Shard, id); err != nil {
+			if errors.Is(err, store.ErrNotFound) && sh.listed(g, id) {
+				// Load may be served by a lagging replica; the listing covers every instance,
+				// so one it still lists exists: load again (else an acknowledged create is lost).
+				return fmt.Errorf("load %s: listed but not found (lagging read): %w", id, errLaggingLoad)
+			}
 			return err
 		}
 		_, err = st.Register(sh.ctx, g, id, rec, rev)
@@ -207,6 +213,18 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 		in.forceWrite = true
 	}
 	return in
+}
+
+var errLaggingLoad = errors.New("read lags behind the listing")
+
+// listed reports whether the shard's listing, which covers every instance written before it,
+// still holds id (true when it cannot tell, so the caller retries).
+func (sh *shardRun) listed(g store.Grant, id string) bool {
+	ids, err := sh.h.cfg.Store.Instances(sh.ctx, g.Epoch, g.Shard)
+	if err != nil {
+		return true
+	}
+	return slices.Contains(ids, id)
 }
 
 // observe handles a revision of shard.<S> that still names this session.
