@@ -32,7 +32,7 @@ Usage:
   tickctl instances [--shard N]                   instances with shard, token, tick and kind
   tickctl instance get <id>                       the decoded record of one instance
   tickctl instance create <id> --kind dungeon     create an instance (through its owner)
-  tickctl instance end <id>                       end an instance (a fenced delete by its owner)
+  tickctl instance end <id>                       end an instance (a fenced tombstone by its owner)
   tickctl instance send <id> '<json command>'     send a command, e.g. '{"type":"attack","player":"p1"}'
   tickctl move <shard> <node>                     hand a shard off to a node, and wait until it runs there
   tickctl drain <node>                            move every shard off a node (waits, with progress)
@@ -294,6 +294,7 @@ type instRow struct {
 	Token uint64 `json:"token"`
 	Tick  uint64 `json:"tick"`
 	Rev   uint64 `json:"revision"`
+	Ended bool   `json:"ended,omitempty"`
 	Error string `json:"error,omitempty"`
 }
 
@@ -309,7 +310,7 @@ func (c *cli) instances(ctx context.Context) error {
 		}
 		for _, id := range ids {
 			rec, rev, err := c.st.Load(ctx, c.cl.Epoch, s, id)
-			row := instRow{ID: id, Shard: s, Kind: rec.Kind, Token: rec.Token, Tick: rec.Tick, Rev: rev}
+			row := instRow{ID: id, Shard: s, Kind: rec.Kind, Token: rec.Token, Tick: rec.Tick, Rev: rev, Ended: rec.Ended}
 			if err != nil {
 				row.Error = err.Error()
 			}
@@ -327,7 +328,11 @@ func (c *cli) instances(ctx context.Context) error {
 			fmt.Fprintf(w, "%s\t%d\t!\t\t\t%s\n", r.ID, r.Shard, r.Error)
 			continue
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\n", r.ID, r.Shard, r.Kind, r.Token, r.Tick, r.Rev)
+		kind := r.Kind
+		if r.Ended {
+			kind += " (ended)"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\n", r.ID, r.Shard, kind, r.Token, r.Tick, r.Rev)
 	}
 	fmt.Fprintf(w, "%d instances\n", len(rows))
 	return w.Flush()
@@ -350,7 +355,7 @@ func (c *cli) get(ctx context.Context, id string) error {
 	}
 	if c.g.json {
 		v := map[string]any{"id": id, "shard": s, "kind": rec.Kind, "schema": rec.V, "token": rec.Token, "tick": rec.Tick,
-			"revision": rev, "state": state, "recent_request_ids": reqs}
+			"revision": rev, "state": state, "recent_request_ids": reqs, "ended": rec.Ended}
 		if aerr == nil {
 			v["owner"], v["session"], v["current_token"] = a.Owner, a.Session, token
 		}
@@ -362,6 +367,10 @@ func (c *cli) get(ctx context.Context, id string) error {
 		fmt.Fprintf(w, "owner\t%s (session %s, current token %d)\n", a.Owner, a.Session, token)
 	} else {
 		fmt.Fprintf(w, "owner\t(unassigned)\n")
+	}
+	if rec.Ended {
+		fmt.Fprintf(w, "ended\tat %s (a tombstone: it answers retransmitted requests until it expires)\n",
+			time.UnixMilli(rec.EndedAt).UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "requests\t%d remembered\n", len(rec.Reqs))
 	if rec.Kind == "dungeon" && state != nil {
