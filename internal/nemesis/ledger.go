@@ -18,6 +18,9 @@ func (ledgerKind) New(_ string, c actor.Command) (actor.Logic, error) {
 	var a struct {
 		Tag string `msgpack:"tag"`
 	}
+	if len(c.Body) == 0 {
+		return &ledger{}, nil // a create with no arguments: the default ledger (tag "")
+	}
 	if err := c.Decode(&a); err != nil {
 		return nil, err
 	}

@@ -131,9 +131,13 @@ func (r Result) String() string {
 
 const epoch = 1
 
+// tickPeriod is the nodes' tick period (engine rate 10/s, one phase bucket).
+const tickPeriod = 100 * time.Millisecond
+
 type cluster struct {
 	cfg   Config
 	seed  uint64
+	grid  time.Time // every node's engine ticks at grid + k*tickPeriod
 	mem   *memstore.Store
 	net   *faultstore.Net
 	kinds *actor.Kinds
@@ -231,7 +235,10 @@ func Run(seed uint64, cfg Config) Result {
 	net := faultstore.New(mem, seed, faultstore.Options{LogSize: 20000})
 	kinds, _ := actor.NewKinds(ledgerKind{})
 	c := &cluster{cfg: cfg, seed: seed, mem: mem, net: net, kinds: kinds,
-		rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), coordSess: map[string]string{}}
+		rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), coordSess: map[string]string{}, grid: time.Now()}
+	// One tick schedule for every life of every node, known to the Net: store events that it makes
+	// end on a tick instant race that tick for real under the fake clock.
+	net.SetGrid(c.grid, tickPeriod)
 	c.op = net.Client("operator")
 	ctx := context.Background()
 	if _, err := coordinator.Bootstrap(ctx, mem, store.Cluster{Shards: cfg.Shards, Partitions: 1, Epoch: epoch}, true, nil); err != nil {
@@ -257,7 +264,7 @@ func Run(seed uint64, cfg Config) Result {
 	// The nemesis.
 	chaosEnd := time.Now().Add(cfg.Chaos)
 	for time.Now().Before(chaosEnd) {
-		time.Sleep(c.dur(100*time.Millisecond, 700*time.Millisecond))
+		time.Sleep(c.onGrid(c.dur(100*time.Millisecond, 700*time.Millisecond)))
 		if !cfg.NoActions {
 			c.act()
 		}
@@ -350,7 +357,7 @@ func (p *proc) start() {
 	c.coordSess[p.coordC.Name()] = sess
 	c.mu.Unlock()
 	m := metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })
-	engine, err := actor.NewEngine(actor.EngineConfig{Rate: 10, Workers: 1, Slot: 100 * time.Millisecond})
+	engine, err := actor.NewEngine(actor.EngineConfig{Rate: float64(time.Second / tickPeriod), Workers: 1, Slot: tickPeriod, Start: c.grid})
 	if err != nil {
 		panic(err)
 	}
@@ -512,12 +519,26 @@ func (c *cluster) act() {
 	}
 }
 
+// onGrid stretches d, half the time, to end exactly at a tick instant: a kill, freeze or reconnect
+// then races the nodes' ticks for real.
+func (c *cluster) onGrid(d time.Duration) time.Duration {
+	if c.intn(2) == 0 {
+		return d
+	}
+	now := time.Now()
+	at := c.grid.Add((now.Add(d).Sub(c.grid) + tickPeriod - 1) / tickPeriod * tickPeriod)
+	if !at.After(now) {
+		at = at.Add(tickPeriod)
+	}
+	return at.Sub(now)
+}
+
 // later runs f after d in the background (Run waits for it before healing is complete).
 func (c *cluster) later(d time.Duration, f func()) {
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
-		time.Sleep(d)
+		time.Sleep(c.onGrid(d))
 		f()
 	}()
 }

@@ -139,7 +139,7 @@ func (c *Client) enter(what string) error {
 		return fmt.Errorf("%s: %w", what, errTransient)
 	}
 	if n.roll(n.opts.Slow, "slow") {
-		d := n.durLocked(n.opts.MaxSlow)
+		d := n.delayLocked(n.opts.MaxSlow)
 		n.logLocked("%s: %s slow: %v", c.name, what, d)
 		n.mu.Unlock()
 		time.Sleep(d)
@@ -436,7 +436,7 @@ func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done fun
 	if !inflight {
 		rev, err := c.mutate(context.Background(), store.InstanceKey(g.Shard, id), desc, do, recf)
 		if err != nil && (errors.Is(err, store.ErrUnknownOutcome) || errors.Is(err, errTransient)) {
-			go done(rev, err)
+			c.answerLater(desc, err, func() { done(rev, err) })
 			return
 		}
 		done(rev, err)
@@ -449,7 +449,7 @@ func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done fun
 	}
 	w := &asyncWrite{key: store.InstanceKey(g.Shard, id), desc: desc, do: do, rec: recf, done: done}
 	n.mu.Lock()
-	d := n.durLocked(n.opts.MaxInFlight)
+	d := n.delayLocked(n.opts.MaxInFlight)
 	c.inflight[w] = time.AfterFunc(d, func() {
 		n.mu.Lock()
 		if _, ok := c.inflight[w]; !ok {
@@ -470,6 +470,25 @@ func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done fun
 		done(rev, err)
 	})
 	n.mu.Unlock()
+}
+
+// answerLater delivers a failed WriteAsync's answer from another goroutine: at once, or (a lost
+// answer, Options.LateAnswer) only after a while, held while the client is frozen.
+func (c *Client) answerLater(desc string, err error, answer func()) {
+	n := c.n
+	n.mu.Lock()
+	if !errors.Is(err, store.ErrUnknownOutcome) || !n.roll(n.opts.LateAnswer, "late_answer") {
+		n.mu.Unlock()
+		go answer()
+		return
+	}
+	d := n.delayLocked(n.opts.MaxLateAnswer)
+	n.logLocked("%s: the loss of %s's answer is noticed after %v", c.name, desc, d)
+	n.mu.Unlock()
+	time.AfterFunc(d, func() {
+		c.waitThaw()
+		answer()
+	})
 }
 
 // End implements store.Store.

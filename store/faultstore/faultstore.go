@@ -11,7 +11,15 @@
 //   - a transient failure: an error, nothing stored;
 //   - a slow call: it reaches the store only after a while, overtaken by later calls and ticks;
 //   - a reconnect: every WriteAsync of the client still in flight loses its answer at once, and
-//     each of those writes lands later or never.
+//     each of those writes lands later or never;
+//   - a late answer: a WriteAsync whose answer is lost hears of it only after a while (an ack
+//     timeout, a disconnect noticed later), not at once.
+//
+// With SetGrid (the tick schedule of the processes under test), a share of the delays the Net
+// chooses — a write in flight, a late landing, a slow call, a late answer — end exactly at a tick
+// instant. Under a fake clock that is what makes a store event and a tick truly concurrent (two
+// goroutines woken at the same instant): an answer and the next tick's write race as they do on
+// a real machine, instead of every answer settling long before the next tick.
 //
 // One Net is shared by every process of a test; each process (node, coordinator, operator) takes
 // its own Client, so faults, freezes and kills are per process.
@@ -87,6 +95,13 @@ type Options struct {
 	WatchRefuse float64
 	WatchEnd    float64
 	WatchLife   time.Duration
+	// LateAnswer: per WriteAsync whose answer is lost, the caller hears of it only after up to
+	// MaxLateAnswer (default 300ms).
+	LateAnswer    float64
+	MaxLateAnswer time.Duration
+	// OnGrid: per delay the Net chooses, it is stretched to end exactly at a tick instant of the
+	// grid set by SetGrid (no effect without one).
+	OnGrid float64
 	// LogSize is how many events the log keeps (default 4000).
 	LogSize int
 }
@@ -94,7 +109,7 @@ type Options struct {
 // Chaos is a mix of every fault at rates that keep a small cluster busy but alive.
 func Chaos() Options {
 	return Options{LoseAnswer: 0.02, LandLater: 0.4, LandNever: 0.2, Transient: 0.01, Lag: 0.2,
-		InFlight: 0.3, Slow: 0.1, Reconnect: 0.004, WatchRefuse: 0.05, WatchEnd: 0.3}
+		InFlight: 0.3, Slow: 0.1, Reconnect: 0.004, WatchRefuse: 0.05, WatchEnd: 0.3, LateAnswer: 0.7, OnGrid: 0.5}
 }
 
 func (o *Options) defaults() {
@@ -112,6 +127,9 @@ func (o *Options) defaults() {
 	}
 	if o.WatchLife == 0 {
 		o.WatchLife = 5 * time.Second
+	}
+	if o.MaxLateAnswer == 0 {
+		o.MaxLateAnswer = 300 * time.Millisecond
 	}
 	if o.LogSize == 0 {
 		o.LogSize = 4000
@@ -168,6 +186,34 @@ type Net struct {
 	pending  map[*lateWrite]struct{}
 	clients  map[string]*Client
 	onWrite  func(client, key string)
+	// the tick grid: origin + k*period (period 0: none)
+	gridOrigin time.Time
+	gridPeriod time.Duration
+}
+
+// SetGrid tells the Net the tick schedule of the processes under test (instants origin + k*period):
+// Options.OnGrid stretches delays to end on it.
+func (n *Net) SetGrid(origin time.Time, period time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.gridOrigin, n.gridPeriod = origin, period
+}
+
+// delayLocked is a random delay up to max, stretched (Options.OnGrid) to end at a tick instant
+// of the grid, 0 to 2 periods after the one it would have passed.
+func (n *Net) delayLocked(max time.Duration) time.Duration {
+	d := n.durLocked(max)
+	if n.gridPeriod <= 0 || !n.roll(n.opts.OnGrid, "on_grid") {
+		return d
+	}
+	now := time.Now()
+	k := (now.Add(d).Sub(n.gridOrigin) + n.gridPeriod - 1) / n.gridPeriod
+	k += time.Duration(n.rng.IntN(3))
+	at := n.gridOrigin.Add(k * n.gridPeriod)
+	for !at.After(now) {
+		at = at.Add(n.gridPeriod)
+	}
+	return at.Sub(now)
 }
 
 // OnWrite sets a function called as each write call of any client is issued, before any fault
@@ -337,7 +383,7 @@ func (n *Net) Pending() int {
 func (n *Net) queueLocked(c *Client, key, desc string, do func(context.Context) (uint64, error), rec func(uint64)) {
 	w := &lateWrite{c: c, key: key, desc: desc, do: do, rec: rec, after: 1 + n.rng.IntN(3), sameKey: n.rng.IntN(2) == 0}
 	n.pending[w] = struct{}{}
-	d := n.durLocked(n.opts.MaxLate)
+	d := n.delayLocked(n.opts.MaxLate)
 	w.timer = time.AfterFunc(d, func() { n.land(w) })
 	if w.sameKey {
 		n.logLocked("%s: %s lost its answer; lands after the next write of %s or %v", c.name, desc, key, d)
