@@ -69,6 +69,8 @@ type Config struct {
 	HandOffTimeout time.Duration
 	// LogTail is how many events a failure reports (default 300).
 	LogTail int
+	// LogAlways reports the tail of the event log even if the run passed.
+	LogAlways bool
 }
 
 func (c *Config) defaults() {
@@ -300,7 +302,7 @@ func Run(seed uint64, cfg Config) Result {
 	c.mu.Lock()
 	res := Result{Seed: seed, Violations: c.violations, Counts: net.Counts(), Sent: c.sent, Acked: c.acked, Actions: int(c.actions.Load())}
 	c.mu.Unlock()
-	if !res.OK() {
+	if !res.OK() || cfg.LogAlways {
 		res.Events = net.Events(cfg.LogTail)
 	}
 	return res

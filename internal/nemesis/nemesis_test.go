@@ -23,7 +23,7 @@ var (
 // its own synctest bubble; a failing seed prints its violations and event log.
 func TestNemesis(t *testing.T) {
 	start := time.Now()
-	cfg := Config{Chaos: *chaos, LogTail: *tail}
+	cfg := Config{Chaos: *chaos, LogTail: *tail, LogAlways: *oneSeed != 0}
 	var mu sync.Mutex
 	totals := map[string]uint64{}
 	var runs, sent, acked, actions int
