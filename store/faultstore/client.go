@@ -20,6 +20,14 @@ type Client struct {
 	killed   bool
 	inflight map[*asyncWrite]*time.Timer
 	watches  map[*int]context.CancelFunc
+	deferred []*deferredAnswer // lost answers delivered inside the next WriteAsync call
+}
+
+// deferredAnswer is a lost answer waiting for the client's next WriteAsync call (or its timer).
+type deferredAnswer struct {
+	answer func()
+	timer  *time.Timer
+	done   bool // guarded by n.mu
 }
 
 var (
@@ -106,7 +114,12 @@ func (c *Client) reconnectLocked() {
 			n.queueLocked(c, w.key, w.desc, w.do, w.rec)
 		}
 		done := w.done
-		go done(0, fmt.Errorf("%s: connection lost with the write in flight: %w", w.desc, store.ErrUnknownOutcome))
+		err := fmt.Errorf("%s: connection lost with the write in flight: %w", w.desc, store.ErrUnknownOutcome)
+		if c.killed {
+			go done(0, err)
+		} else {
+			c.answerLaterLocked(w.desc, err, func() { done(0, err) })
+		}
 	}
 }
 
@@ -184,13 +197,18 @@ func (c *Client) acked(key string) {
 
 // mutate runs one write through the faults: lost answer (landing now, later or never) or normal.
 func (c *Client) mutate(ctx context.Context, key, desc string, do func(context.Context) (uint64, error), rec func(uint64)) (uint64, error) {
+	return c.mutateLosing(ctx, c.n.loseAnswer, key, desc, do, rec)
+}
+
+// mutateLosing is mutate with the probability of a lost answer chosen by lose (from the options).
+func (c *Client) mutateLosing(ctx context.Context, lose func() float64, key, desc string, do func(context.Context) (uint64, error), rec func(uint64)) (uint64, error) {
 	c.n.observe(c, key)
 	if err := c.enter(desc); err != nil {
 		return 0, err
 	}
 	n := c.n
 	n.mu.Lock()
-	if n.roll(n.opts.LoseAnswer, "lost_answer") {
+	if n.roll(lose(), "lost_answer") {
 		r := n.rng.Float64()
 		switch {
 		case r < n.opts.LandLater:
@@ -426,6 +444,7 @@ func (c *Client) Write(ctx context.Context, g store.Grant, id string, rec store.
 // WriteAsync implements store.Store. A write may stay in flight for a while (then a reconnect
 // loses its answer); answers of faulted writes come from another goroutine.
 func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done func(uint64, error)) {
+	c.settleDeferred()
 	desc := fmt.Sprintf("write %s tick %d under %s", id, rec.Tick, g)
 	do := func(ctx context.Context) (uint64, error) { return c.n.under.Write(ctx, g, id, rec) }
 	recf := c.instRec(g, id, encodeRec(g, rec, false), false)
@@ -434,7 +453,7 @@ func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done fun
 	inflight := n.roll(n.opts.InFlight, "in_flight")
 	n.mu.Unlock()
 	if !inflight {
-		rev, err := c.mutate(context.Background(), store.InstanceKey(g.Shard, id), desc, do, recf)
+		rev, err := c.mutateLosing(context.Background(), n.loseAsyncAnswer, store.InstanceKey(g.Shard, id), desc, do, recf)
 		if err != nil && (errors.Is(err, store.ErrUnknownOutcome) || errors.Is(err, errTransient)) {
 			c.answerLater(desc, err, func() { done(rev, err) })
 			return
@@ -475,20 +494,58 @@ func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done fun
 // answerLater delivers a failed WriteAsync's answer from another goroutine: at once, or (a lost
 // answer, Options.LateAnswer) only after a while, held while the client is frozen.
 func (c *Client) answerLater(desc string, err error, answer func()) {
+	c.n.mu.Lock()
+	defer c.n.mu.Unlock()
+	c.answerLaterLocked(desc, err, answer)
+}
+
+func (c *Client) answerLaterLocked(desc string, err error, answer func()) {
 	n := c.n
-	n.mu.Lock()
 	if !errors.Is(err, store.ErrUnknownOutcome) || !n.roll(n.opts.LateAnswer, "late_answer") {
-		n.mu.Unlock()
 		go answer()
 		return
 	}
 	d := n.delayLocked(n.opts.MaxLateAnswer)
+	if n.roll(n.opts.AnswerInNextCall, "answer_in_next_call") {
+		da := &deferredAnswer{answer: answer}
+		c.deferred = append(c.deferred, da)
+		n.logLocked("%s: the loss of %s's answer is noticed in the next write call, or after %v", c.name, desc, d)
+		da.timer = time.AfterFunc(d, func() {
+			n.mu.Lock()
+			run := !da.done
+			da.done = true
+			n.mu.Unlock()
+			if run {
+				c.waitThaw()
+				answer()
+			}
+		})
+		return
+	}
 	n.logLocked("%s: the loss of %s's answer is noticed after %v", c.name, desc, d)
-	n.mu.Unlock()
 	time.AfterFunc(d, func() {
 		c.waitThaw()
 		answer()
 	})
+}
+
+// settleDeferred delivers, on the caller's goroutine, the lost answers waiting for this call.
+func (c *Client) settleDeferred() {
+	n := c.n
+	n.mu.Lock()
+	var run []*deferredAnswer
+	for _, da := range c.deferred {
+		if !da.done {
+			da.done = true
+			da.timer.Stop()
+			run = append(run, da)
+		}
+	}
+	c.deferred = nil
+	n.mu.Unlock()
+	for _, da := range run {
+		da.answer()
+	}
 }
 
 // End implements store.Store.

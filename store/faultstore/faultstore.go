@@ -13,7 +13,10 @@
 //   - a reconnect: every WriteAsync of the client still in flight loses its answer at once, and
 //     each of those writes lands later or never;
 //   - a late answer: a WriteAsync whose answer is lost hears of it only after a while (an ack
-//     timeout, a disconnect noticed later), not at once.
+//     timeout, a disconnect noticed later), not at once — or from inside the client's next
+//     WriteAsync call, on the caller's goroutine (the contract allows done "from any goroutine";
+//     a client library settles old acks when it next publishes), so that a tick learns of an
+//     earlier write's loss in the middle of its own writes.
 //
 // With SetGrid (the tick schedule of the processes under test), a share of the delays the Net
 // chooses — a write in flight, a late landing, a slow call, a late answer — end exactly at a tick
@@ -70,8 +73,10 @@ type Options struct {
 	// LoseAnswer: per write, the answer is lost. Of those, LandLater land later, LandNever never,
 	// the rest now (before the caller hears of the loss).
 	LoseAnswer float64
-	LandLater  float64
-	LandNever  float64
+	// LoseAsyncAnswer, if set, replaces LoseAnswer for WriteAsync (the ticks' writes).
+	LoseAsyncAnswer float64
+	LandLater       float64
+	LandNever       float64
 	// MaxLate bounds how long a late write waits if its client writes nothing more (default 1s).
 	// Otherwise it lands right after one to three more acknowledged writes of its client.
 	MaxLate time.Duration
@@ -99,6 +104,9 @@ type Options struct {
 	// MaxLateAnswer (default 300ms).
 	LateAnswer    float64
 	MaxLateAnswer time.Duration
+	// AnswerInNextCall: of the late answers, those delivered inside the client's next WriteAsync
+	// call (or after MaxLateAnswer, if none comes).
+	AnswerInNextCall float64
 	// OnGrid: per delay the Net chooses, it is stretched to end exactly at a tick instant of the
 	// grid set by SetGrid (no effect without one).
 	OnGrid float64
@@ -108,8 +116,8 @@ type Options struct {
 
 // Chaos is a mix of every fault at rates that keep a small cluster busy but alive.
 func Chaos() Options {
-	return Options{LoseAnswer: 0.02, LandLater: 0.4, LandNever: 0.2, Transient: 0.01, Lag: 0.2,
-		InFlight: 0.3, Slow: 0.1, Reconnect: 0.004, WatchRefuse: 0.05, WatchEnd: 0.3, LateAnswer: 0.7, OnGrid: 0.5}
+	return Options{LoseAnswer: 0.02, LoseAsyncAnswer: 0.08, LandLater: 0.5, LandNever: 0.15, Transient: 0.01, Lag: 0.2,
+		InFlight: 0.3, Slow: 0.1, Reconnect: 0.004, WatchRefuse: 0.05, WatchEnd: 0.3, LateAnswer: 0.8, AnswerInNextCall: 0.6, OnGrid: 0.5}
 }
 
 func (o *Options) defaults() {
@@ -189,6 +197,16 @@ type Net struct {
 	// the tick grid: origin + k*period (period 0: none)
 	gridOrigin time.Time
 	gridPeriod time.Duration
+}
+
+// loseAnswer and loseAsyncAnswer are the lost-answer probabilities (n.mu held).
+func (n *Net) loseAnswer() float64 { return n.opts.LoseAnswer }
+
+func (n *Net) loseAsyncAnswer() float64 {
+	if n.opts.LoseAsyncAnswer > 0 {
+		return n.opts.LoseAsyncAnswer
+	}
+	return n.opts.LoseAnswer
 }
 
 // SetGrid tells the Net the tick schedule of the processes under test (instants origin + k*period):
