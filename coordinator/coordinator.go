@@ -63,6 +63,12 @@ func (t *term) check(ctx context.Context) error {
 // sameSession: two values name the same owner session (whatever the grant).
 func sameSession(a, b store.Assignment) bool { return a.Owner == b.Owner && a.Session == b.Session }
 
+// movedFrom reports whether cur is still the grant a move was requested from: the same session
+// and, where the record names it, the same grant (rotations keep it; a new grant does not).
+func movedFrom(cur store.Assignment, rec store.MoveRecord) bool {
+	return cur.Owner == rec.From && cur.Session == rec.FromSession && (rec.FromGrant == "" || cur.Grant == rec.FromGrant)
+}
+
 // assign grants shard.<S> to a session with a new grant, compare-on-revision against the value
 // read (from at expect). A conflict is retried only if the re-read, through the stream leader,
 // shows exactly the value read — owner, session and grant: a token rotation by its owner;

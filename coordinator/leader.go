@@ -117,9 +117,14 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			stepDown()
 		}()
-		for {
+		for lost := 0; ; {
+			began := time.Now()
 			err = lead(lctx, cfg, log, t, l.Remaining)
-			if errors.Is(err, errViewLost) && lctx.Err() == nil {
+			if time.Since(began) > 10*cfg.Round {
+				lost = 0 // it worked for a while
+			}
+			if errors.Is(err, errViewLost) && lctx.Err() == nil && lost < 5 {
+				lost++
 				// A watch of the view failed or ended: rebuild it rather than plan on a frozen
 				// picture (shards of a dead node would never be failed over).
 				log.Warn("rebuilding the coordinator's view", "err", err)
@@ -130,8 +135,9 @@ func Run(ctx context.Context, cfg Config) error {
 				continue
 			}
 			if !errors.Is(err, errEpochChanged) || lctx.Err() != nil {
-				break
+				break // including a view that could not be rebuilt five times: leave the role to another
 			}
+			lost = 0
 			log.Info("new epoch: rebuilding the view from its buckets")
 		}
 		failed := lctx.Err() == nil // lead gave up by itself, the lease still ours
@@ -251,8 +257,7 @@ func (s snapshot) input(maxMoves int, rebalance bool, tolerance float64) Input {
 			var rec store.MoveRecord
 			in.Shards[i].Moving = json.Unmarshal(e.Value, &rec) != nil || rec.State != store.MoveDone
 			// Its owner stopped it in a hand-off: nobody runs it until it is granted again.
-			in.Shards[i].Released = rec.State == store.MoveReleased &&
-				sameSession(in.Shards[i].Owner, store.Assignment{Owner: rec.From, Session: rec.FromSession})
+			in.Shards[i].Released = rec.State == store.MoveReleased && movedFrom(in.Shards[i].Owner, rec)
 		}
 	}
 	ids := make([]string, 0, len(s.nodes))
@@ -454,7 +459,8 @@ func (r *rounds) round(ctx context.Context) error {
 	}
 	for _, m := range plan.Moves {
 		cur := snap.shards[m.Shard]
-		rec := store.MoveRecord{From: m.From, FromSession: cur.Owner.Session, To: m.To, State: store.MoveRequested, Reason: m.Reason}
+		rec := store.MoveRecord{From: m.From, FromSession: cur.Owner.Session, FromGrant: cur.Owner.Grant, To: m.To,
+			State: store.MoveRequested, Reason: m.Reason}
 		b, _ := json.Marshal(rec)
 		if err := r.t.check(ctx); err != nil {
 			return err
@@ -495,7 +501,6 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 		return r.deleteMove(ctx, e)
 	}
 	cur := snap.shards[s]
-	from := store.Assignment{Owner: rec.From, Session: rec.FromSession}
 	fromLive := snap.nodes[rec.From].Session == rec.FromSession
 	age := r.seen(e.Key, e.Revision)
 	switch rec.State {
@@ -506,7 +511,7 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 		return nil
 	case store.MoveRequested:
 		switch {
-		case cur.Revision == 0 || !sameSession(cur.Owner, from) || !fromLive:
+		case cur.Revision == 0 || !movedFrom(cur.Owner, rec) || !fromLive:
 			// The owner changed or died: failover or a later plan takes it from here.
 			r.cfg.Metrics.Handoffs.WithLabelValues("aborted").Inc()
 			r.log.Info("hand-off aborted", "shard", s, "from", rec.From, "to", rec.To, "owner", cur.Owner.Owner)
@@ -516,8 +521,8 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 		}
 		rec.Result = "timeout"
 	case store.MoveReleased:
-		if cur.Revision == 0 || !sameSession(cur.Owner, from) {
-			// Granted elsewhere since (a failover): the new owner got it by a grant of its own;
+		if cur.Revision == 0 || !movedFrom(cur.Owner, rec) {
+			// Granted again since (a failover, or back to its source): the owner got it by a grant of its own;
 			// handing it on from there now would be a move without a hand-off.
 			r.cfg.Metrics.Handoffs.WithLabelValues("aborted").Inc()
 			r.log.Info("hand-off superseded: the shard was granted elsewhere after its release", "shard", s,

@@ -55,7 +55,8 @@ func StartMove(ctx context.Context, st store.Store, m Move) (store.Assignment, e
 	case m.From != "" && cur.Owner.Owner != m.From:
 		return cur.Owner, fmt.Errorf("%w: shard %d moved to %s meanwhile", ErrMoveRefused, m.Shard, cur.Owner.Owner)
 	}
-	rec := store.MoveRecord{From: cur.Owner.Owner, FromSession: cur.Owner.Session, To: m.To, State: store.MoveRequested, Reason: m.Reason}
+	rec := store.MoveRecord{From: cur.Owner.Owner, FromSession: cur.Owner.Session, FromGrant: cur.Owner.Grant, To: m.To,
+		State: store.MoveRequested, Reason: m.Reason}
 	b, _ := json.Marshal(rec)
 	return cur.Owner, createMove(ctx, st, m.Shard, b)
 }

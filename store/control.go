@@ -68,9 +68,12 @@ const (
 type MoveRecord struct {
 	From        string `json:"from"`
 	FromSession string `json:"from_session"`
-	To          string `json:"to"`
-	State       string `json:"state"`
-	Reason      string `json:"reason,omitempty"`
+	// FromGrant is the grant the old owner held when the move was requested: a later grant to the
+	// same session (given back to it) supersedes the move.
+	FromGrant string `json:"from_grant,omitempty"`
+	To        string `json:"to"`
+	State     string `json:"state"`
+	Reason    string `json:"reason,omitempty"`
 	// StoppedAt is the old owner's wall clock (Unix ns) when its instances stopped ticking; the
 	// new owner uses it only to report the hand-off pause.
 	StoppedAt int64  `json:"stopped_at,omitempty"`
