@@ -71,6 +71,9 @@ type Config struct {
 	LogTail int
 	// LogAlways reports the tail of the event log even if the run passed.
 	LogAlways bool
+	// Unserved bounds, during the faults too, how long a shard may stay assigned to the live
+	// session of a running, unfrozen node that does not run it, outside a hand-off (default 4s).
+	Unserved time.Duration
 }
 
 func (c *Config) defaults() {
@@ -99,6 +102,9 @@ func (c *Config) defaults() {
 	if c.LogTail == 0 {
 		c.LogTail = 300
 	}
+	if c.Unserved == 0 {
+		c.Unserved = 4 * time.Second
+	}
 }
 
 // Result of a run.
@@ -110,6 +116,9 @@ type Result struct {
 	Sent       int      // adds sent
 	Acked      int      // adds acknowledged
 	Actions    int      // nemesis actions
+	// MaxUnserved is the longest a shard stayed assigned to a live, unfrozen session that did
+	// not run it, outside a hand-off.
+	MaxUnserved time.Duration
 }
 
 // OK reports a run with no violation.
@@ -255,6 +264,11 @@ func Run(seed uint64, cfg Config) Result {
 	net.SetOptions(*cfg.Faults)
 	net.Logf("seed %d: %d nodes, %d shards, %d clients, chaos %v", seed, cfg.Nodes, cfg.Shards, cfg.Clients, cfg.Chaos)
 
+	// The served-shards monitor runs until stopMonitor closes.
+	stopMonitor := make(chan struct{})
+	monitorDone := make(chan time.Duration)
+	go func() { monitorDone <- c.monitor(stopMonitor) }()
+
 	// Gateway clients run until stopClients closes.
 	stopClients := make(chan struct{})
 	var clients sync.WaitGroup
@@ -289,6 +303,8 @@ func Run(seed uint64, cfg Config) Result {
 	healedAt := time.Now()
 	c.deadline.Store(healedAt.Add(cfg.Settle + 20*time.Second).UnixNano())
 	c.awaitLive(healedAt.Add(cfg.Settle))
+	close(stopMonitor)
+	maxUnserved := <-monitorDone
 	close(stopClients)
 	clients.Wait()
 
@@ -300,7 +316,8 @@ func Run(seed uint64, cfg Config) Result {
 	c.checkLedgers()
 
 	c.mu.Lock()
-	res := Result{Seed: seed, Violations: c.violations, Counts: net.Counts(), Sent: c.sent, Acked: c.acked, Actions: int(c.actions.Load())}
+	res := Result{Seed: seed, Violations: c.violations, Counts: net.Counts(), Sent: c.sent, Acked: c.acked, Actions: int(c.actions.Load()),
+		MaxUnserved: maxUnserved}
 	c.mu.Unlock()
 	if !res.OK() || cfg.LogAlways {
 		res.Events = net.Events(cfg.LogTail)
@@ -604,6 +621,84 @@ func (c *cluster) notLive(ctx context.Context) string {
 		}
 	}
 	return ""
+}
+
+// monitor checks, every 50ms while faults are injected and after, that no shard stays assigned
+// to the live session of a running, unfrozen node that does not run it, for longer than
+// Config.Unserved (a move in progress aside: its own bound is checked after healing). Nothing in
+// the design lets a node sit on a shard it was granted: a stop it decided on a stale read, a
+// watch that died, a hand-off that kept the key are all caught here even if a later reconcile or
+// failover would have repaired them. It returns the longest such streak.
+func (c *cluster) monitor(stop <-chan struct{}) time.Duration {
+	since := map[uint32]time.Time{}
+	reported := map[uint32]bool{}
+	var longest time.Duration
+	for {
+		select {
+		case <-stop:
+			return longest
+		case <-time.After(50 * time.Millisecond):
+		}
+		for s := range c.cfg.Shards {
+			why := c.unserved(s)
+			if why == "" {
+				delete(since, s)
+				reported[s] = false
+				continue
+			}
+			t, ok := since[s]
+			if !ok {
+				since[s] = time.Now()
+				continue
+			}
+			d := time.Since(t)
+			longest = max(longest, d)
+			if d > c.cfg.Unserved && !reported[s] {
+				reported[s] = true
+				c.violate("liveness: shard %d unserved for %v during the run: %s", s, d.Round(time.Millisecond), why)
+			}
+		}
+	}
+}
+
+// unserved says why shard s is owed service and not served now ("" if it is served or nobody
+// can be expected to serve it now).
+func (c *cluster) unserved(s uint32) string {
+	ctx := context.Background()
+	a, _, err := c.mem.LatestAssignment(ctx, epoch, s)
+	if err != nil {
+		return ""
+	}
+	if e, err := c.mem.LatestControl(ctx, store.MoveKey(s)); err == nil {
+		var m store.MoveRecord
+		if json.Unmarshal(e.Value, &m) != nil || m.State != store.MoveDone {
+			return "" // a hand-off in progress: bounded after healing
+		}
+	}
+	var p *proc
+	for _, q := range c.procs {
+		if q.id == a.Owner {
+			p = q
+		}
+	}
+	if p == nil {
+		return ""
+	}
+	lease, err := c.mem.LatestControl(ctx, store.NodeKey(p.id))
+	var nr store.NodeRecord
+	if err != nil || json.Unmarshal(lease.Value, &nr) != nil || nr.Session != a.Session {
+		return "" // not a live session: failover's business
+	}
+	p.mu.Lock()
+	alive, node, nodeC, coordC := p.alive, p.node, p.nodeC, p.coordC
+	p.mu.Unlock()
+	if !alive || nodeC.Frozen() || coordC.Frozen() || node.Session() != a.Session {
+		return ""
+	}
+	if h := node.Host(); h != nil && h.Running(s) {
+		return ""
+	}
+	return fmt.Sprintf("assigned to the live session %s of %s, which does not run it", a.Session, a.Owner)
 }
 
 // --- gateway clients ---

@@ -27,6 +27,7 @@ func TestNemesis(t *testing.T) {
 	var mu sync.Mutex
 	totals := map[string]uint64{}
 	var runs, sent, acked, actions int
+	var maxUnserved time.Duration
 	var failed []uint64
 	run := func(t *testing.T, seed uint64) {
 		synctest.Test(t, func(t *testing.T) {
@@ -36,6 +37,7 @@ func TestNemesis(t *testing.T) {
 			sent += res.Sent
 			acked += res.Acked
 			actions += res.Actions
+			maxUnserved = max(maxUnserved, res.MaxUnserved)
 			for k, v := range res.Counts {
 				totals[k] += v
 			}
@@ -76,6 +78,6 @@ func TestNemesis(t *testing.T) {
 	for _, v := range totals {
 		total += v
 	}
-	t.Logf("%d runs in %v: %d adds sent, %d acknowledged, %d nemesis actions, %s; failing seeds: %v",
-		runs, time.Since(start).Round(time.Millisecond), sent, acked, actions, faultstore.FormatCounts(totals), failed)
+	t.Logf("%d runs in %v: %d adds sent, %d acknowledged, %d nemesis actions, longest unserved shard %v, %s; failing seeds: %v",
+		runs, time.Since(start).Round(time.Millisecond), sent, acked, actions, maxUnserved, faultstore.FormatCounts(totals), failed)
 }
