@@ -509,13 +509,18 @@ func (c *cluster) act() {
 				p.start()
 			}
 		})
-	case r < 0.6: // a reconnect
+	case r < 0.55: // a reconnect
 		p.mu.Lock()
 		nodeC := p.nodeC
 		p.mu.Unlock()
 		c.net.Logf("nemesis: reconnect %s", nodeC.Name())
 		nodeC.Reconnect()
-	case r < 0.8: // operator moves, sometimes two racing
+	case r < 0.65: // a flaky link: a burst of lost answers for the node (its rebuilds' rotations too)
+		p.mu.Lock()
+		nodeC := p.nodeC
+		p.mu.Unlock()
+		nodeC.Flaky(c.dur(300*time.Millisecond, 2*time.Second), 0.2+0.4*c.float())
+	case r < 0.82: // operator moves, sometimes two racing
 		n := 1 + c.intn(2)
 		for range n {
 			s := uint32(c.intn(int(c.cfg.Shards)))

@@ -21,6 +21,19 @@ type Client struct {
 	inflight map[*asyncWrite]*time.Timer
 	watches  map[*int]context.CancelFunc
 	deferred []*deferredAnswer // lost answers delivered inside the next WriteAsync call
+	// a flaky link: until flakyUntil, each write loses its answer with at least flakyP
+	flakyUntil time.Time
+	flakyP     float64
+}
+
+// Flaky makes the client's link flaky for d: each of its writes loses its answer with
+// probability at least p (a connection flapping, a server stepping down mid-proposal). Bursts
+// like this are what make a rebuild's own rotation fail and read back.
+func (c *Client) Flaky(d time.Duration, p float64) {
+	c.n.mu.Lock()
+	defer c.n.mu.Unlock()
+	c.flakyUntil, c.flakyP = time.Now().Add(d), p
+	c.n.logLocked("%s: link flaky for %v (answers lost with p=%.2f)", c.name, d, p)
 }
 
 // deferredAnswer is a lost answer waiting for the client's next WriteAsync call (or its timer).
@@ -208,7 +221,11 @@ func (c *Client) mutateLosing(ctx context.Context, lose func() float64, key, des
 	}
 	n := c.n
 	n.mu.Lock()
-	if n.roll(lose(), "lost_answer") {
+	p := lose()
+	if time.Now().Before(c.flakyUntil) {
+		p = max(p, c.flakyP)
+	}
+	if n.roll(p, "lost_answer") {
 		r := n.rng.Float64()
 		switch {
 		case r < n.opts.LandLater:
