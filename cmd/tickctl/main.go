@@ -42,8 +42,8 @@ Usage:
   tickctl rebalance [--dry-run]                   plan load-based moves (and apply them, with progress)
   tickctl backup <file>                           save the latest value of every key of the current epoch
   tickctl restore <file> --yes                    seal the current epoch, restore the backup into the next
-  tickctl restore <file> --yes --takeover         finish a restore that crashed (its claim names the operator)
-  tickctl restore --undo --yes                    undo a crashed restore that sealed nothing yet
+  tickctl restore <file> --yes --takeover         finish a restore that crashed or hangs, into the next epoch (safe even if it wakes)
+  tickctl restore --undo --yes                    undo a crashed restore that sealed nothing yet (its process must be gone)
 
 Flags (before or after the arguments):
   --nats URL          NATS server (default $NATS_URL, else nats://127.0.0.1:4222; start tickd with
@@ -54,7 +54,7 @@ Flags (before or after the arguments):
   --dry-run           rebalance: print the plan and the imbalance before/after, change nothing
   --yes               restore: really replace the cluster's state
   --takeover          restore: take over the claim of a restore that crashed, and finish it
-  --undo              restore: release the claim of a crashed restore that sealed nothing
+  --undo              restore: release the claim of a crashed restore that sealed nothing (only if its process is gone: a frozen one can still seal)
   --max-moves N       rebalance: moves under way at once (default 8)
   --tolerance F       rebalance: leave nodes within this factor of the mean alone (default 0.05)
 `

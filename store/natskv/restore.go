@@ -158,11 +158,12 @@ func (s *Store) Restore(ctx context.Context, b Backup, opt RestoreOptions) (stor
 	}
 	next := cur
 	next.Epoch++
-	claimRev, err := s.claimRestore(ctx, RestoreClaim{FromEpoch: cur.Epoch, Epoch: next.Epoch, Operator: opt.Operator,
+	claimRev, epoch, err := s.claimRestore(ctx, RestoreClaim{FromEpoch: cur.Epoch, Epoch: next.Epoch, Operator: opt.Operator,
 		Entries: len(b.Entries)}, opt.Takeover)
 	if err != nil {
 		return store.Cluster{}, err
 	}
+	next.Epoch = epoch
 	// step checks, before each destructive step, that the claim and the epoch are still as taken.
 	step := func(name string) error {
 		if opt.Step != nil {
@@ -285,36 +286,46 @@ const restoreCheckEvery = 100
 // claimRestore takes the restore key for a restore (CAS). A claim whose target epoch is already
 // live (or older) belongs to a restore that finished: it is replaced. A live claim of another
 // restore is refused unless takeover, which replaces it if it targets the same epoch.
-func (s *Store) claimRestore(ctx context.Context, want RestoreClaim, takeover bool) (uint64, error) {
+func (s *Store) claimRestore(ctx context.Context, want RestoreClaim, takeover bool) (uint64, uint64, error) {
 	b, _ := json.Marshal(want)
 	rev, err := s.ControlCreate(ctx, RestoreKey, b, 0)
 	if !errors.Is(err, store.ErrConflict) {
-		return rev, err
+		return rev, want.Epoch, err
 	}
 	e, gerr := s.LatestControl(ctx, RestoreKey)
 	if errors.Is(gerr, store.ErrNotFound) {
-		return s.ControlCreate(ctx, RestoreKey, b, 0) // released meanwhile: one more try
+		rev, err := s.ControlCreate(ctx, RestoreKey, b, 0) // released meanwhile: one more try
+		return rev, want.Epoch, err
 	}
 	if gerr != nil {
-		return 0, gerr
+		return 0, 0, gerr
 	}
 	var held RestoreClaim
 	bad := json.Unmarshal(e.Value, &held) != nil
 	switch {
 	case !bad && held.Epoch <= want.FromEpoch:
 		// Its epoch is live already: that restore finished, only its claim was left behind.
-	case takeover && (bad || held.Epoch == want.Epoch):
+	case takeover && (bad || held.Epoch >= want.Epoch):
+		// The restorer taken over may only be frozen, not dead: after its last check it can still
+		// delete, recreate or write the buckets of the epoch it claimed. Restore into the epoch
+		// after it instead, whose buckets it never touches; its own epoch never goes live (its
+		// final compare-on-revision of cluster fails once this one commits).
+		if !bad {
+			want.Epoch = held.Epoch + 1
+		} else {
+			want.Epoch++
+		}
 		want.TakenOver = append(held.TakenOver, held.Operator)
 		b, _ = json.Marshal(want)
 	default:
-		return 0, &RestoreClaimedError{Claim: held, Revision: e.Revision}
+		return 0, 0, &RestoreClaimedError{Claim: held, Revision: e.Revision}
 	}
 	// Finished (its epoch is live), or taken over: replace it, compare-on-revision.
 	rev, err = s.ControlUpdate(ctx, RestoreKey, b, e.Revision, 0)
 	if errors.Is(err, store.ErrConflict) {
-		return 0, fmt.Errorf("%w: the claim changed while it was being taken", ErrRestoreClaimed)
+		return 0, 0, fmt.Errorf("%w: the claim changed while it was being taken", ErrRestoreClaimed)
 	}
-	return rev, err
+	return rev, want.Epoch, err
 }
 
 // checkRestoreClaim: the restore key still holds our claim and the cluster record has not moved
@@ -336,7 +347,9 @@ func (s *Store) checkRestoreClaim(ctx context.Context, claimRev, clusterRev uint
 
 // AbandonRestore undoes a restore that crashed before it sealed anything: it deletes the buckets
 // it may have made for its epoch and releases its claim. Once epoch E is sealed there is no going
-// back (a sealed stream stays sealed): finish it with a takeover instead.
+// back (a sealed stream stays sealed): finish it with a takeover instead. Only for a restorer
+// whose process is gone: one that is merely frozen can still seal epoch E after its last check
+// (a takeover is safe against that; an undo is not).
 func (s *Store) AbandonRestore(ctx context.Context) (RestoreClaim, error) {
 	e, err := s.LatestControl(ctx, RestoreKey)
 	if err != nil {

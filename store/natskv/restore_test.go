@@ -83,23 +83,28 @@ func pauseAt(name string) (step func(string) error, paused, resume chan struct{}
 	}, paused, resume
 }
 
-// goLive makes epoch 2 carry acknowledged state: shard 3 granted to B, the instance loaded,
-// registered and written. It returns B's grant.
+// goLive makes the live epoch (the restored one) carry acknowledged state: shard 3 granted to B,
+// the instance loaded, registered and written. It returns B's grant.
 func (w *restoreWorld) goLive(t *testing.T, st *natskv.Store) store.Grant {
 	t.Helper()
 	ctx := context.Background()
-	cur, rev, err := st.LatestAssignment(ctx, 2, 3)
+	cl, err := st.Cluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cl.Epoch
+	cur, rev, err := st.LatestAssignment(ctx, e, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = cur
 	b := store.Assignment{Owner: "B", Session: "b1", Grant: "9.1"}
-	tok, err := st.Assign(ctx, 2, 3, b, rev)
+	tok, err := st.Assign(ctx, e, 3, b, rev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := store.Grant{Epoch: 2, Shard: 3, Token: tok, Assignment: b}
-	rec, lrev, err := st.Load(ctx, 2, 3, w.id)
+	g := store.Grant{Epoch: e, Shard: 3, Token: tok, Assignment: b}
+	rec, lrev, err := st.Load(ctx, e, 3, w.id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,18 +118,18 @@ func (w *restoreWorld) goLive(t *testing.T, st *natskv.Store) store.Grant {
 	return g
 }
 
-// wantLive checks that epoch 2 still holds the live state and B's grant is still current.
+// wantLive checks that the grant's epoch is live and still holds the live state and B's grant.
 func (w *restoreWorld) wantLive(t *testing.T, st *natskv.Store, g store.Grant) {
 	t.Helper()
 	ctx := context.Background()
-	if cl, err := st.Cluster(ctx); err != nil || cl.Epoch != 2 {
-		t.Fatalf("cluster = %+v, %v; want epoch 2", cl, err)
+	if cl, err := st.Cluster(ctx); err != nil || cl.Epoch != g.Epoch {
+		t.Fatalf("cluster = %+v, %v; want epoch %d", cl, err, g.Epoch)
 	}
-	if rec, _, err := st.Load(ctx, 2, 3, w.id); err != nil || string(rec.State) != "live" {
-		t.Fatalf("epoch 2 instance = %q, %v; want the acknowledged %q", rec.State, err, "live")
+	if rec, _, err := st.Load(ctx, g.Epoch, 3, w.id); err != nil || string(rec.State) != "live" {
+		t.Fatalf("epoch %d instance = %q, %v; want the acknowledged %q", g.Epoch, rec.State, err, "live")
 	}
-	if a, tok, err := st.LatestAssignment(ctx, 2, 3); err != nil || a != g.Assignment || tok != g.Token {
-		t.Fatalf("shard 3 in epoch 2 = %+v@%d, %v; want the live grant %+v@%d", a, tok, err, g.Assignment, g.Token)
+	if a, tok, err := st.LatestAssignment(ctx, g.Epoch, 3); err != nil || a != g.Assignment || tok != g.Token {
+		t.Fatalf("shard 3 in epoch %d = %+v@%d, %v; want the live grant %+v@%d", g.Epoch, a, tok, err, g.Assignment, g.Token)
 	}
 }
 
@@ -174,10 +179,10 @@ func TestTakenOverRestoreStopsBeforeClobbering(t *testing.T) {
 	}()
 	<-paused
 	cl, err := w.op2.Restore(ctx, w.backup, natskv.RestoreOptions{Operator: "op2", Takeover: true})
-	if err != nil || cl.Epoch != 2 {
+	if err != nil || cl.Epoch != 3 {
 		close(resume)
 		<-first
-		t.Fatalf("takeover restore = %+v, %v; want epoch 2", cl, err)
+		t.Fatalf("takeover restore = %+v, %v; want epoch 3, after the one the taken-over restore claimed", cl, err)
 	}
 	g := w.goLive(t, w.op2)
 	close(resume)
@@ -211,10 +216,10 @@ func TestCrashedRestoreIsTakenOver(t *testing.T) {
 		t.Fatal("abandoning a restore that sealed epoch 1 was accepted")
 	}
 	cl, err := w.op2.Restore(ctx, w.backup, natskv.RestoreOptions{Operator: "op1-retry", Takeover: true})
-	if err != nil || cl.Epoch != 2 {
-		t.Fatalf("takeover = %+v, %v; want epoch 2", cl, err)
+	if err != nil || cl.Epoch != 3 {
+		t.Fatalf("takeover = %+v, %v; want epoch 3, after the one the crashed restore claimed", cl, err)
 	}
-	if rec, _, err := w.op2.Load(ctx, 2, 3, w.id); err != nil || string(rec.State) != "backed up" {
+	if rec, _, err := w.op2.Load(ctx, 3, 3, w.id); err != nil || string(rec.State) != "backed up" {
 		t.Fatalf("restored record %q, %v", rec.State, err)
 	}
 	if _, err := w.op1.Write(ctx, w.g, w.id, store.Record{Kind: "k", Tick: 9, State: []byte("zombie")}); !errors.Is(err, store.ErrStaleOwner) {
