@@ -83,7 +83,7 @@ type Host struct {
 	// released is the grant this session handed a shard on under: the key may still name it
 	// (at that token or a rotation of it, which keeps the value) until the coordinator grants the
 	// shard elsewhere, and reconciling must not take it back. A new grant has a new Grant field.
-	released     map[uint32]store.Assignment
+	released     map[uint32]handedOn
 	reconcileNow chan struct{}
 }
 
@@ -117,7 +117,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	hctx, cancel := context.WithCancel(context.Background())
 	return &Host{cfg: cfg, log: cfg.Logger.With("session", cfg.Session), cluster: cl,
 		ctx: hctx, cancel: cancel, shards: map[uint32]*shardRun{}, lastLoad: time.Now(),
-		seen: map[uint32]uint64{}, released: map[uint32]store.Assignment{},
+		seen: map[uint32]uint64{}, released: map[uint32]handedOn{},
 		reconcileNow: make(chan struct{}, 1)}, nil
 }
 
@@ -217,8 +217,10 @@ func (h *Host) Reconcile(ctx context.Context) {
 			continue // moved on meanwhile: the watch brings that
 		}
 		h.mu.Lock()
-		rel, handedOn := h.released[ev.Shard]
-		skip := h.closed || h.paused || h.shards[ev.Shard] != nil || handedOn && rel == a
+		rel, ok := h.released[ev.Shard]
+		// Handed on: left to the coordinator for a while; if the key still names this session
+		// after that (the move was dropped), the shard is taken back rather than left unserved.
+		skip := h.closed || h.paused || h.shards[ev.Shard] != nil || ok && rel.grant == a && time.Since(rel.at) < releasedHold
 		if !skip {
 			h.seen[ev.Shard] = max(h.seen[ev.Shard], rev)
 		}
@@ -230,6 +232,29 @@ func (h *Host) Reconcile(ctx context.Context) {
 			"shard", ev.Shard, "token", rev)
 		h.start(store.Grant{Epoch: h.cluster.Epoch, Shard: ev.Shard, Token: rev, Assignment: a}, true)
 	}
+}
+
+// handedOn is a shard this session released in a hand-off, under which grant, and when.
+type handedOn struct {
+	grant store.Assignment
+	at    time.Time
+}
+
+// releasedHold is how long reconciling leaves a handed-on shard to the coordinator.
+const releasedHold = 15 * time.Second
+
+// Holds reports whether the shard runs here under a grant with that identifier (a move asked of
+// an older grant of this session is stale: the shard was granted to it again since).
+func (h *Host) Holds(shard uint32, grant string) bool {
+	h.mu.Lock()
+	sh := h.shards[shard]
+	h.mu.Unlock()
+	if sh == nil {
+		return false
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.grant.Grant == grant
 }
 
 // applied raises the shard's high-water mark to a revision this session made itself (a
@@ -477,7 +502,7 @@ func (h *Host) HandOff(ctx context.Context, shard uint32, release func(stoppedAt
 			return err
 		}
 		h.mu.Lock()
-		h.released[shard] = g.Assignment
+		h.released[shard] = handedOn{grant: g.Assignment, at: time.Now()}
 		h.mu.Unlock()
 		return nil
 	})

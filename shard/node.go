@@ -255,6 +255,12 @@ func (n *Node) followMoves(ctx context.Context, host *Host, session string) {
 				return false
 			}
 			handled[k] = true
+			if rec.FromGrant != "" && !host.Holds(s, rec.FromGrant) {
+				// Asked of an older grant (a leader's stale view): the coordinator settles it.
+				n.log.Info("hand-off request for a grant this session no longer runs under; ignored",
+					"shard", s, "grant", rec.FromGrant, "to", rec.To)
+				return false
+			}
 			wg.Add(1)
 			go func(e store.Entry, rec store.MoveRecord) {
 				defer wg.Done()

@@ -154,3 +154,56 @@ func TestApplyDropsOlderRevisions(t *testing.T) {
 		t.Fatal("an older revision naming another owner stopped the shard")
 	}
 }
+
+// A hand-off asked of an older grant of this session (a leader's stale view; the shard was granted
+// to this session again since) is ignored: releasing would leave the key naming this session with
+// nobody running it. One asked of the current grant is followed.
+func TestHandOffOfAnOlderGrantIsIgnored(t *testing.T) {
+	ctx := context.Background()
+	mem := memstore.New()
+	if _, err := mem.Bootstrap(ctx, store.Cluster{Shards: testShards, Partitions: 1, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })
+	e, err := actor.NewEngine(actor.EngineConfig{Rate: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	kinds, _ := actor.NewKinds(counter{})
+	n, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: "n1", Store: mem, Kinds: kinds, Engine: e, Metrics: m}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.Run(rctx) }()
+	defer func() { stop(); <-done }()
+	<-n.Ready()
+	const s = 5
+	if _, err := mem.Assign(ctx, 1, s, store.Assignment{Owner: "n1", Session: n.Session(), Grant: "7.2"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the node runs the shard", func() bool { return n.Host().Running(s) })
+	move := func(grant string) uint64 {
+		rec, _ := json.Marshal(store.MoveRecord{From: "n1", FromSession: n.Session(), FromGrant: grant, To: "n2", State: store.MoveRequested})
+		_ = mem.ControlDelete(ctx, store.MoveKey(s), 0)
+		rev, err := mem.ControlCreate(ctx, store.MoveKey(s), rec, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	released := func() bool {
+		e, err := mem.ControlGet(ctx, store.MoveKey(s))
+		var r store.MoveRecord
+		return err == nil && json.Unmarshal(e.Value, &r) == nil && r.State == store.MoveReleased
+	}
+	move("7.1")
+	time.Sleep(300 * time.Millisecond)
+	if released() || !n.Host().Running(s) {
+		t.Fatal("a hand-off asked of an older grant was followed")
+	}
+	move("7.2")
+	waitFor(t, "the hand-off of the current grant", released)
+}
