@@ -241,10 +241,19 @@ func (c *cluster) session() string {
 // Run runs one seeded scenario. It must be called inside a testing/synctest bubble (its time is
 // the bubble's fake clock); it returns once every goroutine it started has ended.
 func Run(seed uint64, cfg Config) Result {
+	vary := cfg.Faults == nil
 	cfg.defaults()
+	if vary {
+		o := varyFaults(seed, *cfg.Faults)
+		cfg.Faults = &o
+	}
 	mem := memstore.NewWithHistory()
 	net := faultstore.New(mem, seed, faultstore.Options{LogSize: 20000})
 	kinds, _ := actor.NewKinds(ledgerKind{})
+	if vary {
+		net.Logf("seed %d: faults lag %.2f up to %v, lost answers %.3f (async %.3f)", seed, cfg.Faults.Lag, cfg.Faults.MaxLag,
+			cfg.Faults.LoseAnswer, cfg.Faults.LoseAsyncAnswer)
+	}
 	c := &cluster{cfg: cfg, seed: seed, mem: mem, net: net, kinds: kinds,
 		rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), coordSess: map[string]string{}, grid: time.Now()}
 	// One tick schedule for every life of every node, known to the Net: store events that it makes
@@ -325,6 +334,41 @@ func Run(seed uint64, cfg Config) Result {
 	return res
 }
 
+// varyFaults gives some seeds (chosen by the seed alone) a harsher store: may-lag reads that reach
+// seconds back (past the previous grant of a shard key, past another coordinator's take-over of
+// the leader key), or more lost answers on the synchronous writes (rotations, assignments, lease
+// renewals), so that a read-back after an unknown outcome meets a lagging view often enough.
+func varyFaults(seed uint64, o faultstore.Options) faultstore.Options {
+	r := rand.New(rand.NewPCG(seed, 0x6661756c7473))
+	if o.MaxLag == 0 {
+		o.MaxLag = 200 * time.Millisecond
+	}
+	if r.IntN(3) == 0 { // deep lag
+		o.MaxLag = time.Duration(1+r.IntN(4)) * time.Second
+		o.Lag = 0.2 + 0.3*r.Float64()
+	}
+	if r.IntN(3) == 0 { // lossy synchronous writes
+		o.LoseAnswer = 0.05 + 0.15*r.Float64()
+	}
+	return o
+}
+
+// staleStop is called for every shard a node stops as stale_owner (DESIGN 4: only a shard that
+// no longer names this session is stopped): if the shard key, read from the store itself, still
+// names the stopping session, the stop was decided on a stale view — a violation even if a later
+// reconcile takes the shard back.
+func (c *cluster) staleStop(node, session string, s uint32, detail string) {
+	if strings.Contains(detail, "context canceled") {
+		return // the shard was shutting down anyway
+	}
+	a, rev, err := c.mem.LatestAssignment(context.Background(), epoch, s)
+	if err != nil || a.Session != session || a.Owner != node {
+		return
+	}
+	c.violate("%s (session %s) stopped shard %d as stale_owner while shard.%d (revision %d) still names it: %s",
+		node, session, s, s, rev, detail)
+}
+
 // checkCoordinatorWrite: a coordinator writes (the leader key aside) only while the leader key
 // names its session — two coordinators that both think they lead show here.
 func (c *cluster) checkCoordinatorWrite(client, key string) {
@@ -380,7 +424,7 @@ func (p *proc) start() {
 	if err != nil {
 		panic(err)
 	}
-	log := slog.New(&logHandler{net: c.net, name: name})
+	log := slog.New(&logHandler{net: c.net, name: name, node: p.id, onStale: c.staleStop})
 	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: p.id, Store: p.nodeC, Kinds: c.kinds,
 		Engine: engine, Metrics: m, Logger: log, CheckpointEvery: 5}, LeaseTTL: 2 * time.Second})
 	if err != nil {
@@ -515,11 +559,15 @@ func (c *cluster) act() {
 		p.mu.Unlock()
 		c.net.Logf("nemesis: reconnect %s", nodeC.Name())
 		nodeC.Reconnect()
-	case r < 0.65: // a flaky link: a burst of lost answers for the node (its rebuilds' rotations too)
+	case r < 0.65: // a flaky link: a burst of lost answers for the node (its rebuilds' rotations
+		// too) or for its coordinator (the leader key's renewals, read back after a conflict)
 		p.mu.Lock()
-		nodeC := p.nodeC
+		cl := p.nodeC
+		if c.intn(3) == 0 {
+			cl = p.coordC
+		}
 		p.mu.Unlock()
-		nodeC.Flaky(c.dur(300*time.Millisecond, 2*time.Second), 0.2+0.4*c.float())
+		cl.Flaky(c.dur(300*time.Millisecond, 3*time.Second), 0.2+0.5*c.float())
 	case r < 0.82: // operator moves, sometimes two racing
 		n := 1 + c.intn(2)
 		for range n {
@@ -999,9 +1047,11 @@ func (c *cluster) checkLedgers() {
 // --- logs into the event log ---
 
 type logHandler struct {
-	net   *faultstore.Net
-	name  string
-	attrs []slog.Attr
+	net     *faultstore.Net
+	name    string
+	node    string
+	onStale func(node, session string, shard uint32, detail string)
+	attrs   []slog.Attr
 }
 
 func (h *logHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
@@ -1014,11 +1064,41 @@ func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 	}
 	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
 	h.net.Logf("%s", b.String())
+	if h.onStale != nil && strings.HasPrefix(r.Message, "shard stopped") {
+		h.checkStale(r, b.String())
+	}
 	return nil
 }
 
+// checkStale passes a stale_owner stop (its shard and session attributes) to onStale.
+func (h *logHandler) checkStale(r slog.Record, detail string) {
+	var reason, session string
+	var s uint32
+	var haveShard bool
+	see := func(a slog.Attr) bool {
+		switch a.Key {
+		case "reason":
+			reason = a.Value.String()
+		case "session":
+			session = a.Value.String()
+		case "shard":
+			if n, ok := toInt(a.Value.Any()); ok {
+				s, haveShard = uint32(n), true
+			}
+		}
+		return true
+	}
+	for _, a := range h.attrs {
+		see(a)
+	}
+	r.Attrs(see)
+	if reason == "stale_owner" && session != "" && haveShard {
+		h.onStale(h.node, session, s, detail)
+	}
+}
+
 func (h *logHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &logHandler{net: h.net, name: h.name, attrs: append(slices.Clone(h.attrs), as...)}
+	return &logHandler{net: h.net, name: h.name, node: h.node, onStale: h.onStale, attrs: append(slices.Clone(h.attrs), as...)}
 }
 
 func (h *logHandler) WithGroup(string) slog.Handler { return h }
