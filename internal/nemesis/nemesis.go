@@ -369,6 +369,18 @@ func (c *cluster) staleStop(node, session string, s uint32, detail string) {
 		node, session, s, s, rev, detail)
 }
 
+// adopted is called when a lease adopts a renewal whose answer was lost: the renewal it adopts
+// must be the key's current revision in the store itself. Adopting any other (an older one of its
+// own, shown by a lagging read after the key moved on or was taken over) makes a holder count
+// its lease from a renewal that is not the key's: two holders at once.
+func (c *cluster) adopted(key string, rev uint64, detail string) {
+	e, err := c.mem.LatestControl(context.Background(), key)
+	if err == nil && e.Revision == rev {
+		return
+	}
+	c.violate("a lease of %s adopted revision %d, but the key is at revision %d (%v): %s", key, rev, e.Revision, err, detail)
+}
+
 // checkCoordinatorWrite: a coordinator writes (the leader key aside) only while the leader key
 // names its session — two coordinators that both think they lead show here.
 func (c *cluster) checkCoordinatorWrite(client, key string) {
@@ -424,7 +436,7 @@ func (p *proc) start() {
 	if err != nil {
 		panic(err)
 	}
-	log := slog.New(&logHandler{net: c.net, name: name, node: p.id, onStale: c.staleStop})
+	log := slog.New(&logHandler{net: c.net, name: name, node: p.id, onStale: c.staleStop, onAdopt: c.adopted})
 	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: p.id, Store: p.nodeC, Kinds: c.kinds,
 		Engine: engine, Metrics: m, Logger: log, CheckpointEvery: 5}, LeaseTTL: 2 * time.Second})
 	if err != nil {
@@ -1051,6 +1063,7 @@ type logHandler struct {
 	name    string
 	node    string
 	onStale func(node, session string, shard uint32, detail string)
+	onAdopt func(key string, rev uint64, detail string)
 	attrs   []slog.Attr
 }
 
@@ -1067,7 +1080,32 @@ func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 	if h.onStale != nil && strings.HasPrefix(r.Message, "shard stopped") {
 		h.checkStale(r, b.String())
 	}
+	if h.onAdopt != nil && strings.HasPrefix(r.Message, "adopted a renewal whose acknowledgement was lost") {
+		h.checkAdopt(r, b.String())
+	}
 	return nil
+}
+
+// checkAdopt passes a lease's adoption of a renewal whose answer was lost (its key and revision)
+// to onAdopt.
+func (h *logHandler) checkAdopt(r slog.Record, detail string) {
+	var key string
+	var rev uint64
+	var haveRev bool
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "key":
+			key = a.Value.String()
+		case "revision":
+			if n, ok := toInt(a.Value.Any()); ok {
+				rev, haveRev = uint64(n), true
+			}
+		}
+		return true
+	})
+	if key != "" && haveRev {
+		h.onAdopt(key, rev, detail)
+	}
 }
 
 // checkStale passes a stale_owner stop (its shard and session attributes) to onStale.
@@ -1098,7 +1136,7 @@ func (h *logHandler) checkStale(r slog.Record, detail string) {
 }
 
 func (h *logHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &logHandler{net: h.net, name: h.name, node: h.node, onStale: h.onStale, attrs: append(slices.Clone(h.attrs), as...)}
+	return &logHandler{net: h.net, name: h.name, node: h.node, onStale: h.onStale, onAdopt: h.onAdopt, attrs: append(slices.Clone(h.attrs), as...)}
 }
 
 func (h *logHandler) WithGroup(string) slog.Handler { return h }
