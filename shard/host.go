@@ -70,6 +70,9 @@ type Host struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// spawnMu orders spawn's Add before waitAll's Wait; finished: no more goroutines start.
+	spawnMu  sync.Mutex
+	finished bool
 
 	mu       sync.Mutex
 	shards   map[uint32]*shardRun
@@ -326,9 +329,25 @@ func (h *Host) Apply(ev store.AssignmentEvent) {
 	}
 }
 
+// spawn runs f on a goroutine the host waits for. Once the host waits for its last goroutines
+// (Close, Abandon) nothing new starts: every shard is stopped by then, and an Add racing the
+// Wait is a misuse of the WaitGroup.
 func (h *Host) spawn(f func()) {
+	h.spawnMu.Lock()
+	defer h.spawnMu.Unlock()
+	if h.finished {
+		return
+	}
 	h.wg.Add(1)
 	go func() { defer h.wg.Done(); f() }()
+}
+
+// waitAll stops spawning and waits for every goroutine the host started.
+func (h *Host) waitAll() {
+	h.spawnMu.Lock()
+	h.finished = true
+	h.spawnMu.Unlock()
+	h.wg.Wait()
 }
 
 func (h *Host) forget(sh *shardRun) {
@@ -416,7 +435,7 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	h.cancel()
-	h.wg.Wait()
+	h.waitAll()
 	return errors.Join(errs...)
 }
 
@@ -484,7 +503,7 @@ func (h *Host) Abandon(reason string) {
 		sh.stop(reason)
 	}
 	h.cancel()
-	h.wg.Wait()
+	h.waitAll()
 }
 
 // HandOff moves a shard away gracefully: it finishes the current tick, writes every instance
