@@ -331,7 +331,33 @@ func (n *Node) Leave(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	if len(host.Shards()) == 0 { // all handed on (else no other node could take them: Close releases them)
+		n.awaitRegrants(ctx, host)
+	}
 	return host.Close(ctx)
+}
+
+// awaitRegrants keeps the lease (up to 5 s) until no shard key names this session any more: the
+// shards it handed on are granted elsewhere by then. Exiting at once would drop the lease while
+// the coordinator is still settling those hand-offs, and they would count as failovers.
+func (n *Node) awaitRegrants(ctx context.Context, host *Host) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		evs, err := n.cfg.Store.ListAssignments(ctx, host.cluster.Epoch)
+		named := false
+		for _, ev := range evs {
+			named = named || !ev.Deleted && ev.Owner == n.cfg.Node && ev.Session == host.cfg.Session
+		}
+		if err == nil && !named {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // othersAlive reports whether another node that is not leaving holds a lease.
