@@ -141,32 +141,12 @@ func (h *Host) Watch(ctx context.Context) error {
 	defer stopReconcile()
 	wg.Add(1)
 	go func() { defer wg.Done(); h.reconcileLoop(rctx) }()
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		opened := time.Now()
-		ch, err := h.cfg.Store.WatchAssignments(ctx, h.cluster.Epoch)
-		if err != nil {
-			h.log.Warn("cannot watch shard assignments; retrying", "epoch", h.cluster.Epoch, "err", err, "backoff", backoff)
-		} else {
-			for ev := range ch {
-				h.Apply(ev)
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			h.log.Warn("shard assignment watch ended; reopening it", "epoch", h.cluster.Epoch, "backoff", backoff)
-			// Whatever changed while no watch was open is caught by the replay and a reconcile.
-			h.kickReconcile()
-			if time.Since(opened) > 10*time.Second {
-				backoff = 50 * time.Millisecond // it worked for a while: reopen at once
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
+	// Whatever changed while no watch was open is caught by the replay and a reconcile.
+	keepWatching(ctx, h.log.With("epoch", h.cluster.Epoch), "shard assignment watch",
+		func() (<-chan store.AssignmentEvent, error) {
+			return h.cfg.Store.WatchAssignments(ctx, h.cluster.Epoch)
+		},
+		func(ev store.AssignmentEvent) bool { h.Apply(ev); return false }, h.kickReconcile)
 	return ctx.Err()
 }
 

@@ -200,22 +200,34 @@ func (n *Node) retryLater(ctx context.Context, what string, err error) bool {
 // logged and opened again after a backoff (a node that silently stopped following hand-offs or
 // epochs would keep its lease while ignoring the coordinator). handle returns true to stop.
 func (n *Node) follow(ctx context.Context, filter string, handle func(store.Entry) bool) {
+	keepWatching(ctx, n.log.With("filter", filter), "control watch",
+		func() (<-chan store.Entry, error) { return n.cfg.Store.ControlWatch(ctx, filter) }, handle, nil)
+}
+
+// keepWatching feeds every event of a watch to handle until ctx ends or handle returns true. A
+// watch that fails to start or ends is logged and opened again after a backoff that grows while
+// watches keep failing quickly (reset once one lived 10 s); ended runs after each watch that ended.
+func keepWatching[T any](ctx context.Context, log *slog.Logger, what string, open func() (<-chan T, error),
+	handle func(T) bool, ended func()) {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		opened := time.Now()
-		ch, err := n.cfg.Store.ControlWatch(ctx, filter)
+		ch, err := open()
 		if err != nil {
-			n.log.Warn("cannot watch the control bucket; retrying", "filter", filter, "err", err, "backoff", backoff)
+			log.Warn("cannot open the "+what+"; retrying", "err", err, "backoff", backoff)
 		} else {
-			for e := range ch {
-				if handle(e) {
+			for ev := range ch {
+				if handle(ev) {
 					return
 				}
 			}
 			if ctx.Err() != nil {
 				return
 			}
-			n.log.Warn("control watch ended; reopening it", "filter", filter, "backoff", backoff)
+			log.Warn("the "+what+" ended; reopening it", "backoff", backoff)
+			if ended != nil {
+				ended()
+			}
 			if time.Since(opened) > 10*time.Second {
 				backoff = 50 * time.Millisecond // it worked for a while: reopen at once
 			}
