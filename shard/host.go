@@ -513,8 +513,15 @@ func (h *Host) HandOff(ctx context.Context, shard uint32, release func(stoppedAt
 
 // ExpectHandOff tells a shard about to be granted that its previous owner stopped ticking at
 // stoppedAt, so the pause its instances saw is measured.
+// If the grant arrived first (the moves and the assignments are watched apart), the running
+// shard reports it instead.
 func (h *Host) ExpectHandOff(shard uint32, stoppedAt time.Time) {
 	h.mu.Lock()
+	if sh := h.shards[shard]; sh != nil {
+		h.mu.Unlock()
+		sh.handedOffLate(stoppedAt)
+		return
+	}
 	defer h.mu.Unlock()
 	if h.handoffs == nil {
 		h.handoffs = map[uint32]time.Time{}

@@ -39,6 +39,8 @@ type instance struct {
 	expiring   bool      // the tombstone's delete marker is being written
 	endedSeen  time.Time // when this node ended the instance or loaded its tombstone (local clock)
 	resumeFrom time.Time // set on a shard received by a graceful move: report the pause at the first tick
+	firstTick  time.Time // when it first ticked under this grant
+	pauseSeen  bool      // the hand-off pause was reported
 	failed     error     // the last write failed: its outcome may be unknown, so no more writes under this token
 }
 
@@ -92,6 +94,21 @@ func (in *instance) enqueue(c Command) {
 	in.mu.Unlock()
 }
 
+// notePause reports the pause of a hand-off learned after the instance was loaded: at its first
+// tick if it has not ticked yet, else from the first tick it made.
+func (in *instance) notePause(stoppedAt time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	switch {
+	case in.pauseSeen:
+	case in.firstTick.IsZero():
+		in.resumeFrom = stoppedAt
+	default:
+		in.pauseSeen = true
+		in.sh.h.cfg.Metrics.HandoffPause.Observe(in.firstTick.Sub(stoppedAt).Seconds())
+	}
+}
+
 // die takes the instance out of service and returns every command it had not answered.
 func (in *instance) die() []Command {
 	in.mu.Lock()
@@ -117,9 +134,12 @@ func (in *instance) Tick(time.Time) {
 	var failed []Command
 	start := time.Now()
 	in.mu.Lock()
-	if !in.resumeFrom.IsZero() {
-		in.sh.h.cfg.Metrics.HandoffPause.Observe(start.Sub(in.resumeFrom).Seconds())
-		in.resumeFrom = time.Time{}
+	if in.firstTick.IsZero() {
+		in.firstTick = start
+		if !in.resumeFrom.IsZero() {
+			in.pauseSeen = true
+			in.sh.h.cfg.Metrics.HandoffPause.Observe(start.Sub(in.resumeFrom).Seconds())
+		}
 	}
 	func() {
 		defer func() {

@@ -43,6 +43,7 @@ type shardRun struct {
 	// resumeFrom is when the previous owner stopped ticking, for a shard received by a graceful
 	// move: each instance's first tick here reports the pause.
 	resumeFrom time.Time
+	started    time.Time // when this grant started here
 
 	// uncertainToken is a token under which a write of this shard failed or has an unknown
 	// outcome: no write is sent under it any more (DESIGN 4); the rebuild rotates away from it.
@@ -55,7 +56,7 @@ type shardRun struct {
 func newShardRun(h *Host, g store.Grant) *shardRun {
 	ctx, cancel := context.WithCancel(h.ctx)
 	return &shardRun{h: h, id: g.Shard, grant: g, state: loading, insts: map[string]*instance{},
-		creating: map[string][]Command{}, ctx: ctx, cancel: cancel,
+		creating: map[string][]Command{}, ctx: ctx, cancel: cancel, started: time.Now(),
 		log: h.log.With("shard", g.Shard, "epoch", g.Epoch)}
 }
 
@@ -161,6 +162,23 @@ func (sh *shardRun) load(g store.Grant) {
 		sh.mu.Unlock()
 	}
 	sh.log.Debug("shard running", "token", g.Token, "instances", n, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// handedOffLate notes a graceful move whose record reached this node after the grant it led to
+// (the move and the assignment are watched apart): the pause is reported all the same, at the
+// first tick of each instance.
+func (sh *shardRun) handedOffLate(stoppedAt time.Time) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.started.Before(stoppedAt) {
+		return // started before that owner stopped: not the grant this move made
+	}
+	if sh.state == loading || sh.state == rebuilding {
+		sh.resumeFrom = stoppedAt
+	}
+	for _, in := range sh.insts {
+		in.notePause(stoppedAt)
+	}
 }
 
 // loadOne loads and registers one instance; nil if it is gone or unusable (logged).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tickfence/tickfence/actor"
@@ -140,4 +141,71 @@ func TestNoWriteUnderTokenAfterUnknownOutcome(t *testing.T) {
 		t.Log(err)
 	}
 	e.Stop()
+}
+
+// A graceful move's record can reach the new owner after the grant it led to (the moves and the
+// assignments are watched apart): the hand-off pause is reported all the same, once per instance.
+func TestHandOffPauseReportedWhenTheMoveArrivesAfterTheGrant(t *testing.T) {
+	ctx := context.Background()
+	mem := memstore.New()
+	if _, err := mem.Bootstrap(ctx, store.Cluster{Shards: 4, Partitions: 1, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a := store.Assignment{Owner: "n1", Session: "s1"}
+	const id = "x"
+	s := store.ShardOf(id, 4)
+	tok, err := mem.Assign(ctx, 1, s, a, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := store.Grant{Epoch: 1, Shard: s, Token: tok, Assignment: a}
+	state, _ := msgpack.Marshal(&tallyState{})
+	if _, err := mem.Create(ctx, g, id, store.Record{Kind: "tally"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mem.Write(ctx, g, id, store.Record{Kind: "tally", State: state}); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := time.Now().Add(-50 * time.Millisecond) // the previous owner's last tick
+	start := time.Now()
+	e, err := actor.NewEngine(actor.EngineConfig{Rate: 10, Manual: true, Start: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds, _ := actor.NewKinds(tally{})
+	m := metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })
+	h, err := New(ctx, Config{Node: "n1", Session: "s1", Store: mem, Kinds: kinds, Engine: e, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_ = h.Close(cctx)
+		e.Stop()
+	}()
+	h.Apply(store.AssignmentEvent{Shard: s, Revision: tok, Assignment: a})
+	deadline := time.Now().Add(5 * time.Second)
+	for !h.Running(s) {
+		if time.Now().After(deadline) {
+			t.Fatal("shard never ran")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.Advance(start.Add(150 * time.Millisecond)) // the first tick, before the move is known
+	pauses := func() uint64 {
+		var d dto.Metric
+		if err := m.HandoffPause.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.GetHistogram().GetSampleCount()
+	}
+	if n := pauses(); n != 0 {
+		t.Fatalf("pauses reported before any hand-off: %d", n)
+	}
+	h.ExpectHandOff(s, stoppedAt)
+	h.ExpectHandOff(s, stoppedAt) // a reopened watch replays the move
+	if n := pauses(); n != 1 {
+		t.Fatalf("hand-off pauses reported: %d, want 1 (one instance)", n)
+	}
 }
