@@ -8,7 +8,10 @@
 // them (to every node whose host has the shard; the first final answer wins; retry with the same
 // ID on retry, not_owner, busy or a timeout), and ending some; and a nemesis that, from the seed,
 // freezes and thaws nodes and coordinators, kills and restarts nodes (a new Node with the same ID:
-// a new session), forces reconnects and races operator moves and drains. Then the Net heals, the
+// a new session), forces reconnects and races operator moves and drains. Three runs in ten also
+// scale the cluster down once, for good: a node is often drained first, shards are moved to the
+// node that then leaves at once (a release towards a leaving node with every other candidate
+// drained), and both stay so through healing. Then the Net heals, the
 // cluster settles, and the checks run:
 //
 //   - the stored history (internal/history): no record under a stale token, no tick going back;
@@ -165,6 +168,10 @@ type cluster struct {
 	bg       sync.WaitGroup // nemesis actions and thaws
 	actions  atomic.Int64
 	healed   atomic.Bool
+	retiring atomic.Bool // a scale-down is under way: no other process action starts
+	// keepDrained is a node an operator drained for good with a scale-down: still drained after
+	// healing.
+	keepDrained atomic.Pointer[string]
 	deadline atomic.Int64 // unix ns: commands must be answered by then (0: no bound yet)
 
 	mu         sync.Mutex
@@ -189,6 +196,7 @@ type proc struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	impaired bool // frozen or dead: at most Nodes-1 at once
+	retired  bool // left the cluster for good (scaled down): not restarted when healing
 }
 
 type inst struct {
@@ -290,8 +298,11 @@ func Run(seed uint64, cfg Config) Result {
 		go func() { defer clients.Done(); c.client(fmt.Sprintf("g%d", i+1), stopClients) }()
 	}
 
-	// The nemesis.
+	// The nemesis. Some runs scale the cluster down once, for good.
 	chaosEnd := time.Now().Add(cfg.Chaos)
+	if !cfg.NoActions && cfg.Nodes > 2 && c.float() < 0.3 {
+		c.later(c.dur(time.Second, cfg.Chaos-2*time.Second), c.retire)
+	}
 	for time.Now().Before(chaosEnd) {
 		time.Sleep(c.onGrid(c.dur(100*time.Millisecond, 700*time.Millisecond)))
 		if !cfg.NoActions {
@@ -306,11 +317,18 @@ func Run(seed uint64, cfg Config) Result {
 	c.bg.Wait() // every action finished (thaws and restarts included)
 	for _, p := range c.procs {
 		p.thaw()
-		if !p.isAlive() {
+		p.mu.Lock()
+		retired := p.retired
+		p.mu.Unlock()
+		if !p.isAlive() && !retired {
 			p.start()
 		}
 	}
 	for _, p := range c.procs {
+		if d := c.keepDrained.Load(); d != nil && *d == p.id {
+			_ = coordinator.Drain(ctx, mem, p.id)
+			continue
+		}
 		_ = coordinator.Undrain(ctx, mem, p.id)
 	}
 	healedAt := time.Now()
@@ -529,6 +547,9 @@ func (c *cluster) impair(p *proc) bool {
 // --- the nemesis ---
 
 func (c *cluster) act() {
+	if c.retiring.Load() {
+		return
+	}
 	p := c.procs[c.intn(len(c.procs))]
 	r := c.float()
 	c.actions.Add(1)
@@ -605,6 +626,83 @@ func (c *cluster) act() {
 			c.net.Logf("nemesis: undrain %s: %v", p.id, err)
 		})
 	}
+}
+
+// retire scales the cluster down for good, the way a rolling change does it: often another node
+// is drained first (an operator emptying it), then one or two shards are moved to the node that
+// leaves, and it leaves gracefully at once — so a move can be released towards a node that is
+// leaving while the only other candidate is drained. The shard must still get an owner (its
+// source, with a new grant): the liveness check after healing fails if it is stranded. The
+// drained node stays drained and the retired one gone after healing.
+func (c *cluster) retire() {
+	ctx := context.Background()
+	// The other process actions hold off meanwhile (store faults go on), and it starts once every
+	// process runs unimpaired: the episode is the operator's.
+	c.retiring.Store(true)
+	defer c.retiring.Store(false)
+	for !c.allUnimpaired() {
+		if c.healed.Load() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b := c.procs[c.intn(len(c.procs))]
+	if !c.impair(b) || !b.isAlive() {
+		return
+	}
+	b.mu.Lock()
+	b.retired = true
+	node := b.node
+	b.mu.Unlock()
+	_ = coordinator.Undrain(ctx, c.op, b.id) // an earlier drain action would refuse the moves
+	others := slices.DeleteFunc(slices.Clone(c.procs), func(q *proc) bool { return q == b })
+	drained := ""
+	if c.intn(5) < 3 {
+		d := others[c.intn(len(others))]
+		drained = d.id
+		c.keepDrained.Store(&d.id)
+		err := coordinator.Drain(ctx, c.op, d.id)
+		c.net.Logf("nemesis: drain %s for good: %v", d.id, err)
+	}
+	// Shards of the nodes that stay and serve (the nemesis reads the store itself, without faults).
+	var from []uint32
+	for s := range c.cfg.Shards {
+		if a, _, err := c.mem.LatestAssignment(ctx, epoch, s); err == nil && a.Owner != b.id && a.Owner != drained {
+			from = append(from, s)
+		}
+	}
+	var moves sync.WaitGroup
+	for range min(len(from), 1+c.intn(2)) {
+		i := c.intn(len(from))
+		s := from[i]
+		from = slices.Delete(from, i, i+1)
+		moves.Add(1)
+		go func() {
+			defer moves.Done()
+			from, err := coordinator.RequestMove(ctx, c.op, s, b.id)
+			c.net.Logf("nemesis: operator move of shard %d from %s to %s, which is about to leave: %v", s, from.Owner, b.id, err)
+		}()
+	}
+	moves.Wait()
+	time.Sleep(c.dur(0, 60*time.Millisecond)) // before the source has released, often
+	c.net.Logf("nemesis: %s leaves the cluster for good", b.id)
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := node.Leave(lctx)
+	cancel()
+	c.net.Logf("nemesis: %s left: %v", b.id, err)
+	b.stop(false)
+}
+
+func (c *cluster) allUnimpaired() bool {
+	for _, p := range c.procs {
+		p.mu.Lock()
+		bad := p.impaired || !p.alive
+		p.mu.Unlock()
+		if bad {
+			return false
+		}
+	}
+	return true
 }
 
 // onGrid stretches d, half the time, to end exactly at a tick instant: a kill, freeze or reconnect
