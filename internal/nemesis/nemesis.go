@@ -172,7 +172,7 @@ type cluster struct {
 	// keepDrained is a node an operator drained for good with a scale-down: still drained after
 	// healing.
 	keepDrained atomic.Pointer[string]
-	deadline atomic.Int64 // unix ns: commands must be answered by then (0: no bound yet)
+	deadline    atomic.Int64 // unix ns: commands must be answered by then (0: no bound yet)
 
 	mu         sync.Mutex
 	violations []string
