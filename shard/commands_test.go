@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -277,4 +278,95 @@ func TestBadInputOverNATS(t *testing.T) {
 func hasRequest(rec store.Record, id string) bool {
 	_, ok := rec.FindRequest(id)
 	return ok
+}
+
+// submitSeq submits a command of the compact form (client session) and waits for its answer.
+func (n *node) sendSeq(id, client string, seq, ack uint64, cmd map[string]any) wire.Reply {
+	n.t.Helper()
+	req, err := wire.DecodeCommand(wire.Subject(store.ShardOf(id, testShards), id),
+		wire.Headers{Client: client, Seq: strconv.FormatUint(seq, 10), Ack: strconv.FormatUint(ack, 10)}, mustBody(n.t, cmd), testShards)
+	if err != nil {
+		n.t.Fatalf("bad test command: %v", err)
+	}
+	ch := make(chan []byte, 1)
+	n.host.Submit(shard.Command{Request: req, Received: time.Now(), Reply: func(b []byte) { ch <- b }})
+	select {
+	case b := <-ch:
+		r, err := wire.DecodeReply(b, false)
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		return r
+	case <-time.After(10 * time.Second):
+		n.t.Fatalf("%s: no answer to %s/%d %v", n.name, client, seq, cmd)
+	}
+	return wire.Reply{}
+}
+
+// The compact form: exactly once per (client, seq), the first answer to a retransmission, a
+// reused number with another payload refused, a number at or below the client's ack refused
+// without effect — and the record remembers only what is in flight, whatever the command count.
+func TestClientSessionsExactlyOnceAndBounded(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		st := b.open(t)
+		n := newNode(t, st, "A", nodeOpt{})
+		id := idIn(1, 0)
+		n.grant(1)
+		mustOK(t, n.sendSeq(id, "gw1", 1, 0, map[string]any{"type": "create", "kind": "counter"}), "create")
+		first := n.sendSeq(id, "gw1", 2, 1, map[string]any{"type": "add", "by": 7})
+		mustOK(t, first, "add 7")
+		again := n.sendSeq(id, "gw1", 2, 1, map[string]any{"type": "add", "by": 7})
+		if !again.OK || !sameJSON(first.Result, again.Result) {
+			t.Fatalf("retransmission answered %+v, want the first answer %+v", again, first)
+		}
+		wantCode(t, n.sendSeq(id, "gw1", 2, 1, map[string]any{"type": "add", "by": 9}), wire.CodeRequestIDReused, "same seq, other payload")
+		// Another client's numbers are its own.
+		mustOK(t, n.sendSeq(id, "gw2", 2, 0, map[string]any{"type": "add", "by": 100}), "gw2's seq 2")
+		// Commands out of order within the window apply once each.
+		mustOK(t, n.sendSeq(id, "gw1", 5, 2, map[string]any{"type": "add", "by": 1}), "seq 5")
+		mustOK(t, n.sendSeq(id, "gw1", 4, 2, map[string]any{"type": "add", "by": 1}), "seq 4 after 5")
+		mustOK(t, n.sendSeq(id, "gw1", 4, 2, map[string]any{"type": "add", "by": 1}), "seq 4 again")
+		// The ack says 2 was answered: a late copy of it is refused and changes nothing.
+		wantCode(t, n.sendSeq(id, "gw1", 2, 1, map[string]any{"type": "add", "by": 7}), wire.CodeRequestIDReused, "seq below the ack")
+		if _, cs := load(t, st, id); cs.N != 109 {
+			t.Fatalf("n = %d, want 109 (each command once)", cs.N)
+		}
+		// Two hundred more, acknowledged as they go: the record does not grow with them.
+		rec0, _ := load(t, st, id)
+		size0 := recordSize(t, rec0)
+		for seq := uint64(6); seq < 206; seq++ {
+			mustOK(t, n.sendSeq(id, "gw1", seq, seq-1, map[string]any{"type": "add", "by": 1}), "add")
+		}
+		rec, cs := load(t, st, id)
+		if cs.N != 309 {
+			t.Fatalf("n = %d, want 309", cs.N)
+		}
+		var gw1 store.ClientSession
+		for _, c := range rec.Clients {
+			if c.ID == "gw1" {
+				gw1 = c
+			}
+		}
+		if gw1.Ack != 204 || len(gw1.Done) != 1 || gw1.Done[0].Seq != 205 {
+			t.Fatalf("gw1's session = ack %d, %d answers kept (%+v); want ack 204 and only seq 205", gw1.Ack, len(gw1.Done), gw1.Done)
+		}
+		if size := recordSize(t, rec); size > size0+64 {
+			t.Fatalf("record grew from %d to %d bytes over 200 acknowledged commands", size0, size)
+		}
+		// Too many unacknowledged: refused until the client acknowledges.
+		for seq := uint64(2000); seq < 2000+store.MaxClientInFlight; seq++ {
+			mustOK(t, n.sendSeq(id, "gw3", seq, 1999, map[string]any{"type": "add", "by": 0}), "unacked")
+		}
+		wantCode(t, n.sendSeq(id, "gw3", 3000, 1999, map[string]any{"type": "add", "by": 1}), wire.CodeBadRequest, "past the in-flight bound")
+		mustOK(t, n.sendSeq(id, "gw3", 3000, 2999, map[string]any{"type": "add", "by": 1}), "after acknowledging")
+	})
+}
+
+func recordSize(t *testing.T, rec store.Record) int {
+	t.Helper()
+	b, err := store.EncodeRecord(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(b)
 }

@@ -232,16 +232,18 @@ func (in *instance) expireLocked() *write {
 // apply runs one command; now reports an answer that does not wait for a write.
 func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 	a.c = c
-	if q, ok := in.rec.FindRequest(c.ID); ok {
-		if q.Fingerprint != c.Fingerprint {
+	if fp, res, ok := remembered(&in.rec, c, &a); ok {
+		if fp != c.Fingerprint {
 			a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRequestIDReused,
-				"request id %q was used for a different command", c.ID)})
+				"request %s was used for a different command", c.Key())})
 			a.result = wire.CodeRequestIDReused
 			return a, true
 		}
 		// A retransmission: the first answer, once the record holding it is stored.
-		a.reply, a.result = q.Result, "duplicate"
+		a.reply, a.result = res, "duplicate"
 		return a, false
+	} else if a.reply != nil {
+		return a, true // refused by its session (stale, or too many unacknowledged)
 	}
 	if in.rec.Ended {
 		if c.Type != "create" {
@@ -274,8 +276,42 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 			}
 		}
 	}
-	in.rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: a.reply})
+	remember(&in.rec, c, a.reply)
 	return a, false
+}
+
+// remembered looks a command up in what the record remembers for exactly-once: the first answer
+// and fingerprint of an applied one (ok), or, for a numbered command its session refuses, a's
+// reply set to the refusal.
+func remembered(rec *store.Record, c Command, a *answer) (fp uint64, res []byte, ok bool) {
+	if c.Client == "" {
+		q, ok := rec.FindRequest(c.ID)
+		return q.Fingerprint, q.Result, ok
+	}
+	switch st, q := rec.CheckSession(c.Client, c.Seq, c.Ack); st {
+	case store.SessionDuplicate:
+		return q.Fingerprint, q.Result, true
+	case store.SessionStale:
+		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRequestIDReused,
+			"request %s is at or below the acknowledgement of client %s: it was answered already", c.Key(), c.Client)})
+		a.result = wire.CodeRequestIDReused
+	case store.SessionFull:
+		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBadRequest,
+			"client %s has %d unacknowledged commands to this instance: acknowledge answers (%s) before sending more",
+			c.Client, store.MaxClientInFlight, wire.HeaderAck)})
+		a.result = wire.CodeBadRequest
+	}
+	return 0, nil, false
+}
+
+// remember records an applied command and its first answer in the record.
+func remember(rec *store.Record, c Command, reply []byte) {
+	now := time.Now()
+	if c.Client == "" {
+		rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: reply, At: now.UnixMilli()})
+		return
+	}
+	rec.RememberSession(c.Client, c.Ack, store.SeqResult{Seq: c.Seq, Fingerprint: c.Fingerprint, Result: reply}, now)
 }
 
 // revive makes a new instance of an ended ID from a create command; false if the command is

@@ -484,7 +484,7 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 	// uncertain, the rebuild makes the instance from the same command, and a retransmission gets
 	// this answer, never already_exists.
 	rec := store.Record{Kind: args.Kind, Create: c.Body}
-	rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: reply})
+	remember(&rec, c, reply)
 	if _, err := st.Create(sh.ctx, g, c.Instance, rec); errors.Is(err, store.ErrConflict) {
 		// It exists, perhaps missing from a lagging listing: never overwrite, load it.
 		if in = sh.loadOne(g, c.Instance); in == nil {

@@ -9,15 +9,23 @@ import (
 	"github.com/tickfence/tickfence/internal/mpscan"
 )
 
-// SchemaVersion is the version of the instance record encoding written by this code.
-const SchemaVersion = 1
+// SchemaVersion is the version of the instance record encoding written by this code. Version 2
+// added client sessions (clients) and the age of remembered requests (at); version 1 records
+// are read as they are. An older build refuses version 2 rather than forget its sessions.
+const SchemaVersion = 2
 
 // Size limits. A record or command over its limit is refused before anything is stored.
 const (
 	MaxRecordBytes  = 256 << 10
 	MaxCommandBytes = 16 << 10
-	// RequestWindow is how many recent request IDs a record remembers (DESIGN: at least 128).
+	// RequestWindow bounds how many opaque request IDs a record remembers: the last 128, of
+	// those applied within RequestTTL, within RequestWindowBytes. The compact form (client
+	// sessions, session.go) has no such horizon.
 	RequestWindow = 128
+	// RequestTTL: an opaque request ID is forgotten this long after it was applied.
+	RequestTTL = ClientSessionTTL
+	// RequestWindowBytes bounds the encoded size of the remembered opaque requests.
+	RequestWindowBytes = 32 << 10
 )
 
 // Record is the value of inst.<S>.<id>, encoded as a msgpack map (DESIGN.md section 3).
@@ -33,6 +41,8 @@ type Record struct {
 	// Create is the msgpack body of the create command, kept while State is empty (a Create
 	// placeholder whose initial write is uncertain): a rebuild makes the instance from it.
 	Create []byte `msgpack:"create,omitempty"`
+	// Clients are the client sessions of the compact request form (session.go), in no order.
+	Clients []ClientSession `msgpack:"clients,omitempty"`
 	// Ended marks a tombstone: the instance was ended; the record keeps its request window so a
 	// retransmitted end gets its first answer and never ends a later instance of the same ID.
 	Ended bool `msgpack:"ended,omitempty"`
@@ -47,7 +57,11 @@ type Request struct {
 	Fingerprint uint64 `msgpack:"fp"`
 	// Result is the encoded reply (msgpack) that was sent the first time.
 	Result []byte `msgpack:"res"`
+	// At is the owner's wall clock (Unix ms) when it was applied: only to forget it.
+	At int64 `msgpack:"at,omitempty"`
 }
+
+func (q Request) size() int { return len(q.ID) + len(q.Result) + 24 }
 
 // FindRequest returns the remembered request with that ID, if any.
 func (r *Record) FindRequest(id string) (Request, bool) {
@@ -59,12 +73,20 @@ func (r *Record) FindRequest(id string) (Request, bool) {
 	return Request{}, false
 }
 
-// RememberRequest appends a request, keeping the last RequestWindow.
+// RememberRequest appends a request applied at q.At, keeping the last RequestWindow, those within
+// RequestTTL of it and within RequestWindowBytes. It writes only past the window's length: a
+// record in flight that shares the array holds it capped at its own length.
 func (r *Record) RememberRequest(q Request) {
-	r.Reqs = append(r.Reqs, q)
-	if n := len(r.Reqs) - RequestWindow; n > 0 {
-		r.Reqs = append(r.Reqs[:0:0], r.Reqs[n:]...)
+	reqs := append(r.Reqs, q) // past the length of any record sharing the array: theirs is capped
+	drop, bytes := len(reqs)-RequestWindow, 0
+	for i := len(reqs) - 1; i >= 0; i-- {
+		bytes += reqs[i].size()
+		if bytes > RequestWindowBytes && i < len(reqs)-1 || reqs[i].At != 0 && q.At-reqs[i].At > RequestTTL.Milliseconds() {
+			drop = max(drop, i+1)
+			break
+		}
 	}
+	r.Reqs = reqs[max(drop, 0):]
 }
 
 // EncodeRecord encodes a record at the current schema version; ErrTooLarge over MaxRecordBytes.
@@ -99,14 +121,22 @@ func DecodeRecord(b []byte) (Record, error) {
 	if rd.Len() != 0 {
 		return Record{}, fmt.Errorf("%w: trailing bytes", ErrBadRecord)
 	}
-	if r.V != SchemaVersion {
-		return Record{}, fmt.Errorf("%w: schema version %d, this build reads %d", ErrBadRecord, r.V, SchemaVersion)
+	if r.V != 1 && r.V != SchemaVersion {
+		return Record{}, fmt.Errorf("%w: schema version %d, this build reads 1 and %d", ErrBadRecord, r.V, SchemaVersion)
 	}
 	if r.Kind == "" {
 		return Record{}, fmt.Errorf("%w: no kind", ErrBadRecord)
 	}
 	if len(r.Reqs) > 4*RequestWindow {
 		return Record{}, fmt.Errorf("%w: %d remembered requests", ErrBadRecord, len(r.Reqs))
+	}
+	if len(r.Clients) > 4*MaxClientSessions {
+		return Record{}, fmt.Errorf("%w: %d client sessions", ErrBadRecord, len(r.Clients))
+	}
+	for _, c := range r.Clients {
+		if c.ID == "" || len(c.Done) > 4*MaxClientInFlight {
+			return Record{}, fmt.Errorf("%w: client session %q with %d answers", ErrBadRecord, c.ID, len(c.Done))
+		}
 	}
 	return r, nil
 }

@@ -5,9 +5,14 @@ package natscmd
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -48,7 +53,9 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 			}
 			_ = s.nc.PublishMsg(out) // the requester retries if this is lost
 		}
-		req, err := wire.DecodeRequest(m.Subject, m.Header.Get(wire.HeaderRequestID), m.Header.Get(wire.HeaderContent), m.Data, s.shards)
+		req, err := wire.DecodeCommand(m.Subject, wire.Headers{RequestID: m.Header.Get(wire.HeaderRequestID),
+			Client: m.Header.Get(wire.HeaderClient), Seq: m.Header.Get(wire.HeaderSeq), Ack: m.Header.Get(wire.HeaderAck),
+			ContentType: m.Header.Get(wire.HeaderContent)}, m.Data, s.shards)
 		if err != nil {
 			werr := &wire.Error{}
 			if !errors.As(err, &werr) {
@@ -72,36 +79,102 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 	return func() { _ = sub.Unsubscribe() }, nil
 }
 
-// Client sends commands to instances.
+// Client sends commands to instances. A command with an empty request ID uses the compact form
+// (DESIGN 5, client sessions): the client numbers its commands to each instance and tells the
+// owner up to which number it has every answer, so the owner remembers only what is in flight.
 type Client struct {
 	nc     *nats.Conn
 	shards uint32
 	// Attempt bounds one request/reply round trip (default 2s).
 	Attempt time.Duration
+	// ID names this client's session in the compact form: unique to this run of the process
+	// (NewClient draws a random one). Two clients must never share it.
+	ID string
+
+	mu   sync.Mutex
+	last uint64                         // the highest sequence number assigned, to any instance
+	open map[string]map[uint64]struct{} // by instance: numbers assigned and not settled yet
 }
 
 // NewClient makes a client for a cluster with the given shard count (the cluster record's).
 func NewClient(nc *nats.Conn, shards uint32) *Client {
-	return &Client{nc: nc, shards: shards, Attempt: 2 * time.Second}
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return &Client{nc: nc, shards: shards, Attempt: 2 * time.Second, ID: "go-" + hex.EncodeToString(b[:]),
+		open: map[string]map[uint64]struct{}{}}
 }
 
-// Retryable reports the error codes after which the same request ID should be sent again.
-func Retryable(code string) bool { return code == wire.CodeRetry || code == wire.CodeNotOwner }
+// Retryable reports the error codes after which the same request should be sent again.
+func Retryable(code string) bool {
+	return code == wire.CodeRetry || code == wire.CodeNotOwner || code == wire.CodeBusy
+}
+
+// One counter numbers the commands to every instance (an instance sees increasing numbers with
+// gaps), so the client keeps state only for instances with commands in flight.
+func (c *Client) assign(instance string) (seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last++
+	o := c.open[instance]
+	if o == nil {
+		o = map[uint64]struct{}{}
+		c.open[instance] = o
+	}
+	o[c.last] = struct{}{}
+	return c.last
+}
+
+// settle: the command has its final answer or was given up; it is never sent again.
+func (c *Client) settle(instance string, seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.open[instance], seq)
+	if len(c.open[instance]) == 0 {
+		delete(c.open, instance)
+	}
+}
+
+// ack is the highest number up to which every command to instance is settled.
+func (c *Client) ack(instance string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := c.last
+	for n := range c.open[instance] {
+		a = min(a, n-1)
+	}
+	return a
+}
 
 // Send sends one command (a msgpack or JSON map) and waits for its answer, retrying with the same
-// request ID while no owner answers or the owner says retry, until ctx ends. It returns the final
-// reply as sent by the owner (msgpack, or JSON if asJSON) and decoded.
+// request ID (or sequence number, if requestID is empty) while no owner answers or the owner says
+// retry or busy, with exponential backoff and jitter, until ctx ends. It returns the final reply
+// as sent by the owner (msgpack, or JSON if asJSON) and decoded.
 func (c *Client) Send(ctx context.Context, instance, requestID string, body []byte, asJSON bool) ([]byte, wire.Reply, error) {
 	if err := store.ValidID(instance); err != nil {
 		return nil, wire.Reply{}, err
 	}
 	subject := wire.Subject(store.ShardOf(instance, c.shards), instance)
+	var seq uint64
+	name := requestID
+	if requestID == "" {
+		seq = c.assign(instance)
+		defer c.settle(instance, seq) // answered or given up: never sent again
+		name = fmt.Sprintf("%s/%d", c.ID, seq)
+	}
 	backoff := 20 * time.Millisecond
 	var last error
 	for {
 		m := nats.NewMsg(subject)
 		m.Data = body
-		m.Header.Set(wire.HeaderRequestID, requestID)
+		if seq == 0 {
+			m.Header.Set(wire.HeaderRequestID, requestID)
+		} else {
+			m.Header.Set(wire.HeaderClient, c.ID)
+			m.Header.Set(wire.HeaderSeq, strconv.FormatUint(seq, 10))
+			if ack := c.ack(instance); ack > 0 {
+				m.Header.Set(wire.HeaderAck, strconv.FormatUint(ack, 10))
+			}
+		}
 		if asJSON {
 			m.Header.Set(wire.HeaderContent, wire.ContentJSON)
 		}
@@ -120,12 +193,14 @@ func (c *Client) Send(ctx context.Context, instance, requestID string, body []by
 		} else {
 			last = err
 		}
+		// Full jitter: clients refused together do not come back together.
+		wait := time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond
 		select {
 		case <-ctx.Done():
-			return nil, wire.Reply{}, fmt.Errorf("command %s to %s: gave up: %w (last: %v)", requestID, instance, ctx.Err(), last)
-		case <-time.After(backoff):
+			return nil, wire.Reply{}, fmt.Errorf("command %s to %s: gave up: %w (last: %v)", name, instance, ctx.Err(), last)
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 500*time.Millisecond)
+		backoff = min(2*backoff, time.Second)
 	}
 }
 

@@ -23,9 +23,15 @@ import (
 const (
 	SubjectPrefix   = "tickfence.cmd"
 	HeaderRequestID = "Tickfence-Request-Id"
-	HeaderContent   = "Content-Type"
-	ContentJSON     = "application/json"
-	MaxRequestID    = 64
+	// The compact form (client sessions): instead of a request ID, a client ID, the command's
+	// sequence number to this instance (1, 2, 3…) and the client's ack (it has every answer up to
+	// that number from this instance; optional, default 0, below the sequence number).
+	HeaderClient  = "Tickfence-Client"
+	HeaderSeq     = "Tickfence-Seq"
+	HeaderAck     = "Tickfence-Ack"
+	HeaderContent = "Content-Type"
+	ContentJSON   = "application/json"
+	MaxRequestID  = 64
 )
 
 // Error codes of a reply.
@@ -43,6 +49,9 @@ const (
 	CodeExists = "already_exists"
 	// CodeRejected: the game refused the command (its own rules). Games may use other codes.
 	CodeRejected = "rejected"
+	// CodeBusy: the node is past its capacity and refused the command at once, without effect.
+	// Retry with the same request ID (or sequence number) after a backoff with jitter.
+	CodeBusy = "busy"
 )
 
 // Subject is where commands to an instance are sent.
@@ -58,7 +67,10 @@ func ShardSubject(shard uint32) string {
 
 // Request is a decoded, validated command.
 type Request struct {
-	ID       string // request ID
+	ID string // request ID (the opaque form); empty in the compact form
+	// Client, Seq and Ack: the compact form (Client not empty).
+	Client   string
+	Seq, Ack uint64
 	Shard    uint32
 	Instance string
 	Type     string
@@ -114,8 +126,71 @@ func ParseSubject(subject string, shards uint32) (uint32, string, error) {
 	return uint32(n), id, nil
 }
 
-// DecodeRequest validates and decodes a command. Errors are *Error with a code for the reply.
+// Key names the request in logs and errors: its ID, or client/seq.
+func (r *Request) Key() string {
+	if r.Client != "" {
+		return r.Client + "/" + strconv.FormatUint(r.Seq, 10)
+	}
+	return r.ID
+}
+
+// Headers are the identifying headers of a command.
+type Headers struct {
+	RequestID, Client, Seq, Ack, ContentType string
+}
+
+func checkToken(name, v string) error {
+	if v == "" || len(v) > MaxRequestID {
+		return Errorf(CodeBadRequest, "header %s must be 1..%d characters", name, MaxRequestID)
+	}
+	for _, c := range []byte(v) {
+		if c < 0x21 || c > 0x7e {
+			return Errorf(CodeBadRequest, "header %s must be printable ASCII without spaces", name)
+		}
+	}
+	return nil
+}
+
+// DecodeCommand validates and decodes a command in either form. Errors are *Error with a code
+// for the reply.
+func DecodeCommand(subject string, h Headers, data []byte, shards uint32) (Request, error) {
+	if h.Client == "" && h.Seq == "" && h.Ack == "" {
+		return DecodeRequest(subject, h.RequestID, h.ContentType, data, shards)
+	}
+	bad := Request{JSON: strings.HasPrefix(h.ContentType, ContentJSON)} // answered in the client's encoding
+	if h.RequestID != "" {
+		return bad, Errorf(CodeBadRequest, "header %s and the session headers (%s, %s) exclude each other", HeaderRequestID, HeaderClient, HeaderSeq)
+	}
+	if err := checkToken(HeaderClient, h.Client); err != nil {
+		return bad, err
+	}
+	seq, err := strconv.ParseUint(h.Seq, 10, 64)
+	if err != nil || seq == 0 {
+		return bad, Errorf(CodeBadRequest, "header %s must be a decimal number from 1", HeaderSeq)
+	}
+	var ack uint64
+	if h.Ack != "" {
+		if ack, err = strconv.ParseUint(h.Ack, 10, 64); err != nil || ack >= seq {
+			return bad, Errorf(CodeBadRequest, "header %s must be a decimal number below %s (%s)", HeaderAck, HeaderSeq, h.Seq)
+		}
+	}
+	req, err := decodeBody(subject, h.ContentType, data, shards)
+	req.Client, req.Seq, req.Ack = h.Client, seq, ack
+	return req, err
+}
+
+// DecodeRequest validates and decodes a command of the opaque form. Errors are *Error with a
+// code for the reply.
 func DecodeRequest(subject, requestID, contentType string, data []byte, shards uint32) (Request, error) {
+	if err := checkToken(HeaderRequestID, requestID); err != nil {
+		return Request{JSON: strings.HasPrefix(contentType, ContentJSON)}, err
+	}
+	req, err := decodeBody(subject, contentType, data, shards)
+	req.ID = requestID
+	return req, err
+}
+
+func decodeBody(subject, contentType string, data []byte, shards uint32) (Request, error) {
 	req := Request{JSON: strings.HasPrefix(contentType, ContentJSON)}
 	if len(data) > store.MaxCommandBytes {
 		return req, Errorf(CodeTooLarge, "command is %d bytes, limit %d", len(data), store.MaxCommandBytes)
@@ -124,15 +199,6 @@ func DecodeRequest(subject, requestID, contentType string, data []byte, shards u
 	if req.Shard, req.Instance, err = ParseSubject(subject, shards); err != nil {
 		return req, err
 	}
-	if requestID == "" || len(requestID) > MaxRequestID {
-		return req, Errorf(CodeBadRequest, "header %s must be 1..%d characters", HeaderRequestID, MaxRequestID)
-	}
-	for _, c := range []byte(requestID) {
-		if c < 0x21 || c > 0x7e {
-			return req, Errorf(CodeBadRequest, "header %s must be printable ASCII without spaces", HeaderRequestID)
-		}
-	}
-	req.ID = requestID
 	m, err := decodeMap(data, req.JSON)
 	if err != nil {
 		return req, err

@@ -89,3 +89,36 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestSessionHeaders(t *testing.T) {
+	subj := wire.Subject(store.ShardOf("d1", 16), "d1")
+	body, _ := wire.Canonical(map[string]any{"type": "attack"})
+	r, err := wire.DecodeCommand(subj, wire.Headers{Client: "gw-1", Seq: "7", Ack: "5"}, body, 16)
+	if err != nil || r.Client != "gw-1" || r.Seq != 7 || r.Ack != 5 || r.ID != "" || r.Key() != "gw-1/7" {
+		t.Fatalf("decoded %+v, %v", r, err)
+	}
+	if r, err := wire.DecodeCommand(subj, wire.Headers{RequestID: "r1"}, body, 16); err != nil || r.ID != "r1" || r.Client != "" {
+		t.Fatalf("opaque form: %+v, %v", r, err)
+	}
+	for _, h := range []wire.Headers{
+		{Client: "gw", Seq: "0"},
+		{Client: "gw", Seq: "x"},
+		{Client: "gw"},
+		{Seq: "3"},
+		{Client: "has space", Seq: "3"},
+		{Client: strings.Repeat("c", 65), Seq: "3"},
+		{Client: "gw", Seq: "3", Ack: "3"},
+		{Client: "gw", Seq: "3", Ack: "-1"},
+		{Client: "gw", Seq: "3", RequestID: "r1"},
+		{Client: "gw", Seq: "3", ContentType: wire.ContentJSON},
+	} {
+		r, err := wire.DecodeCommand(subj, h, body, 16)
+		var werr *wire.Error
+		if !errors.As(err, &werr) || werr.Code != wire.CodeBadRequest {
+			t.Errorf("headers %+v: %+v, %v; want bad_request", h, r, err)
+		}
+		if h.ContentType == wire.ContentJSON && !r.JSON {
+			t.Errorf("headers %+v: the refusal would not be answered in JSON", h)
+		}
+	}
+}
