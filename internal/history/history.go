@@ -183,6 +183,20 @@ func sameButToken(a, b store.Record) bool {
 			return false
 		}
 	}
+	if len(a.Clients) != len(b.Clients) {
+		return false
+	}
+	for i, c := range a.Clients {
+		d := b.Clients[i]
+		if c.ID != d.ID || c.Ack != d.Ack || len(c.Done) != len(d.Done) {
+			return false
+		}
+		for j := range c.Done {
+			if c.Done[j].Seq != d.Done[j].Seq || c.Done[j].Fingerprint != d.Done[j].Fingerprint {
+				return false
+			}
+		}
+	}
 	return true
 }
 
