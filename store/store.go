@@ -33,6 +33,10 @@ var (
 	ErrBadRecord = errors.New("tickfence: malformed instance record")
 	// ErrWrongShard: the instance ID does not hash to the shard it was addressed to.
 	ErrWrongShard = errors.New("tickfence: instance does not belong to this shard")
+	// ErrSealed: the write went to a data bucket of an epoch that a restore sealed (DESIGN 6).
+	// Nothing was stored and nothing ever will be there: no grant of that epoch is valid any more.
+	// A fenced write's error wraps ErrStaleOwner too.
+	ErrSealed = errors.New("tickfence: its epoch is sealed")
 )
 
 // Cluster is the `cluster` record of the control bucket. It is created once, by the first tickd.

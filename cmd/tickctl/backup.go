@@ -8,12 +8,12 @@ import (
 	"os"
 	"os/user"
 
-	"github.com/tickfence/tickfence/store/natskv"
+	"github.com/tickfence/tickfence/store"
 )
 
 // backup writes the latest value of every key of the current epoch's data buckets to a file.
 func (c *cli) backup(ctx context.Context, path string) error {
-	b, err := c.st.Backup(ctx, func(done int) {
+	b, err := store.TakeBackup(ctx, c.st, func(done int) {
 		if !c.g.json {
 			fmt.Fprintf(os.Stderr, "\rbacking up: %d keys", done)
 		}
@@ -43,7 +43,7 @@ func (c *cli) restore(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	var b natskv.Backup
+	var b store.Backup
 	if err := json.Unmarshal(data, &b); err != nil {
 		return fmt.Errorf("%s: not a tickctl backup: %w", path, err)
 	}
@@ -51,13 +51,16 @@ func (c *cli) restore(ctx context.Context, path string) error {
 		return usageError{fmt.Sprintf("restore replaces the state of every instance with the backup of epoch %d (%d keys); "+
 			"it seals epoch %d for good. Run again with --yes to do it", b.Cluster.Epoch, len(b.Entries), c.cl.Epoch)}
 	}
-	cl, err := c.st.Restore(ctx, b, natskv.RestoreOptions{Operator: operator(), Takeover: c.g.takeover,
+	// FromEpoch: the epoch the operator was told would be sealed. If another restore finished
+	// meanwhile, this one is refused instead of restoring again over the live epoch.
+	cl, err := store.Restore(ctx, c.st, b, store.RestoreOptions{Operator: operator(), Takeover: c.g.takeover,
+		FromEpoch: c.cl.Epoch,
 		Progress: func(done, total int) {
 			if !c.g.json {
 				fmt.Fprintf(os.Stderr, "\rrestoring: %d/%d keys", done, total)
 			}
 		}})
-	if errors.Is(err, natskv.ErrRestoreClaimed) {
+	if errors.Is(err, store.ErrRestoreClaimed) {
 		return fmt.Errorf("%w (if it crashed: --takeover finishes it with this backup; restore --undo releases it if it sealed nothing)", err)
 	}
 	if err != nil {
@@ -76,7 +79,7 @@ func (c *cli) undoRestore(ctx context.Context) error {
 	if !c.g.yes {
 		return usageError{"restore --undo releases another operator's restore claim; run again with --yes to do it"}
 	}
-	held, err := c.st.AbandonRestore(ctx)
+	held, err := store.AbandonRestore(ctx, c.st)
 	if err != nil {
 		return err
 	}

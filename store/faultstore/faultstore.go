@@ -43,6 +43,12 @@
 // in the network, not in the process). Heal stops injecting new faults and settles every queued
 // late write (delivered or dropped, by the seed). Counts reports every fault decision by kind.
 //
+// A Client over a store that implements store.Epochs (memstore does) is a store.EpochStore, so
+// store.TakeBackup, store.Restore and store.AbandonRestore run on it: the claim and the cluster
+// record go through the control calls, and sealing, resetting and filling a data bucket are writes
+// like any other (answers lost, landing late or never, frozen, killed), so two racing restores, a
+// restorer frozen between a check and its step, and a crashed one taken over all happen here.
+//
 // Everything uses the time package, so a Net runs under testing/synctest with a fake clock. The
 // interleaving of goroutines is not deterministic, so a seed reproduces the fault decisions'
 // stream, not always the exact run.
@@ -235,7 +241,10 @@ func (n *Net) delayLocked(max time.Duration) time.Duration {
 }
 
 // OnWrite sets a function called as each write call of any client is issued, before any fault
-// (a freeze included) delays it: checks of "who may write when" use it. It must not call the Net.
+// (a freeze included) delays it: checks of "who may write when" use it. It runs outside the Net's
+// lock and may Freeze or Kill the client that issues the write (to stop a process exactly as it
+// sends it, e.g. a restorer between its claim check and the step it guards); it must not make
+// calls through a Client.
 func (n *Net) OnWrite(f func(client, key string)) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -18,9 +18,12 @@ func backend() storetest.Backend {
 		PutRaw: func(t *testing.T, s store.Store, epoch uint64, shard uint32, id string, data []byte) {
 			s.(*faultstore.Client).Net().Under().(*memstore.Store).PutRaw(epoch, shard, id, data)
 		},
+		Peer: func(t *testing.T, s store.Store) store.Store { return s.(*faultstore.Client).Net().Client("peer") },
 	}
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, backend()) }
 
 func TestControlConformance(t *testing.T) { storetest.RunControl(t, backend()) }
+
+func TestRestoreConformance(t *testing.T) { storetest.RunRestore(t, backend()) }

@@ -29,6 +29,9 @@ type bucket struct {
 	// log is every message in order, kept only by a store made with NewWithHistory.
 	log  []Message
 	keep bool
+	// sealed: a restore sealed the bucket (DESIGN 6); every write is refused, as JetStream
+	// refuses every publish to a sealed stream.
+	sealed bool
 }
 
 // Message is one message of a bucket's stream, as a history check reads it.
@@ -52,6 +55,19 @@ func (b *bucket) putToken(key string, value []byte, deleted bool, token uint64) 
 		b.log = append(b.log, Message{Seq: b.seq, Key: key, Value: value, Deleted: deleted, Token: token})
 	}
 	return b.seq
+}
+
+// refuse is the error of a write to a sealed bucket: ErrSealed, and for a fenced write also
+// ErrStaleOwner (what natskv makes of JetStream's 10109); nil if the bucket takes writes.
+func (b *bucket) refuse(op string, fenced bool) error {
+	switch {
+	case !b.sealed:
+		return nil
+	case fenced:
+		return fmt.Errorf("%s: %w: %w", op, store.ErrStaleOwner, store.ErrSealed)
+	default:
+		return fmt.Errorf("%s: %w", op, store.ErrSealed)
+	}
 }
 
 // lastRev is the sequence of the last message on a key, delete markers included (0: none).
@@ -231,6 +247,9 @@ func (s *Store) Assign(_ context.Context, epoch uint64, shard uint32, a store.As
 	if err != nil {
 		return 0, err
 	}
+	if err := b.refuse(fmt.Sprintf("assign shard %d", shard), false); err != nil {
+		return 0, err
+	}
 	key := store.ShardKey(shard)
 	e, ok := b.keys[key]
 	// Like KV Create, expect 0 also succeeds over a delete marker.
@@ -309,6 +328,9 @@ func (s *Store) Rotate(_ context.Context, g store.Grant) (store.Grant, error) {
 	if err != nil {
 		return store.Grant{}, err
 	}
+	if err := b.refuse("rotate "+g.String(), false); err != nil {
+		return store.Grant{}, err
+	}
 	key := store.ShardKey(g.Shard)
 	if b.lastRev(key) != g.Token {
 		return store.Grant{}, fmt.Errorf("rotate %s: %w", g, store.ErrStaleOwner)
@@ -324,6 +346,9 @@ func (s *Store) ReleaseShard(_ context.Context, g store.Grant) error {
 	defer s.mu.Unlock()
 	b, name, err := s.dataBucket(g.Epoch, g.Shard)
 	if err != nil {
+		return err
+	}
+	if err := b.refuse("release "+g.String(), false); err != nil {
 		return err
 	}
 	key := store.ShardKey(g.Shard)
@@ -392,6 +417,9 @@ func (s *Store) Register(_ context.Context, g store.Grant, id string, rec store.
 	if err != nil {
 		return 0, err
 	}
+	if err := b.refuse("register "+id, false); err != nil {
+		return 0, err
+	}
 	key := store.InstanceKey(g.Shard, id)
 	if last := b.lastRev(key); last != loadedRev {
 		return 0, fmt.Errorf("register %s: revision %d, loaded %d: %w", id, last, loadedRev, store.ErrConflict)
@@ -415,6 +443,9 @@ func (s *Store) Create(_ context.Context, g store.Grant, id string, rec store.Re
 	if err != nil {
 		return 0, err
 	}
+	if err := b.refuse("create "+id, false); err != nil {
+		return 0, err
+	}
 	key := store.InstanceKey(g.Shard, id)
 	if e, ok := b.keys[key]; ok && !e.deleted {
 		return 0, fmt.Errorf("create %s: exists at revision %d: %w", id, e.rev, store.ErrConflict)
@@ -428,6 +459,9 @@ func (s *Store) fenced(g store.Grant, id string, v []byte, del bool) (uint64, er
 	defer s.mu.Unlock()
 	b, _, err := s.dataBucket(g.Epoch, g.Shard)
 	if err != nil {
+		return 0, err
+	}
+	if err := b.refuse(fmt.Sprintf("write %s under %s", id, g), true); err != nil {
 		return 0, err
 	}
 	if b.lastRev(store.ShardKey(g.Shard)) != g.Token {
@@ -525,6 +559,9 @@ func (s *Store) PutRaw(epoch uint64, shard uint32, id string, data []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, _, err := s.dataBucket(epoch, shard)
+	if err == nil {
+		err = b.refuse("put raw "+id, false)
+	}
 	if err != nil {
 		panic(err)
 	}

@@ -25,3 +25,12 @@ func TestControlConformance(t *testing.T) {
 		},
 	})
 }
+
+func TestRestoreConformance(t *testing.T) {
+	storetest.RunRestore(t, storetest.Backend{
+		New: func(t *testing.T) store.Store { return memstore.New() },
+		PutRaw: func(t *testing.T, s store.Store, epoch uint64, shard uint32, id string, data []byte) {
+			s.(*memstore.Store).PutRaw(epoch, shard, id, data)
+		},
+	})
+}

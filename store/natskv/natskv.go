@@ -202,6 +202,8 @@ func classify(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	case apiCode(err) == codeWrongLast, errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
 		return fmt.Errorf("%s: %w: %v", op, store.ErrConflict, err)
+	case apiCode(err) == codeSealed:
+		return fmt.Errorf("%s: %w: %w", op, store.ErrSealed, err) // refused: nothing stored
 	case apiCode(err) != 0, errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Errorf("%s: %w", op, err) // refused: nothing stored
 	default:
@@ -216,7 +218,7 @@ func classifyFenced(op string, err error) error {
 	case codeWrongLast:
 		return fmt.Errorf("%s: %w: %v", op, store.ErrStaleOwner, err)
 	case codeSealed:
-		return fmt.Errorf("%s: %w: its epoch is sealed: %v", op, store.ErrStaleOwner, err)
+		return fmt.Errorf("%s: %w: %w: %v", op, store.ErrStaleOwner, store.ErrSealed, err)
 	}
 	return classify(op, err)
 }

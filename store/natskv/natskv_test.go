@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -55,6 +56,36 @@ func TestControlConformance(t *testing.T) {
 			if err := ns.PutRaw(context.Background(), epoch, shard, id, data); err != nil {
 				t.Fatal(err)
 			}
+		},
+	})
+}
+
+// TestRestoreConformance runs the restore cases with two operators' connections to one server.
+func TestRestoreConformance(t *testing.T) {
+	var mu sync.Mutex
+	servers := map[store.Store]*natsserver.Server{}
+	storetest.RunRestore(t, storetest.Backend{
+		New: func(t *testing.T) store.Store {
+			srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
+			if err != nil {
+				t.Fatalf("embedded NATS server: %v", err)
+			}
+			t.Cleanup(srv.Stop)
+			s := openOn(t, srv)
+			mu.Lock()
+			servers[s] = srv
+			mu.Unlock()
+			return s
+		},
+		PutRaw: func(t *testing.T, s store.Store, epoch uint64, shard uint32, id string, data []byte) {
+			if err := s.(*natskv.Store).PutRaw(context.Background(), epoch, shard, id, data); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Peer: func(t *testing.T, s store.Store) store.Store {
+			mu.Lock()
+			defer mu.Unlock()
+			return openOn(t, servers[s])
 		},
 	})
 }

@@ -17,7 +17,7 @@ type restoreWorld struct {
 	op1, op2 *natskv.Store
 	g        store.Grant
 	id       string
-	backup   natskv.Backup
+	backup   store.Backup
 }
 
 func openOn(t *testing.T, srv *natsserver.Server) *natskv.Store {
@@ -147,8 +147,8 @@ func TestSecondRestoreRefusedWhileOneRuns(t *testing.T) {
 	}()
 	<-paused
 	_, err := w.op2.Restore(ctx, w.backup, natskv.RestoreOptions{Operator: "op2"})
-	var claimed *natskv.RestoreClaimedError
-	if !errors.As(err, &claimed) || !errors.Is(err, natskv.ErrRestoreClaimed) || claimed.Claim.Operator != "op1" || claimed.Claim.Epoch != 2 {
+	var claimed *store.RestoreClaimedError
+	if !errors.As(err, &claimed) || !errors.Is(err, store.ErrRestoreClaimed) || claimed.Claim.Operator != "op1" || claimed.Claim.Epoch != 2 {
 		close(resume)
 		<-first
 		t.Fatalf("second restore while the first runs: err = %v; want ErrRestoreClaimed naming op1 and epoch 2", err)
@@ -159,7 +159,7 @@ func TestSecondRestoreRefusedWhileOneRuns(t *testing.T) {
 	}
 	g := w.goLive(t, w.op2)
 	w.wantLive(t, w.op1, g)
-	if _, err := w.op1.LatestControl(ctx, natskv.RestoreKey); !errors.Is(err, store.ErrNotFound) {
+	if _, err := w.op1.LatestControl(ctx, store.RestoreKey); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("restore claim after a finished restore: %v; want it released", err)
 	}
 }
@@ -186,7 +186,7 @@ func TestTakenOverRestoreStopsBeforeClobbering(t *testing.T) {
 	}
 	g := w.goLive(t, w.op2)
 	close(resume)
-	if err := <-first; !errors.Is(err, natskv.ErrRestoreClaimLost) {
+	if err := <-first; !errors.Is(err, store.ErrRestoreClaimLost) {
 		t.Fatalf("the restore that was taken over: err = %v; want ErrRestoreClaimLost", err)
 	}
 	w.wantLive(t, w.op2, g)
@@ -209,10 +209,10 @@ func TestCrashedRestoreIsTakenOver(t *testing.T) {
 	if !errors.Is(err, crash) {
 		t.Fatalf("crashing restore: err = %v", err)
 	}
-	if _, err := w.op2.Restore(ctx, w.backup, natskv.RestoreOptions{Operator: "op1-retry"}); !errors.Is(err, natskv.ErrRestoreClaimed) {
+	if _, err := w.op2.Restore(ctx, w.backup, natskv.RestoreOptions{Operator: "op1-retry"}); !errors.Is(err, store.ErrRestoreClaimed) {
 		t.Fatalf("retry without takeover: err = %v; want ErrRestoreClaimed", err)
 	}
-	if _, err := w.op2.AbandonRestore(ctx); err == nil {
+	if _, err := store.AbandonRestore(ctx, w.op2); err == nil {
 		t.Fatal("abandoning a restore that sealed epoch 1 was accepted")
 	}
 	cl, err := w.op2.Restore(ctx, w.backup, natskv.RestoreOptions{Operator: "op1-retry", Takeover: true})
@@ -225,7 +225,7 @@ func TestCrashedRestoreIsTakenOver(t *testing.T) {
 	if _, err := w.op1.Write(ctx, w.g, w.id, store.Record{Kind: "k", Tick: 9, State: []byte("zombie")}); !errors.Is(err, store.ErrStaleOwner) {
 		t.Fatalf("zombie write into sealed epoch 1: err = %v; want ErrStaleOwner", err)
 	}
-	if _, err := w.op2.LatestControl(ctx, natskv.RestoreKey); !errors.Is(err, store.ErrNotFound) {
+	if _, err := w.op2.LatestControl(ctx, store.RestoreKey); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("claim after the takeover finished: %v; want released", err)
 	}
 	g := w.goLive(t, w.op1)
@@ -246,11 +246,11 @@ func TestCrashedRestoreBeforeSealIsAbandoned(t *testing.T) {
 	}}); !errors.Is(err, crash) {
 		t.Fatalf("crashing restore: err = %v", err)
 	}
-	held, err := w.op2.AbandonRestore(ctx)
+	held, err := store.AbandonRestore(ctx, w.op2)
 	if err != nil || held.Operator != "op1" || held.Epoch != 2 {
 		t.Fatalf("AbandonRestore = %+v, %v", held, err)
 	}
-	if _, err := w.op2.LatestControl(ctx, natskv.RestoreKey); !errors.Is(err, store.ErrNotFound) {
+	if _, err := w.op2.LatestControl(ctx, store.RestoreKey); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("claim after abandon: %v; want released", err)
 	}
 	if _, err := w.op1.Write(ctx, w.g, w.id, store.Record{Kind: "k", Tick: 2, State: []byte("on")}); err != nil {

@@ -20,6 +20,9 @@ type Backend struct {
 	New func(t *testing.T) store.Store
 	// PutRaw stores raw bytes as an instance record, bypassing every check (to plant bad data).
 	PutRaw func(t *testing.T, s store.Store, epoch uint64, shard uint32, id string, data []byte)
+	// Peer, if set, returns another connection to the same store as s (a second operator's
+	// tickctl, for RunRestore); without it both operators use s.
+	Peer func(t *testing.T, s store.Store) store.Store
 }
 
 const shards = 8

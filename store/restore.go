@@ -1,0 +1,407 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Backup and restore (DESIGN 6), written once against Store and the few whole-bucket steps a
+// backend adds (Epochs): claim the control key restore, seal epoch E, restore into the data
+// buckets of epoch E+1, rewrite every shard.<S> there, and only then set cluster.epoch = E+1.
+
+// Epochs is what a backend adds to Store for backups and restores: the data buckets of an epoch
+// as wholes. Each method acts on the data bucket of one (epoch, partition); a missing bucket is an
+// error wrapping ErrNotFound (except where said). The algorithm that uses them is TakeBackup,
+// Restore and AbandonRestore; a backend implements only these steps.
+type Epochs interface {
+	// ScanPartition calls fn with the latest value of every live key of the bucket (keys whose
+	// last message is a delete marker left out), byte for byte, in revision order, as the stream
+	// leader holds them (never a lagging replica). An error from fn stops the scan and is returned.
+	ScanPartition(ctx context.Context, epoch uint64, partition uint32, fn func(key string, value []byte) error) error
+	// SealPartition seals the bucket for good: from then on every write to it is refused, a fenced
+	// one (Write, WriteAsync, End) with an error wrapping ErrStaleOwner and ErrSealed, any other
+	// (Register, Create, Assign, Rotate, ReleaseShard, PutData) with one wrapping ErrSealed only.
+	// Reads go on working. Sealing a sealed bucket changes nothing.
+	SealPartition(ctx context.Context, epoch uint64, partition uint32) error
+	// PartitionSealed reports whether the bucket is sealed.
+	PartitionSealed(ctx context.Context, epoch uint64, partition uint32) (bool, error)
+	// ResetPartition deletes the bucket if it exists and creates it empty (revisions start again
+	// at 1), configured like the same partition of epoch like (the revisions it keeps per key).
+	// Only for an epoch that is not live: a restore's target.
+	ResetPartition(ctx context.Context, epoch uint64, partition uint32, like uint64) error
+	// DropPartition deletes the bucket; an absent one is no error.
+	DropPartition(ctx context.Context, epoch uint64, partition uint32) error
+	// PutData writes value under key (shard.<S> or inst.<S>.<id>) as it is: no fence, no
+	// compare-on-revision, no decoding. Only a restore writes like this, into an epoch not yet live.
+	PutData(ctx context.Context, epoch uint64, partition uint32, key string, value []byte) (uint64, error)
+}
+
+// EpochStore is a Store with Epochs: what TakeBackup, Restore and AbandonRestore run on.
+type EpochStore interface {
+	Store
+	Epochs
+}
+
+// Backup is a point-in-time copy of one epoch's data: the latest value of every live key.
+type Backup struct {
+	Cluster Cluster       `json:"cluster"`
+	Entries []BackupEntry `json:"entries"`
+}
+
+// BackupEntry is one key.
+type BackupEntry struct {
+	Key   string `json:"key"`
+	Value []byte `json:"value"`
+}
+
+// RestoreKey is the control key a restore claims before it changes anything: one restore at a
+// time, and each destructive step first checks that the claim is still its own.
+const RestoreKey = "restore"
+
+// RestoreClaim is the value of the restore key.
+type RestoreClaim struct {
+	FromEpoch uint64 `json:"from_epoch"` // the epoch being sealed
+	Epoch     uint64 `json:"epoch"`      // the epoch being restored into
+	Operator  string `json:"operator"`
+	Entries   int    `json:"entries"`
+	// TakenOver names the operators whose claim this one replaced.
+	TakenOver []string `json:"taken_over,omitempty"`
+}
+
+// Restore errors.
+var (
+	// ErrRestoreClaimed: another restore holds the claim (see RestoreClaimedError).
+	ErrRestoreClaimed = errors.New("another restore is under way")
+	// ErrRestoreClaimLost: this restore's claim was taken over (or the epoch moved on) while it ran;
+	// it stopped before its next destructive step.
+	ErrRestoreClaimLost = errors.New("restore claim lost")
+	// ErrEpochMoved: the cluster is no longer at the epoch the restore was asked to replace
+	// (RestoreOptions.FromEpoch): another restore finished first. Nothing was claimed or changed.
+	ErrEpochMoved = errors.New("the cluster is not at the epoch this restore was to replace")
+)
+
+// RestoreClaimedError is ErrRestoreClaimed with the claim that is in the way.
+type RestoreClaimedError struct {
+	Claim    RestoreClaim
+	Revision uint64
+}
+
+func (e *RestoreClaimedError) Error() string {
+	return fmt.Sprintf("%v: %s is restoring epoch %d into epoch %d (claim revision %d); if it crashed, take it over",
+		ErrRestoreClaimed, e.Claim.Operator, e.Claim.FromEpoch, e.Claim.Epoch, e.Revision)
+}
+
+func (e *RestoreClaimedError) Unwrap() error { return ErrRestoreClaimed }
+
+// RestoreOptions change how Restore works; the zero value is the rule of DESIGN 6. SkipSeal,
+// KeepShardRevision and SkipClaim exist so a test can show what each step of the rule prevents.
+type RestoreOptions struct {
+	SkipSeal          bool // leave epoch E writable
+	KeepShardRevision bool // restore shard.<S> from the backup instead of rewriting it after the data
+	// SkipClaim restores without the restore key (no claim, no checks, into E+1 as read): the
+	// protocol before issue 9.4, so a test can show the live epoch clobbered by a second restore.
+	SkipClaim bool
+	Progress  func(done, total int)
+	// Operator names who restores (recorded in the claim, shown to a second restore).
+	Operator string
+	// FromEpoch, if set, is the epoch the operator means to replace (the one they saw): if the
+	// cluster is at another one, Restore fails with ErrEpochMoved before it claims anything, so a
+	// restore retried after the first one finished does not restore again over the live epoch.
+	FromEpoch uint64
+	// Takeover replaces the claim of another restore that crashed (or was abandoned) and finishes
+	// the restore into the epoch after the one it claimed, from this backup. A claim whose epoch is
+	// already live is finished and needs no takeover.
+	Takeover bool
+	// Step, if set, runs before each destructive step ("seal", "buckets" once per partition,
+	// "records" before every 100th record put, shard keys included, "shards", "epoch"), just
+	// before the claim is checked; an error stops the restore there as a crash would (fault
+	// tests). So does a ctx that ends: Step may cancel it to simulate the restorer's death.
+	Step func(step string) error
+}
+
+// restoreCheckEvery: records restored between two checks of the claim.
+const restoreCheckEvery = 100
+
+// TakeBackup reads every live key of the current epoch's data buckets.
+func TakeBackup(ctx context.Context, s EpochStore, progress func(done int)) (Backup, error) {
+	cl, err := s.Cluster(ctx)
+	if err != nil {
+		return Backup{}, err
+	}
+	b := Backup{Cluster: cl}
+	for p := uint32(0); p < cl.Partitions; p++ {
+		err := s.ScanPartition(ctx, cl.Epoch, p, func(key string, value []byte) error {
+			b.Entries = append(b.Entries, BackupEntry{Key: key, Value: value})
+			if progress != nil && len(b.Entries)%1000 == 0 {
+				progress(len(b.Entries))
+			}
+			return nil
+		})
+		if err != nil {
+			return Backup{}, fmt.Errorf("back up %s: %w", DataBucket(cl.Epoch, p), err)
+		}
+	}
+	return b, nil
+}
+
+// Restore makes a backup the state of a new epoch: it claims the restore (the control key
+// restore, naming the target epoch and the operator), seals every data bucket of the current
+// epoch E, restores the backup into new buckets of epoch E+1, rewrites every shard.<S> there
+// (unassigned, so every restored revision is superseded and the coordinator grants afresh), sets
+// cluster.epoch = E+1, and releases the claim. A write goes to the bucket of its grant's epoch, so
+// a zombie from E hits a sealed bucket, and no token of E is valid in E+1. A second restore is
+// refused while the claim is held; each destructive step first checks the claim is still ours and
+// the epoch still E, so a restore that was taken over stops instead of clobbering the live epoch.
+//
+// A restore that stops half way (an error, a crash, a lost answer) leaves its claim: a takeover
+// finishes it, AbandonRestore undoes it if it sealed nothing.
+func Restore(ctx context.Context, s EpochStore, b Backup, opt RestoreOptions) (Cluster, error) {
+	ce, err := s.LatestControl(ctx, ClusterKey)
+	if err != nil {
+		return Cluster{}, fmt.Errorf("cluster record: %w", err)
+	}
+	var cur Cluster
+	if err := json.Unmarshal(ce.Value, &cur); err != nil {
+		return Cluster{}, fmt.Errorf("cluster record: %w", err)
+	}
+	if b.Cluster.Shards != cur.Shards || b.Cluster.Partitions != cur.Partitions {
+		return Cluster{}, fmt.Errorf("backup of a cluster with %d shards/%d partitions; this one has %d/%d",
+			b.Cluster.Shards, b.Cluster.Partitions, cur.Shards, cur.Partitions)
+	}
+	if opt.FromEpoch != 0 && cur.Epoch != opt.FromEpoch {
+		return Cluster{}, fmt.Errorf("%w: it is at epoch %d, the restore was to replace epoch %d (did another restore finish?)",
+			ErrEpochMoved, cur.Epoch, opt.FromEpoch)
+	}
+	next := cur
+	next.Epoch++
+	var claimRev uint64
+	if !opt.SkipClaim {
+		claimRev, next.Epoch, err = claimRestore(ctx, s, RestoreClaim{FromEpoch: cur.Epoch, Epoch: next.Epoch,
+			Operator: opt.Operator, Entries: len(b.Entries)}, opt.Takeover)
+		if err != nil {
+			return Cluster{}, err
+		}
+	}
+	// step checks, before each destructive step, that the claim and the epoch are still as taken.
+	step := func(name string) error {
+		if opt.Step != nil {
+			if err := opt.Step(name); err != nil {
+				return err
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("restore stopped before %s: %w", name, err)
+		}
+		if opt.SkipClaim {
+			return nil
+		}
+		return checkRestoreClaim(ctx, s, claimRev, ce.Revision)
+	}
+	if !opt.SkipSeal {
+		if err := step("seal"); err != nil {
+			return Cluster{}, err
+		}
+		for p := uint32(0); p < cur.Partitions; p++ {
+			if err := s.SealPartition(ctx, cur.Epoch, p); err != nil {
+				return Cluster{}, fmt.Errorf("sealing epoch %d: %w", cur.Epoch, err)
+			}
+		}
+	}
+	// Epoch E+1 is not recorded yet and the claim is ours: its buckets may be (re)created, e.g.
+	// after a restore that crashed and was abandoned. (Epoch E+1's buckets keep as many revisions
+	// per key as E's: fault tests keep them all.)
+	for p := uint32(0); p < next.Partitions; p++ {
+		if err := step("buckets"); err != nil {
+			return Cluster{}, err
+		}
+		if err := s.ResetPartition(ctx, next.Epoch, p, cur.Epoch); err != nil {
+			return Cluster{}, fmt.Errorf("making epoch %d: %w", next.Epoch, err)
+		}
+	}
+	done := 0
+	put := func(e BackupEntry) error {
+		if done%restoreCheckEvery == 0 {
+			if err := step("records"); err != nil {
+				return err
+			}
+		} else if err := ctx.Err(); err != nil {
+			return fmt.Errorf("restore stopped at %s: %w", e.Key, err)
+		}
+		p, err := partitionOf(e.Key, next.Partitions)
+		if err != nil {
+			return err
+		}
+		if _, err := s.PutData(ctx, next.Epoch, p, e.Key, e.Value); err != nil {
+			return fmt.Errorf("restore %s: %w", e.Key, err)
+		}
+		done++
+		if opt.Progress != nil && done%500 == 0 {
+			opt.Progress(done, len(b.Entries))
+		}
+		return nil
+	}
+	for _, e := range b.Entries {
+		if strings.HasPrefix(e.Key, "shard.") && !opt.KeepShardRevision {
+			continue
+		}
+		if err := put(e); err != nil {
+			return Cluster{}, err
+		}
+	}
+	if !opt.KeepShardRevision {
+		if err := step("shards"); err != nil {
+			return Cluster{}, err
+		}
+		// Rewritten after every restored record, so every token of E+1 is above every restored
+		// revision; unassigned, so the coordinator grants each shard to a live session.
+		free, _ := json.Marshal(Assignment{})
+		for sh := uint32(0); sh < next.Shards; sh++ {
+			if err := put(BackupEntry{Key: ShardKey(sh), Value: free}); err != nil {
+				return Cluster{}, err
+			}
+		}
+	}
+	if err := step("epoch"); err != nil {
+		return Cluster{}, err
+	}
+	v, _ := json.Marshal(next)
+	if _, err := s.ControlUpdate(ctx, ClusterKey, v, ce.Revision, 0); err != nil {
+		return Cluster{}, fmt.Errorf("set epoch %d: %w", next.Epoch, err)
+	}
+	// The epoch is the commit point: a claim left behind is finished, whoever sees it.
+	if !opt.SkipClaim {
+		_ = s.ControlDelete(ctx, RestoreKey, claimRev)
+	}
+	return next, nil
+}
+
+// partitionOf is the partition of a data key: shard.<S> and inst.<S>.<id> live in S mod P.
+func partitionOf(key string, partitions uint32) (uint32, error) {
+	_, rest, ok := strings.Cut(key, ".")
+	num, _, _ := strings.Cut(rest, ".")
+	sh, err := strconv.ParseUint(num, 10, 32)
+	if !ok || err != nil {
+		return 0, fmt.Errorf("key %q: not a shard or instance key", key)
+	}
+	return uint32(sh) % partitions, nil
+}
+
+// claimRestore takes the restore key for a restore (CAS). A claim whose target epoch is already
+// live (or older) belongs to a restore that finished: it is replaced. A live claim of another
+// restore is refused unless takeover, which replaces it and restores into the epoch after it.
+func claimRestore(ctx context.Context, s Control, want RestoreClaim, takeover bool) (uint64, uint64, error) {
+	b, _ := json.Marshal(want)
+	rev, err := s.ControlCreate(ctx, RestoreKey, b, 0)
+	if !errors.Is(err, ErrConflict) {
+		return rev, want.Epoch, err
+	}
+	e, gerr := s.LatestControl(ctx, RestoreKey)
+	if errors.Is(gerr, ErrNotFound) {
+		rev, err := s.ControlCreate(ctx, RestoreKey, b, 0) // released meanwhile: one more try
+		return rev, want.Epoch, err
+	}
+	if gerr != nil {
+		return 0, 0, gerr
+	}
+	var held RestoreClaim
+	bad := json.Unmarshal(e.Value, &held) != nil
+	switch {
+	case !bad && held.Epoch <= want.FromEpoch:
+		// Its epoch is live already: that restore finished, only its claim was left behind.
+	case takeover && (bad || held.Epoch >= want.Epoch):
+		// The restorer taken over may only be frozen, not dead: after its last check it can still
+		// delete, recreate or write the buckets of the epoch it claimed. Restore into the epoch
+		// after it instead, whose buckets it never touches; its own epoch never goes live (its
+		// final compare-on-revision of cluster fails once this one commits).
+		if !bad {
+			want.Epoch = held.Epoch + 1
+		} else {
+			want.Epoch++
+		}
+		want.TakenOver = append(held.TakenOver, held.Operator)
+		b, _ = json.Marshal(want)
+	default:
+		return 0, 0, &RestoreClaimedError{Claim: held, Revision: e.Revision}
+	}
+	// Finished (its epoch is live), or taken over: replace it, compare-on-revision.
+	rev, err = s.ControlUpdate(ctx, RestoreKey, b, e.Revision, 0)
+	if errors.Is(err, ErrConflict) {
+		return 0, 0, fmt.Errorf("%w: the claim changed while it was being taken", ErrRestoreClaimed)
+	}
+	return rev, want.Epoch, err
+}
+
+// checkRestoreClaim: the restore key still holds our claim and the cluster record has not moved
+// on, read through the stream leader. A claim still ours over a cluster that moved on (another
+// restore committed after we read it) is released: its epoch will never go live.
+func checkRestoreClaim(ctx context.Context, s Control, claimRev, clusterRev uint64) error {
+	e, err := s.LatestControl(ctx, RestoreKey)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("check the restore claim: %w", err) // not known to be lost: stop all the same
+	}
+	if err != nil || e.Revision != claimRev {
+		var who RestoreClaim
+		_ = json.Unmarshal(e.Value, &who)
+		return fmt.Errorf("%w: the restore key is now held by %q (revision %d, ours %d; %v)", ErrRestoreClaimLost,
+			who.Operator, e.Revision, claimRev, err)
+	}
+	ce, err := s.LatestControl(ctx, ClusterKey)
+	if err != nil {
+		return fmt.Errorf("check the cluster record: %w", err)
+	}
+	if ce.Revision != clusterRev {
+		_ = s.ControlDelete(ctx, RestoreKey, claimRev)
+		return fmt.Errorf("%w: the cluster record changed (revision %d, read at %d)", ErrRestoreClaimLost, ce.Revision, clusterRev)
+	}
+	return nil
+}
+
+// AbandonRestore undoes a restore that crashed before it sealed anything: it deletes the buckets
+// it may have made for its epoch and releases its claim. Once epoch E is sealed there is no going
+// back (a sealed bucket stays sealed): finish it with a takeover instead. Only for a restorer
+// whose process is gone: one that is merely frozen (or whose seal is still on the wire) can still
+// seal epoch E after its last check (a takeover is safe against that; an undo is not).
+func AbandonRestore(ctx context.Context, s EpochStore) (RestoreClaim, error) {
+	e, err := s.LatestControl(ctx, RestoreKey)
+	if err != nil {
+		return RestoreClaim{}, fmt.Errorf("no restore to abandon: %w", err)
+	}
+	var held RestoreClaim
+	if err := json.Unmarshal(e.Value, &held); err != nil {
+		return RestoreClaim{}, fmt.Errorf("restore claim: %w", err)
+	}
+	cl, err := s.Cluster(ctx)
+	if err != nil {
+		return held, err
+	}
+	if cl.Epoch >= held.Epoch {
+		// Finished: nothing to undo, only the claim to clear.
+		return held, s.ControlDelete(ctx, RestoreKey, e.Revision)
+	}
+	for p := uint32(0); p < cl.Partitions; p++ {
+		sealed, err := s.PartitionSealed(ctx, held.FromEpoch, p)
+		if err != nil {
+			return held, err
+		}
+		if sealed {
+			return held, fmt.Errorf("epoch %d is already sealed by %s's restore: it cannot be undone; finish it with a takeover",
+				held.FromEpoch, held.Operator)
+		}
+	}
+	// Take the claim first (so the crashed restore, if it was only slow, stops), then clean up.
+	b, _ := json.Marshal(RestoreClaim{FromEpoch: held.FromEpoch, Epoch: held.Epoch, Operator: "abandon:" + held.Operator})
+	rev, err := s.ControlUpdate(ctx, RestoreKey, b, e.Revision, 0)
+	if err != nil {
+		return held, err
+	}
+	for p := uint32(0); p < cl.Partitions; p++ {
+		if err := s.DropPartition(ctx, held.Epoch, p); err != nil {
+			return held, fmt.Errorf("deleting epoch %d: %w", held.Epoch, err)
+		}
+	}
+	return held, s.ControlDelete(ctx, RestoreKey, rev)
+}
