@@ -26,6 +26,8 @@ type Command struct {
 	Received time.Time
 	// Reply sends the encoded (msgpack) reply. The host calls it exactly once.
 	Reply func(reply []byte)
+
+	admitted bool // counted by admission control until answered
 }
 
 // Commands connects the host to the command subjects of the shards it runs.
@@ -59,6 +61,13 @@ type Config struct {
 	// ReconcileEvery is how often Watch compares every shard key with what runs here, besides
 	// following changes (default 5s; negative: never).
 	ReconcileEvery time.Duration
+	// MaxCommandDelay is the admission target: when for a whole 100 ms even the quickest
+	// command took longer than this from arrival to answer, new commands are refused with busy
+	// until answers are quick again (default 250ms; negative: admit everything).
+	MaxCommandDelay time.Duration
+	// MaxPendingCommands bounds the commands admitted and not yet answered; more are refused
+	// with busy (default 50000).
+	MaxPendingCommands int
 }
 
 // Host runs the shards granted to one node session.
@@ -88,6 +97,7 @@ type Host struct {
 	// shard elsewhere, and reconciling must not take it back. A new grant has a new Grant field.
 	released     map[uint32]handedOn
 	reconcileNow chan struct{}
+	adm          *admission
 }
 
 // New validates the config and reads the cluster record.
@@ -107,6 +117,12 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if cfg.TombstoneTTL == 0 {
 		cfg.TombstoneTTL = 10 * time.Minute
 	}
+	if cfg.MaxCommandDelay == 0 {
+		cfg.MaxCommandDelay = 250 * time.Millisecond
+	}
+	if cfg.MaxPendingCommands <= 0 {
+		cfg.MaxPendingCommands = 50000
+	}
 	if cfg.ReconcileEvery == 0 {
 		cfg.ReconcileEvery = 5 * time.Second
 	}
@@ -121,7 +137,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	return &Host{cfg: cfg, log: cfg.Logger.With("session", cfg.Session), cluster: cl,
 		ctx: hctx, cancel: cancel, shards: map[uint32]*shardRun{}, lastLoad: time.Now(),
 		seen: map[uint32]uint64{}, released: map[uint32]handedOn{},
-		reconcileNow: make(chan struct{}, 1)}, nil
+		reconcileNow: make(chan struct{}, 1), adm: newAdmission(cfg.MaxCommandDelay, cfg.MaxPendingCommands, cfg.Metrics.CommandsPending, cfg.Metrics.Shedding, cfg.Logger.With("session", cfg.Session))}, nil
 }
 
 // Cluster is the cluster record the host runs under.
@@ -341,6 +357,12 @@ func (h *Host) forget(sh *shardRun) {
 
 // Submit hands a command to the owner of its shard, as the command transport does.
 func (h *Host) Submit(c Command) {
+	if !h.adm.admit(time.Now()) {
+		h.answerErr(c, wire.CodeBusy, "node %s is past its capacity: commands wait over %v to be committed; retry with the same request after a backoff",
+			h.cfg.Node, h.cfg.MaxCommandDelay)
+		return
+	}
+	c.admitted = true
 	h.mu.Lock()
 	sh := h.shards[c.Shard]
 	h.mu.Unlock()
@@ -354,8 +376,13 @@ func (h *Host) Submit(c Command) {
 
 // answer sends a reply and counts it.
 func (h *Host) answer(c Command, reply []byte, result string) {
+	now := time.Now()
+	took := now.Sub(c.Received)
+	if c.admitted {
+		h.adm.done(took, now)
+	}
 	h.cfg.Metrics.Commands.WithLabelValues(result).Inc()
-	h.cfg.Metrics.CommandSeconds.Observe(time.Since(c.Received).Seconds())
+	h.cfg.Metrics.CommandSeconds.Observe(took.Seconds())
 	if c.Reply != nil {
 		c.Reply(reply)
 	}

@@ -87,7 +87,7 @@ func (in *instance) enqueue(c Command) {
 		return
 	case len(in.mailbox) >= maxMailbox:
 		in.mu.Unlock()
-		in.sh.h.answerErr(c, wire.CodeRetry, "instance %s has %d commands waiting; retry later", in.id, maxMailbox)
+		in.sh.h.answerErr(c, wire.CodeBusy, "instance %s has %d commands waiting; retry with the same request after a backoff", in.id, maxMailbox)
 		return
 	}
 	in.mailbox = append(in.mailbox, c)

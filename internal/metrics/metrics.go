@@ -31,6 +31,9 @@ type Node struct {
 	CommandSeconds prometheus.Histogram
 	ShardStops     *prometheus.CounterVec
 	Rotations      prometheus.Counter
+	// Admission control: commands admitted and not answered; 1 while new ones are refused busy.
+	CommandsPending prometheus.Gauge
+	Shedding        prometheus.Gauge
 
 	// Cluster operation.
 	Failovers         prometheus.Counter
@@ -72,6 +75,10 @@ func NewNode(reg prometheus.Registerer, skipped func() float64) *Node {
 			Help: "Shards this node stopped, by reason: reassigned, stale_owner, shutdown."}, []string{"reason"}),
 		Rotations: prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_token_rotations_total",
 			Help: "Token rotations after a write with an unknown outcome; each is followed by a rebuild of the shard."}),
+		CommandsPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_commands_pending",
+			Help: "Commands admitted and not answered yet (admission control bounds them)."}),
+		Shedding: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_admission_shedding",
+			Help: "1 while the node refuses new commands with busy: answers took longer than the admission target for a whole interval."}),
 	}
 	m.Failovers = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_failovers_total",
 		Help: "Shards this node, as coordinator, reassigned because their owner's lease was gone."})
@@ -93,7 +100,7 @@ func NewNode(reg prometheus.Registerer, skipped func() float64) *Node {
 		m.StateWrites.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Ticks, m.TicksSkipped, m.TickLateness, m.TickDuration, m.StateWrites, m.Instances,
-		m.ShardsOwned, m.Commands, m.CommandSeconds, m.ShardStops, m.Rotations)
+		m.ShardsOwned, m.Commands, m.CommandSeconds, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding)
 	return m
 }
 

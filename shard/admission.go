@@ -1,0 +1,113 @@
+package shard
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// admission decides at the door whether the node can still commit a command in time (DESIGN 5,
+// the busy code). It watches how long admitted commands wait for their answer (their sojourn:
+// the next tick, then the write that holds the effect). When even the quickest answer of a whole
+// interval took longer than the target, a queue is standing — the node commits more slowly
+// than commands arrive — and new commands are refused at once with busy, which costs a decode
+// and a reply, until an interval's quickest answer is back under the target (CoDel's signal,
+// applied at the door rather than at the head of the queue). A bound on admitted, unanswered
+// commands caps memory if answers stop altogether. Overload then degrades into quick refusals
+// that clients retry with backoff, instead of queues that grow until every client times out.
+type admission struct {
+	target, interval time.Duration
+	max              int64
+	pendingGauge     prometheus.Gauge
+	sheddingGauge    prometheus.Gauge
+	log              *slog.Logger
+	logged           time.Time // last report of a change (at most one per 5 s)
+
+	pending  atomic.Int64 // admitted, not answered yet
+	shedding atomic.Bool
+	refused  atomic.Uint64
+
+	mu    sync.Mutex
+	start time.Time     // of the current interval
+	min   time.Duration // the quickest answer in it; -1: none yet
+}
+
+func newAdmission(target time.Duration, max int, pending, shedding prometheus.Gauge, log *slog.Logger) *admission {
+	if target < 0 {
+		return nil // off
+	}
+	return &admission{target: target, interval: 100 * time.Millisecond, max: int64(max), min: -1, start: time.Now(),
+		pendingGauge: pending, sheddingGauge: shedding, log: log}
+}
+
+// admit reports whether a command may enter; if so, done must be called when it is answered.
+func (a *admission) admit(now time.Time) bool {
+	if a == nil {
+		return true
+	}
+	a.mu.Lock()
+	a.roll(now)
+	a.mu.Unlock()
+	if a.shedding.Load() || a.pending.Load() >= a.max {
+		a.refused.Add(1)
+		return false
+	}
+	a.pending.Add(1)
+	a.pendingGauge.Inc()
+	return true
+}
+
+// done: an admitted command was answered after waiting sojourn.
+func (a *admission) done(sojourn time.Duration, now time.Time) {
+	if a == nil {
+		return
+	}
+	a.pending.Add(-1)
+	a.pendingGauge.Dec()
+	a.mu.Lock()
+	if a.min < 0 || sojourn < a.min {
+		a.min = sojourn
+	}
+	a.roll(now)
+	a.mu.Unlock()
+}
+
+// roll ends the interval once it is over: shedding if its quickest answer was over the target;
+// not shedding if it had none and nothing waits; unchanged otherwise. Under a.mu.
+func (a *admission) roll(now time.Time) {
+	if now.Sub(a.start) < a.interval {
+		return
+	}
+	was := a.shedding.Load()
+	switch {
+	case a.min >= 0:
+		a.shedding.Store(a.min > a.target)
+	case a.pending.Load() == 0:
+		a.shedding.Store(false)
+	}
+	if is := a.shedding.Load(); is != was && now.Sub(a.logged) > 5*time.Second {
+		a.logged = now
+		if is {
+			a.log.Warn("admission: refusing new commands with busy; answers are slower than the target",
+				"quickest_answer", a.min.Round(time.Millisecond), "target", a.target, "pending", a.pending.Load(), "refused_so_far", a.refused.Load())
+		} else {
+			a.log.Info("admission: admitting commands again", "pending", a.pending.Load(), "refused_so_far", a.refused.Load())
+		}
+	}
+	a.start, a.min = now, -1
+	if a.shedding.Load() {
+		a.sheddingGauge.Set(1)
+	} else {
+		a.sheddingGauge.Set(0)
+	}
+}
+
+func (a *admission) state() (pending int64, shedding bool) {
+	if a == nil {
+		return 0, false
+	}
+	return a.pending.Load(), a.shedding.Load()
+}
