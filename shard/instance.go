@@ -46,6 +46,7 @@ type instance struct {
 
 // write is one fenced write and the answers that wait for it.
 type write struct {
+	sent    time.Time
 	rec     store.Record
 	end     bool // a fenced delete marker instead of a record
 	answers []answer
@@ -382,6 +383,7 @@ func (in *instance) send(w *write) {
 	if h.cfg.BeforeWrite != nil {
 		h.cfg.BeforeWrite(in.sh.id, in.id)
 	}
+	w.sent = time.Now()
 	if w.end {
 		h.spawn(func() {
 			_, err := h.cfg.Store.End(in.sh.ctx, in.grant, in.id)
@@ -395,6 +397,9 @@ func (in *instance) send(w *write) {
 func (in *instance) written(w *write, err error) {
 	h := in.sh.h
 	h.cfg.Metrics.StateWrite(writeResult(err))
+	if err == nil {
+		h.cfg.Metrics.WriteSeconds.Observe(time.Since(w.sent).Seconds())
+	}
 	in.mu.Lock()
 	answers := w.answers
 	w.answers = nil

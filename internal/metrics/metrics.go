@@ -34,6 +34,7 @@ type Node struct {
 	// Admission control: commands admitted and not answered; 1 while new ones are refused busy.
 	CommandsPending prometheus.Gauge
 	Shedding        prometheus.Gauge
+	WriteSeconds    prometheus.Histogram
 
 	// Cluster operation.
 	Failovers         prometheus.Counter
@@ -77,6 +78,8 @@ func NewNode(reg prometheus.Registerer, skipped func() float64) *Node {
 			Help: "Token rotations after a write with an unknown outcome; each is followed by a rebuild of the shard."}),
 		CommandsPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_commands_pending",
 			Help: "Commands admitted and not answered yet (admission control bounds them)."}),
+		WriteSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_state_write_seconds",
+			Help: "Fenced state write, sent to acknowledged by the store (accepted writes only).", Buckets: LatencyBuckets}),
 		Shedding: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_admission_shedding",
 			Help: "1 while the node refuses new commands with busy: answers took longer than the admission target for a whole interval."}),
 	}
@@ -100,7 +103,7 @@ func NewNode(reg prometheus.Registerer, skipped func() float64) *Node {
 		m.StateWrites.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Ticks, m.TicksSkipped, m.TickLateness, m.TickDuration, m.StateWrites, m.Instances,
-		m.ShardsOwned, m.Commands, m.CommandSeconds, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding)
+		m.ShardsOwned, m.Commands, m.CommandSeconds, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding, m.WriteSeconds)
 	return m
 }
 

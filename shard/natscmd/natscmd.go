@@ -145,6 +145,33 @@ func (c *Client) ack(instance string) uint64 {
 	return a
 }
 
+// Once sends a command of the compact form exactly once — no retry on busy, retry or a timeout —
+// and returns the reply: for load tests that count every answer, and callers that schedule
+// retries themselves (a retry of it would be a new command).
+func (c *Client) Once(ctx context.Context, instance string, cmd map[string]any) (wire.Reply, error) {
+	if err := store.ValidID(instance); err != nil {
+		return wire.Reply{}, err
+	}
+	body, err := wire.Canonical(cmd)
+	if err != nil {
+		return wire.Reply{}, err
+	}
+	seq := c.assign(instance)
+	defer c.settle(instance, seq)
+	m := nats.NewMsg(wire.Subject(store.ShardOf(instance, c.shards), instance))
+	m.Data = body
+	m.Header.Set(wire.HeaderClient, c.ID)
+	m.Header.Set(wire.HeaderSeq, strconv.FormatUint(seq, 10))
+	if ack := c.ack(instance); ack > 0 {
+		m.Header.Set(wire.HeaderAck, strconv.FormatUint(ack, 10))
+	}
+	resp, err := c.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return wire.Reply{}, err
+	}
+	return wire.DecodeReply(resp.Data, false)
+}
+
 // Send sends one command (a msgpack or JSON map) and waits for its answer, retrying with the same
 // request ID (or sequence number, if requestID is empty) while no owner answers or the owner says
 // retry or busy, with exponential backoff and jitter, until ctx ends. It returns the final reply
