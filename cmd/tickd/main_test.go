@@ -37,7 +37,7 @@ func runTickd(t *testing.T, tickd, tickctl, data string, atLeast uint64) uint64 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tickd, "--data", data, "--demo", "10", "--shards", "16",
-		"--nats-listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--summary-every", "1s", "--log-json")
+		"--nats-listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--pprof", "--summary-every", "1s", "--log-json")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +94,17 @@ func runTickd(t *testing.T, tickd, tickctl, data string, atLeast uint64) uint64 
 			t.Errorf("metrics lack %s", name)
 		}
 	}
+	// --pprof: the profiler is on the metrics listener.
+	pprofURL := strings.TrimSuffix(metricsURL, "/metrics") + "/debug/pprof/goroutine?debug=1"
+	resp, err = http.Get(pprofURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile:") {
+		t.Errorf("GET %s: %s, want 200 and a goroutine profile; got %.200q", pprofURL, resp.Status, body)
+	}
 	out, err := exec.Command(tickctl, "instance", "get", "demo-3", "--json", "--nats", natsURL).Output()
 	if err != nil {
 		t.Fatalf("tickctl instance get: %v", err)
@@ -120,4 +131,35 @@ func runTickd(t *testing.T, tickd, tickctl, data string, atLeast uint64) uint64 
 		t.Fatalf("tickd exit: %v, flushed %v", err, flushed)
 	}
 	return rec.Tick
+}
+
+// TestTickdRefusesBadFlags checks that load and profiling flags out of range are refused at once,
+// with a message naming the flag, before anything starts.
+func TestTickdRefusesBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	tickd := filepath.Join(dir, "tickd")
+	if out, err := exec.Command("go", "build", "-o", tickd, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--demo-players", "0"}, "--demo-players must be at least 1"},
+		{[]string{"--demo-players", "-3"}, "--demo-players must be at least 1"},
+		{[]string{"--demo-rate", "0"}, "--demo-rate must be"},
+		{[]string{"--demo-rate", "-1"}, "--demo-rate must be"},
+		{[]string{"--demo-rate", "NaN"}, "--demo-rate must be"},
+		{[]string{"--demo-rate", "+Inf"}, "--demo-rate must be"},
+		{[]string{"--pprof", "--metrics", ""}, "--pprof serves the profiler on the --metrics listener"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		args := append([]string{"--data", filepath.Join(dir, "data"), "--metrics", "127.0.0.1:0"}, tc.args...)
+		out, err := exec.CommandContext(ctx, tickd, args...).CombinedOutput()
+		timedOut := ctx.Err() != nil
+		cancel()
+		if err == nil || timedOut || !strings.Contains(string(out), tc.want) {
+			t.Errorf("tickd %q: %v, output %q; want a prompt failure saying %q", tc.args, err, out, tc.want)
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/shard/natscmd"
 )
 
@@ -20,7 +21,7 @@ type Config struct {
 	Client    *natscmd.Client
 	Instances int
 	Players   int           // per dungeon (default 4)
-	Every     time.Duration // between two attacks of one player (default 1s)
+	Every     time.Duration // between two attacks of one player, on average (default 1s)
 	Session   string        // makes request IDs unique to this run
 	Logger    *slog.Logger
 }
@@ -34,6 +35,9 @@ type Driver struct {
 	cancel   context.CancelFunc
 	seqs     []atomic.Uint64
 	progress atomic.Int64
+	// rtt holds the round trips (retries included) of the commands answered since the last
+	// RoundTrips call.
+	rtt atomic.Pointer[hdr.Histogram]
 }
 
 // ID names the i-th demo dungeon.
@@ -48,6 +52,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		cfg.Every = time.Second
 	}
 	d := &Driver{cfg: cfg, seqs: make([]atomic.Uint64, cfg.Instances)}
+	d.rtt.Store(hdr.New(4))
 	if err := d.create(ctx); err != nil {
 		return nil, err
 	}
@@ -103,9 +108,13 @@ func (d *Driver) play(ctx context.Context, i int) {
 		n := d.seqs[i].Add(1)
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
+		start := time.Now()
 		_, err := d.cfg.Client.SendMap(cctx, id, fmt.Sprintf("%s-%d", d.cfg.Session, n), cmd)
 		d.sent.Add(1)
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err == nil:
+			d.rtt.Load().Record(time.Since(start))
+		case ctx.Err() == nil:
 			d.failed.Add(1)
 		}
 	}
@@ -128,6 +137,12 @@ func (d *Driver) play(ctx context.Context, i int) {
 
 // Sent is the number of commands sent and how many of them got no answer.
 func (d *Driver) Sent() (sent, failed uint64) { return d.sent.Load(), d.failed.Load() }
+
+// RoundTrips returns the round trips, as a player sees them (every retransmission of the client
+// included), of the commands answered since the previous call.
+func (d *Driver) RoundTrips() *hdr.Histogram {
+	return d.rtt.Swap(hdr.New(4))
+}
 
 // Stop stops the players and waits for their last commands.
 func (d *Driver) Stop() {
