@@ -5,6 +5,7 @@
 //	tickbench writes  [--storage memory,file --sync --inflight 64 --duration 5s --cluster]
 //	tickbench cluster [--nodes 3 --instances 300 --rate 500 --duration 20s --kill-node | --pause-node]
 //	tickbench chaos   [--nodes 3 --duration 10m --seed N]
+//	tickbench overload [--instances 1000 --steps 10,25,50,75,100,125,150,200 --step 15s --capacity N]
 //
 // Every scenario takes --json FILE (the figures, machine-readable); ticks and cluster take --plot
 // FILE (a self-contained HTML page with an SVG plot over time). Progress goes to stderr. cluster
@@ -35,6 +36,8 @@ func main() {
 		err = runCluster(os.Args[2:])
 	case "chaos":
 		err = runChaos(os.Args[2:])
+	case "overload":
+		err = runOverload(os.Args[2:])
 	case "help", "-h", "--help":
 		usage()
 		return
@@ -58,6 +61,8 @@ scenarios:
            trip, failover time after --kill-node or --pause-node
   chaos    nemesis soak: random pauses, kills, moves, drains and frozen saves under load, then
            the stored history and every acknowledged command are checked (exit 1 on a violation)
+  overload one node under command load from 10 % to 200 % of its capacity: ok / busy / timed
+           out, round trip, ticks vs schedule, lateness, write latency, record bytes per step
 
 tickbench SCENARIO --help lists its flags.`)
 }

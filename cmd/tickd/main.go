@@ -62,6 +62,8 @@ type options struct {
 	maxMoves        int
 	rebalanceEvery  time.Duration
 	handoffTimeout  time.Duration
+	maxCmdDelay     time.Duration
+	maxPending      int
 	dataHistory     int64
 }
 
@@ -95,6 +97,8 @@ func main() {
 	fs.IntVar(&o.maxMoves, "max-moves", 8, "coordinator: graceful moves under way at once (failover is exempt)")
 	fs.DurationVar(&o.rebalanceEvery, "rebalance-every", time.Second, "coordinator: minimum interval between load-based rebalancing rounds")
 	fs.Int64Var(&o.dataHistory, "data-history", 1, "revisions kept per key when this node creates the data buckets (fault tests keep every one to check the history)")
+	fs.DurationVar(&o.maxCmdDelay, "max-command-delay", 250*time.Millisecond, "admission control: when for 100 ms every command took longer than this from arrival to answer, refuse new ones with busy until answers are quick again (negative: admit everything)")
+	fs.IntVar(&o.maxPending, "max-pending-commands", 50000, "admission control: commands admitted and not answered yet, at most; more are refused with busy")
 	fs.DurationVar(&o.handoffTimeout, "handoff-timeout", 5*time.Second, "coordinator: reassign a moving shard anyway if its old owner has not released it by then")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tickd runs a tickfence node.
@@ -194,8 +198,11 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 		os.Exit(1)
 	}()
 
-	// NATS: embedded unless --nats/NATS_URL names a server.
-	var nc *nats.Conn
+	// NATS: embedded unless --nats/NATS_URL names a server. Three connections: the store's (fenced
+	// writes, leases, watches), the commands' (subscriptions and replies) and the demo players'. A
+	// connection serializes its publishes under one lock, so the tick path's writes do not queue
+	// behind replies and players' requests.
+	var connect func(purpose string) (*nats.Conn, error)
 	if o.natsURL == "" {
 		dir, _ := filepath.Abs(o.data)
 		srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Listen: o.natsListen, Sync: o.sync, Name: o.nodeID})
@@ -208,26 +215,43 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 			attrs = append(attrs, "listen", srv.ClientURL())
 		}
 		log.Info("embedded NATS JetStream server started", attrs...)
-		nc, err = natskv.Connect("", srv.ConnectOption(), nats.Name("tickd "+o.nodeID))
-		if err != nil {
-			return fmt.Errorf("connect to NATS: %w", err)
+		connect = func(purpose string) (*nats.Conn, error) {
+			nc, err := natskv.Connect("", srv.ConnectOption(), nats.Name("tickd "+o.nodeID+" "+purpose))
+			if err != nil {
+				return nil, fmt.Errorf("connect to NATS: %w", err)
+			}
+			return nc, nil
 		}
 	} else {
 		if o.sync {
 			log.Warn("--sync applies to the embedded server only; configure sync on the external server")
 		}
-		nc, err = natskv.Connect(o.natsURL, nats.Name("tickd "+o.nodeID),
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-				if err != nil {
-					log.Warn("NATS disconnected", "err", err)
-				}
-			}),
-			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }))
-		if err != nil {
-			return fmt.Errorf("connect to NATS at %s: %w", o.natsURL, err)
+		connect = func(purpose string) (*nats.Conn, error) {
+			nc, err := natskv.Connect(o.natsURL, nats.Name("tickd "+o.nodeID+" "+purpose),
+				nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+					if err != nil {
+						log.Warn("NATS disconnected", "connection", purpose, "err", err)
+					}
+				}),
+				nats.ReconnectHandler(func(c *nats.Conn) {
+					log.Info("NATS reconnected", "connection", purpose, "url", c.ConnectedUrl())
+				}))
+			if err != nil {
+				return nil, fmt.Errorf("connect to NATS at %s: %w", o.natsURL, err)
+			}
+			return nc, nil
 		}
 	}
+	nc, err := connect("store")
+	if err != nil {
+		return err
+	}
 	defer nc.Close()
+	cmdConn, err := connect("commands")
+	if err != nil {
+		return err
+	}
+	defer cmdConn.Close()
 	if o.dataHistory < 1 {
 		return fmt.Errorf("--data-history must be at least 1, got %d", o.dataHistory)
 	}
@@ -282,8 +306,9 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 	var reportLate metrics.Window
 	m.AlsoObserveLateness(&reportLate)
 	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: o.nodeID, Store: st,
-		Commands: natscmd.NewServer(nc, cl.Shards, m), Kinds: kinds, Engine: engine,
-		CheckpointEvery: o.checkpointEvery, Logger: log, Metrics: m, BeforeWrite: beforeWrite},
+		Commands: natscmd.NewServer(cmdConn, cl.Shards, m), Kinds: kinds, Engine: engine,
+		CheckpointEvery: o.checkpointEvery, Logger: log, Metrics: m, BeforeWrite: beforeWrite,
+		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending},
 		BeforeRelease: beforeRelease,
 		LeaseTTL:      o.lease,
 		P99Lateness:   func() time.Duration { d, _ := reportLate.Quantile(0.99); return d }})
@@ -318,9 +343,14 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 
 	var driver *demo.Driver
 	if o.demo > 0 && ctx.Err() == nil {
+		demoConn, err := connect("demo players")
+		if err != nil {
+			return err
+		}
+		defer demoConn.Close()
 		dctx, cancel := context.WithTimeout(ctx, time.Minute)
-		driver, err = demo.Start(dctx, demo.Config{Client: natscmd.NewClient(nc, cl.Shards), Instances: o.demo,
-			Players: o.demoPlayers, Every: every, Session: node.Session(), Logger: log})
+		driver, err = demo.Start(dctx, demo.Config{Client: natscmd.NewClient(demoConn, cl.Shards), Instances: o.demo,
+			Players: o.demoPlayers, Every: every, Logger: log})
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			log.Error("demo dungeons could not be created", "err", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/shard/wire"
 )
 
 // Config of the demo driver.
@@ -22,7 +23,6 @@ type Config struct {
 	Instances int
 	Players   int           // per dungeon (default 4)
 	Every     time.Duration // between two attacks of one player, on average (default 1s)
-	Session   string        // makes request IDs unique to this run
 	Logger    *slog.Logger
 }
 
@@ -33,7 +33,6 @@ type Driver struct {
 	failed   atomic.Uint64
 	wg       sync.WaitGroup
 	cancel   context.CancelFunc
-	seqs     []atomic.Uint64
 	progress atomic.Int64
 	// rtt holds the round trips (retries included) of the commands answered since the last
 	// RoundTrips call.
@@ -51,7 +50,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Second
 	}
-	d := &Driver{cfg: cfg, seqs: make([]atomic.Uint64, cfg.Instances)}
+	d := &Driver{cfg: cfg}
 	d.rtt.Store(hdr.New(4))
 	if err := d.create(ctx); err != nil {
 		return nil, err
@@ -104,12 +103,25 @@ func (d *Driver) play(ctx context.Context, i int) {
 	defer d.wg.Done()
 	id := ID(i)
 	rng := rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))
-	send := func(cmd map[string]any) {
-		n := d.seqs[i].Add(1)
+	// Players' commands are encoded once: a player sends the same few commands all the time.
+	body := func(cmd map[string]any) []byte {
+		b, err := wire.Canonical(cmd)
+		if err != nil {
+			panic(err) // constant maps of strings
+		}
+		return b
+	}
+	joins, attacks := make([][]byte, d.cfg.Players), make([][]byte, d.cfg.Players)
+	for p := range d.cfg.Players {
+		joins[p] = body(map[string]any{"type": "join", "player": fmt.Sprintf("p%d", p)})
+		attacks[p] = body(map[string]any{"type": "attack", "player": fmt.Sprintf("p%d", p)})
+	}
+	send := func(cmd []byte) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		start := time.Now()
-		_, err := d.cfg.Client.SendMap(cctx, id, fmt.Sprintf("%s-%d", d.cfg.Session, n), cmd)
+		// The compact form (client session): the instance remembers only what is in flight.
+		_, _, err := d.cfg.Client.Exec(cctx, id, "", cmd, false)
 		d.sent.Add(1)
 		switch {
 		case err == nil:
@@ -119,7 +131,7 @@ func (d *Driver) play(ctx context.Context, i int) {
 		}
 	}
 	for p := 0; p < d.cfg.Players; p++ {
-		send(map[string]any{"type": "join", "player": fmt.Sprintf("p%d", p)})
+		send(joins[p])
 	}
 	gap := d.cfg.Every / time.Duration(d.cfg.Players)
 	t := time.NewTimer(time.Duration(rng.Int64N(int64(gap) + 1)))
@@ -130,7 +142,7 @@ func (d *Driver) play(ctx context.Context, i int) {
 			return
 		case <-t.C:
 		}
-		send(map[string]any{"type": "attack", "player": fmt.Sprintf("p%d", rng.IntN(d.cfg.Players))})
+		send(attacks[rng.IntN(d.cfg.Players)])
 		t.Reset(gap/2 + time.Duration(rng.Int64N(int64(gap)+1)))
 	}
 }

@@ -177,8 +177,22 @@ func (c *Client) Once(ctx context.Context, instance string, cmd map[string]any) 
 // retry or busy, with exponential backoff and jitter, until ctx ends. It returns the final reply
 // as sent by the owner (msgpack, or JSON if asJSON) and decoded.
 func (c *Client) Send(ctx context.Context, instance, requestID string, body []byte, asJSON bool) ([]byte, wire.Reply, error) {
-	if err := store.ValidID(instance); err != nil {
+	raw, _, err := c.Exec(ctx, instance, requestID, body, asJSON)
+	if raw == nil {
 		return nil, wire.Reply{}, err
+	}
+	r, derr := wire.DecodeReply(raw, asJSON)
+	if derr != nil {
+		return raw, r, derr
+	}
+	return raw, r, err
+}
+
+// Exec is Send without decoding the result: it returns the final reply as sent by the owner and
+// its status (for senders that do not read results, such as load generators).
+func (c *Client) Exec(ctx context.Context, instance, requestID string, body []byte, asJSON bool) ([]byte, wire.Status, error) {
+	if err := store.ValidID(instance); err != nil {
+		return nil, wire.Status{}, err
 	}
 	subject := wire.Subject(store.ShardOf(instance, c.shards), instance)
 	var seq uint64
@@ -209,7 +223,7 @@ func (c *Client) Send(ctx context.Context, instance, requestID string, body []by
 		resp, err := c.nc.RequestMsgWithContext(actx, m)
 		cancel()
 		if err == nil {
-			r, derr := wire.DecodeReply(resp.Data, asJSON)
+			r, derr := wire.DecodeStatus(resp.Data, asJSON)
 			if derr != nil {
 				return resp.Data, r, derr
 			}
@@ -224,7 +238,7 @@ func (c *Client) Send(ctx context.Context, instance, requestID string, body []by
 		wait := time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond
 		select {
 		case <-ctx.Done():
-			return nil, wire.Reply{}, fmt.Errorf("command %s to %s: gave up: %w (last: %v)", name, instance, ctx.Err(), last)
+			return nil, wire.Status{}, fmt.Errorf("command %s to %s: gave up: %w (last: %v)", name, instance, ctx.Err(), last)
 		case <-time.After(wait):
 		}
 		backoff = min(2*backoff, time.Second)

@@ -351,3 +351,29 @@ func DecodeReply(b []byte, isJSON bool) (Reply, error) {
 	}
 	return r, nil
 }
+
+// Status is a reply without its result: what a sender needs to decide whether to retry.
+type Status struct {
+	OK    bool   `msgpack:"ok" json:"ok"`
+	Error *Error `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// DecodeStatus decodes a reply's status only, skipping the result (cheaper than DecodeReply).
+func DecodeStatus(b []byte, isJSON bool) (Status, error) {
+	var r Status
+	var err error
+	if isJSON {
+		err = json.Unmarshal(b, &r)
+	} else {
+		if err = mpscan.Check(b); err == nil {
+			err = msgpack.Unmarshal(b, &r)
+		}
+	}
+	if err != nil {
+		return Status{}, fmt.Errorf("malformed reply: %w", err)
+	}
+	if !r.OK && r.Error == nil {
+		return Status{}, errors.New("malformed reply: not ok and no error")
+	}
+	return r, nil
+}

@@ -1,0 +1,459 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"html"
+	"math"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tickfence/tickfence/internal/hdr"
+	"github.com/tickfence/tickfence/internal/proc"
+	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
+)
+
+// The overload scenario: one node (a tickd process beside a `tickd server`), N dungeons, and an
+// open-loop load generator that sends each attack exactly once (no client retry: every answer is
+// counted as it came). It first finds the node's capacity — the most commands/s acknowledged
+// while answers stay quick — then runs steps from 10 % to 200 % of it and reports, per step, what
+// a user sees (ok / busy / other / no answer in time, round trip) and what the node does (ticks/s
+// against its schedule, tick lateness, write latency, record size and bytes per command).
+
+type overloadConfig struct {
+	Instances       int           `json:"instances"`
+	Shards          int           `json:"shards"`
+	TickRate        float64       `json:"tick_rate_hz"`
+	CheckpointEvery int           `json:"checkpoint_every"`
+	Step            time.Duration `json:"step_ns"`
+	Percents        []float64     `json:"percents"`
+	Capacity        float64       `json:"capacity_commands_per_s"`
+	Calibrated      bool          `json:"calibrated"`
+	Timeout         time.Duration `json:"answer_timeout_ns"`
+	NodeArgs        []string      `json:"node_args,omitempty"`
+}
+
+type overloadStep struct {
+	Percent     float64       `json:"percent"` // of the capacity; 0 in calibration
+	Offered     float64       `json:"offered_per_s"`
+	OK          float64       `json:"ok_per_s"`
+	Busy        float64       `json:"busy_per_s"`
+	Other       float64       `json:"other_errors_per_s"`
+	TimedOut    float64       `json:"timed_out_per_s"` // no answer within the timeout
+	NotSent     int64         `json:"not_sent"`        // the generator's own in-flight bound
+	P50         time.Duration `json:"round_trip_p50_ns"`
+	P99         time.Duration `json:"round_trip_p99_ns"`
+	Max         time.Duration `json:"round_trip_max_ns"`
+	TicksFrac   float64       `json:"ticks_vs_scheduled"`
+	Skipped     float64       `json:"ticks_skipped"`
+	LateP99     time.Duration `json:"tick_lateness_p99_ns"`
+	WriteP50    time.Duration `json:"write_p50_ns"`
+	WriteP99    time.Duration `json:"write_p99_ns"`
+	RecordBytes float64       `json:"record_bytes"`
+	BytesPerCmd float64       `json:"bytes_written_per_command"`
+	CPU         float64       `json:"node_cpu_cores"`
+	Errors      string        `json:"errors,omitempty"`
+}
+
+type overloadReport struct {
+	Machine     machine        `json:"machine"`
+	Config      overloadConfig `json:"config"`
+	Calibration []overloadStep `json:"calibration,omitempty"`
+	Steps       []overloadStep `json:"steps"`
+	Damage      damageResult   `json:"damage"`
+}
+
+func runOverload(args []string) error {
+	fs := flag.NewFlagSet("overload", flag.ExitOnError)
+	instances := fs.Int("instances", 1000, "dungeons created by tickbench (boss HP 1e9: bosses never die)")
+	shards := fs.Int("shards", 64, "shards of the cluster")
+	tickRate := fs.Float64("tick-rate", 20, "tick rate of the node (Hz)")
+	checkpoint := fs.Int("checkpoint-every", 20, "the node's --checkpoint-every")
+	step := fs.Duration("step", 15*time.Second, "length of each load step")
+	percents := fs.String("steps", "10,25,50,75,100,125,150,200", "load steps, in percent of the capacity")
+	capacity := fs.Float64("capacity", 0, "the node's capacity in commands/s (0: find it first, ramping the load until answers slow down)")
+	timeout := fs.Duration("timeout", time.Second, "an attack with no answer after this long counts as timed out (it is never retried)")
+	nodeArgs := fs.String("node-args", "", "extra tickd flags for the node, space-separated (e.g. \"--max-command-delay -1\" to see the node without admission control)")
+	bin := fs.String("tickd", "", "use this tickd binary instead of building one")
+	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
+	plotOut := fs.String("plot", "", "write an HTML page plotting the steps to this file")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `tickbench overload: command load from 10 %% to 200 %% of one node's capacity.
+
+It starts a tickd server and one tickd node, creates --instances dungeons, finds the capacity
+(unless --capacity is given), then runs each step for --step and prints one row per step.
+Every attack is sent once (the client does not retry busy), so the table counts what the node
+answered. At the end every instance's stored damage is compared with the acknowledged attacks.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(args)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("overload: unexpected argument %q", fs.Arg(0))
+	}
+	var pcts []float64
+	for _, f := range strings.Split(*percents, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v <= 0 {
+			return fmt.Errorf("--steps: %q is not a positive percentage", f)
+		}
+		pcts = append(pcts, v)
+	}
+	if *instances < 1 || *step <= 0 || *tickRate <= 0 || *timeout <= 0 {
+		return errors.New("--instances, --step, --tick-rate and --timeout must be positive")
+	}
+	cfg := overloadConfig{Instances: *instances, Shards: *shards, TickRate: *tickRate, CheckpointEvery: *checkpoint,
+		Step: *step, Percents: pcts, Capacity: *capacity, Timeout: *timeout}
+	cfg.NodeArgs = []string{"--tick-rate", fmt.Sprint(*tickRate), "--checkpoint-every", fmt.Sprint(*checkpoint)}
+	cfg.NodeArgs = append(cfg.NodeArgs, strings.Fields(*nodeArgs)...)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep := overloadReport{Machine: thisMachine(), Config: cfg}
+	fmt.Printf("tickbench overload on %s\n", rep.Machine)
+	fmt.Printf("1 node + tickd server, %d dungeons on %d shards at %g Hz, checkpoint every %d ticks, steps of %v, answer timeout %v\n\n",
+		cfg.Instances, cfg.Shards, cfg.TickRate, cfg.CheckpointEvery, cfg.Step, cfg.Timeout)
+	p := newProgress()
+	b, err := startBenchCluster(ctx, p, *bin, proc.ClusterConfig{Lease: 2 * time.Second, Shards: *shards, NodeArgs: cfg.NodeArgs}, []string{"n1"})
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	gen, err := b.newLoad(1, 0, *timeout, false)
+	if err != nil {
+		return err
+	}
+	defer gen.nc.Close()
+	if err := gen.setup(ctx, p, *instances); err != nil {
+		return err
+	}
+	o := &overload{b: b, g: gen, cfg: cfg, p: p}
+	if cfg.Capacity == 0 {
+		rep.Calibration, cfg.Capacity = o.calibrate(ctx)
+		rep.Config.Capacity, rep.Config.Calibrated = cfg.Capacity, true
+		p.line("capacity: %.0f commands/s", cfg.Capacity)
+	}
+	for _, pct := range pcts {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s := o.step(ctx, cfg.Capacity*pct/100, *step)
+		s.Percent = pct
+		rep.Steps = append(rep.Steps, s)
+		p.line("%3.0f%%: %s", pct, s.brief())
+	}
+	p.line("checking every instance's stored damage against the acknowledged attacks")
+	gen.wait()
+	var cr chaosReport
+	checkDamage(ctx, b, gen, &cr)
+	rep.Damage = cr.Damage
+	p.done()
+	printOverload(rep)
+	if err := writeJSON(*jsonOut, rep); err != nil {
+		return err
+	}
+	if *plotOut != "" {
+		if err := writeOverloadPlot(*plotOut, rep); err != nil {
+			return err
+		}
+		fmt.Printf("plot: %s\n", *plotOut)
+	}
+	if d := rep.Damage; d.Lost > 0 || d.Duplicates > 0 || d.Unreadable > 0 {
+		return fmt.Errorf("damage check failed: %d instances lost acknowledged damage, %d have duplicates, %d unreadable", d.Lost, d.Duplicates, d.Unreadable)
+	}
+	return nil
+}
+
+type overload struct {
+	b   *benchCluster
+	g   *loadGen
+	cfg overloadConfig
+	p   *progress
+}
+
+func (s overloadStep) brief() string {
+	return fmt.Sprintf("offered %6.0f/s  ok %6.0f/s  busy %6.0f/s  timed out %5.0f/s  rtt p99 %6s ms  ticks %5.1f%%  tick p99 %6s ms  write p99 %6s ms  record %5.0f B",
+		s.Offered, s.OK, s.Busy, s.TimedOut, ms(s.P99), 100*s.TicksFrac, ms(s.LateP99), ms(s.WriteP99), s.RecordBytes)
+}
+
+// calibrate ramps the load by half each 5 s step until the node stops keeping up (busy or timed
+// out over 2 % of the offered load, or a round trip p99 over 500 ms); the capacity is the most
+// commands/s acknowledged in a step that kept up.
+func (o *overload) calibrate(ctx context.Context) ([]overloadStep, float64) {
+	var steps []overloadStep
+	best := 0.0
+	for rate := 500.0; ctx.Err() == nil && rate < 1e6; rate *= 1.5 {
+		s := o.step(ctx, rate, 5*time.Second)
+		steps = append(steps, s)
+		o.p.line("calibrating: %s", s.brief())
+		kept := (s.Busy+s.TimedOut+s.Other) < 0.02*s.Offered && s.P99 < 500*time.Millisecond && s.NotSent == 0
+		if !kept {
+			break
+		}
+		best = max(best, s.OK)
+	}
+	if best == 0 {
+		best = 500
+	}
+	return steps, best
+}
+
+// step offers rate attacks/s for d and measures.
+func (o *overload) step(ctx context.Context, rate float64, d time.Duration) overloadStep {
+	n := o.b.Node("n1")
+	before, _ := scrapeNode(n)
+	cpu0 := procCPU(n.Pid())
+	t0 := time.Now()
+	var (
+		ok, busy, other, timedOut, notSent atomic.Int64
+		inflight                           atomic.Int64
+		wg                                 sync.WaitGroup
+		mu                                 sync.Mutex
+		errs                               = map[string]int64{}
+	)
+	rtt := hdr.New(7)
+	sctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	tick := time.NewTicker(time.Millisecond)
+	issued := 0
+	for sctx.Err() == nil {
+		<-tick.C
+		due := int(time.Since(t0).Seconds() * rate)
+		for ; issued < due; issued++ {
+			if inflight.Load() >= maxInflight {
+				notSent.Add(1)
+				continue
+			}
+			i := int(o.g.seq.Add(1) % uint64(len(o.g.ids)))
+			inflight.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer inflight.Add(-1)
+				actx, acancel := context.WithTimeout(context.Background(), o.cfg.Timeout)
+				defer acancel()
+				start := time.Now()
+				r, err := o.g.client.Once(actx, o.g.ids[i], map[string]any{"type": "attack", "player": "p"})
+				if err != nil {
+					timedOut.Add(1)
+					o.g.unknowN[i].Add(1)
+					return
+				}
+				rtt.Record(time.Since(start))
+				switch {
+				case r.OK:
+					ok.Add(1)
+					res, _ := r.Result.(map[string]any)
+					dmg, _ := toInt64(res["damage"])
+					o.g.acked[i].Add(dmg)
+				case r.Error.Code == wire.CodeBusy:
+					busy.Add(1) // refused without effect
+				default:
+					other.Add(1)
+					o.g.unknowN[i].Add(1) // conservatively: it may have had an effect
+					mu.Lock()
+					errs[r.Error.Code]++
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	tick.Stop()
+	wg.Wait()
+	secs := time.Since(t0).Seconds()
+	after, _ := scrapeNode(n)
+	cpu1 := procCPU(n.Pid())
+	s := overloadStep{Offered: rate, OK: float64(ok.Load()) / secs, Busy: float64(busy.Load()) / secs,
+		Other: float64(other.Load()) / secs, TimedOut: float64(timedOut.Load()) / secs, NotSent: notSent.Load(),
+		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max()}
+	if cpu0 >= 0 && cpu1 >= 0 {
+		s.CPU = (cpu1 - cpu0) / secs
+	}
+	if before != nil && after != nil {
+		ticks := after["tickfence_ticks_total"] - before["tickfence_ticks_total"]
+		s.TicksFrac = ticks / (secs * o.cfg.TickRate * float64(o.cfg.Instances))
+		s.Skipped = after["tickfence_ticks_skipped_total"] - before["tickfence_ticks_skipped_total"]
+		h := proc.Delta(before.Histogram("tickfence_tick_lateness_seconds"), after.Histogram("tickfence_tick_lateness_seconds"))
+		s.LateP99 = secs2(proc.Quantile(h, 0.99))
+		w := proc.Delta(before.Histogram("tickfence_state_write_seconds"), after.Histogram("tickfence_state_write_seconds"))
+		s.WriteP50, s.WriteP99 = secs2(proc.Quantile(w, 0.5)), secs2(proc.Quantile(w, 0.99))
+		writes := after[`tickfence_state_writes_total{result="ok"}`] - before[`tickfence_state_writes_total{result="ok"}`]
+		s.RecordBytes = o.recordBytes(ctx)
+		if ok.Load() > 0 {
+			s.BytesPerCmd = writes * s.RecordBytes / float64(ok.Load())
+		}
+	}
+	if len(errs) > 0 {
+		s.Errors = fmt.Sprint(errs)
+	}
+	return s
+}
+
+func secs2(v float64) time.Duration {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return time.Duration(v * 1e9)
+}
+
+func scrapeNode(n *proc.Proc) (proc.Metrics, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return n.Scrape(ctx)
+}
+
+// procCPU is the user+system CPU seconds of a process so far (-1 if unknown).
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return -1
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // clock ticks (USER_HZ = 100 on Linux)
+}
+
+// recordBytes is the mean encoded size of 20 of the instances' records.
+func (o *overload) recordBytes(ctx context.Context) float64 {
+	total, n := 0, 0
+	for i := 0; i < len(o.g.ids) && n < 20; i += max(1, len(o.g.ids)/20) {
+		id := o.g.ids[i]
+		rec, err := o.b.Load(ctx, o.b.epoch, store.ShardOf(id, o.b.shards), id)
+		if err != nil {
+			continue
+		}
+		if b, err := store.EncodeRecord(rec); err == nil {
+			total += len(b)
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(total) / float64(n)
+}
+
+func printOverload(rep overloadReport) {
+	c := rep.Config
+	fmt.Printf("\ncapacity %.0f commands/s (%s)\n\n", c.Capacity, map[bool]string{true: "found by the ramp above", false: "given"}[c.Calibrated])
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "load\toffered/s\tok/s\tbusy/s\ttimed out/s\tother/s\trtt p50 ms\trtt p99 ms\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tnode CPU\t")
+	for _, s := range rep.Steps {
+		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t\n",
+			s.Percent, s.Offered, s.OK, s.Busy, s.TimedOut, s.Other, ms(s.P50), ms(s.P99), 100*s.TicksFrac, s.Skipped,
+			ms(s.LateP99), ms(s.WriteP50), ms(s.WriteP99), s.RecordBytes, s.BytesPerCmd, s.CPU)
+	}
+	w.Flush()
+	d := rep.Damage
+	fmt.Printf("\ndamage check over %d instances: acknowledged %d, stored %d; lost %d, duplicates %d, unreadable %d (attacks with no answer that were applied: %d damage)\n",
+		d.Instances, d.AckedDamage, d.StoredDamage, d.Lost, d.Duplicates, d.Unreadable, d.UnknownApplied)
+	for _, e := range d.Examples {
+		fmt.Println("  " + e)
+	}
+}
+
+// writeOverloadPlot writes a self-contained HTML page: per step, commands/s by outcome against
+// the offered load, and the round trip and tick lateness p99 on a log scale.
+func writeOverloadPlot(path string, rep overloadReport) error {
+	var b strings.Builder
+	b.WriteString("<!doctype html><meta charset=utf-8><title>tickbench overload</title>" +
+		"<style>body{font:14px sans-serif;margin:2em}svg{background:#fafafa;border:1px solid #ddd}</style>")
+	fmt.Fprintf(&b, "<h1>tickbench overload</h1><p>%s; capacity %.0f commands/s; %d dungeons at %g Hz</p>",
+		html.EscapeString(rep.Machine.String()), rep.Config.Capacity, rep.Config.Instances, rep.Config.TickRate)
+	const w, h, left, bottom = 900.0, 320.0, 70.0, 30.0
+	steps := rep.Steps
+	if len(steps) == 0 {
+		return os.WriteFile(path, []byte(b.String()), 0o644)
+	}
+	pmax := 0.0
+	for _, s := range steps {
+		pmax = math.Max(pmax, s.Percent)
+	}
+	x := func(p float64) float64 { return left + (w-left-20)*p/pmax }
+	// Throughput.
+	top := 0.0
+	for _, s := range steps {
+		top = math.Max(top, s.Offered)
+	}
+	y := func(v float64) float64 { return (h - bottom) - (h-bottom-10)*v/top }
+	b.WriteString("<h2>commands/s by outcome vs offered load</h2>")
+	fmt.Fprintf(&b, "<svg width=%v height=%v>", w, h)
+	for _, s := range steps {
+		fmt.Fprintf(&b, "<text x=%.1f y=%v font-size=11 text-anchor=middle>%.0f%%</text>", x(s.Percent), h-10, s.Percent)
+	}
+	for _, v := range []float64{0, top / 2, top} {
+		fmt.Fprintf(&b, "<line x1=%v x2=%v y1=%.1f y2=%.1f stroke=#ddd /><text x=4 y=%.1f font-size=11>%.0f/s</text>", left, w-20, y(v), y(v), y(v)+4, v)
+	}
+	series := []struct {
+		name, color string
+		v           func(overloadStep) float64
+	}{
+		{"offered", "#999", func(s overloadStep) float64 { return s.Offered }},
+		{"ok", "#2ca02c", func(s overloadStep) float64 { return s.OK }},
+		{"busy", "#ff7f0e", func(s overloadStep) float64 { return s.Busy }},
+		{"timed out", "#d62728", func(s overloadStep) float64 { return s.TimedOut }},
+	}
+	for i, q := range series {
+		var pts []string
+		for _, s := range steps {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(s.Percent), y(q.v(s))))
+		}
+		fmt.Fprintf(&b, "<polyline fill=none stroke=%s stroke-width=2 points=%q />", q.color, strings.Join(pts, " "))
+		fmt.Fprintf(&b, "<text x=%v y=%d font-size=12 fill=%s>%s</text>", left+10, 16+14*i, q.color, q.name)
+	}
+	b.WriteString("</svg>")
+	// Latencies, log scale.
+	lo, hi := -1.0, 3.0 // 0.1 ms … 1000 ms
+	ly := func(d time.Duration) float64 {
+		l := math.Log10(math.Max(float64(d)/1e6, 0.1))
+		return (h - bottom) - (h-bottom-10)*(l-lo)/(hi-lo)
+	}
+	b.WriteString("<h2>p99: command round trip, tick lateness, write (log scale)</h2>")
+	fmt.Fprintf(&b, "<svg width=%v height=%v>", w, h)
+	for e := lo; e <= hi; e++ {
+		d := time.Duration(math.Pow(10, e) * 1e6)
+		fmt.Fprintf(&b, "<line x1=%v x2=%v y1=%.1f y2=%.1f stroke=#ddd /><text x=4 y=%.1f font-size=11>%g ms</text>", left, w-20, ly(d), ly(d), ly(d)+4, math.Pow(10, e))
+	}
+	for _, s := range steps {
+		fmt.Fprintf(&b, "<text x=%.1f y=%v font-size=11 text-anchor=middle>%.0f%%</text>", x(s.Percent), h-10, s.Percent)
+	}
+	lat := []struct {
+		name, color string
+		v           func(overloadStep) time.Duration
+	}{
+		{"round trip p99", "#1f77b4", func(s overloadStep) time.Duration { return s.P99 }},
+		{"tick lateness p99", "#9467bd", func(s overloadStep) time.Duration { return s.LateP99 }},
+		{"write p99", "#8c564b", func(s overloadStep) time.Duration { return s.WriteP99 }},
+	}
+	for i, q := range lat {
+		var pts []string
+		for _, s := range steps {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(s.Percent), ly(q.v(s))))
+		}
+		fmt.Fprintf(&b, "<polyline fill=none stroke=%s stroke-width=2 points=%q />", q.color, strings.Join(pts, " "))
+		fmt.Fprintf(&b, "<text x=%v y=%d font-size=12 fill=%s>%s</text>", left+10, 16+14*i, q.color, q.name)
+	}
+	b.WriteString("</svg>")
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
