@@ -98,6 +98,64 @@ type Host struct {
 	released     map[uint32]handedOn
 	reconcileNow chan struct{}
 	adm          *admission
+
+	// Writes leave the tick workers through writeQ: encoding a record and publishing it (which
+	// can wait on the connection's lock) happen on the writer goroutines, so a slow store never
+	// holds a tick back. Once the host is cancelled (writersDone), writes are sent in place.
+	writeQ      chan queuedWrite
+	writeMu     sync.RWMutex
+	writersDone bool
+	startWrites sync.Once
+}
+
+type queuedWrite struct {
+	in *instance
+	w  *write
+}
+
+// writers is how many goroutines send the host's writes.
+const writers = 2
+
+// enqueueWrite hands a write to the writer goroutines (in place if their queue is full or they
+// have stopped).
+func (h *Host) enqueueWrite(in *instance, w *write) {
+	h.startWrites.Do(func() {
+		for range writers {
+			h.spawn(h.writer)
+		}
+	})
+	h.writeMu.RLock()
+	if !h.writersDone && h.ctx.Err() == nil { // cancelled: the writers may never have started
+		select {
+		case h.writeQ <- queuedWrite{in, w}:
+			h.writeMu.RUnlock()
+			return
+		default:
+		}
+	}
+	h.writeMu.RUnlock()
+	in.send(w)
+}
+
+func (h *Host) writer() {
+	for {
+		select {
+		case q := <-h.writeQ:
+			q.in.send(q.w)
+		case <-h.ctx.Done():
+			h.writeMu.Lock()
+			h.writersDone = true
+			h.writeMu.Unlock()
+			for {
+				select {
+				case q := <-h.writeQ:
+					q.in.send(q.w)
+				default:
+					return
+				}
+			}
+		}
+	}
 }
 
 // New validates the config and reads the cluster record.
@@ -134,10 +192,11 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("shard host: %w", err)
 	}
 	hctx, cancel := context.WithCancel(context.Background())
-	return &Host{cfg: cfg, log: cfg.Logger.With("session", cfg.Session), cluster: cl,
+	h := &Host{cfg: cfg, log: cfg.Logger.With("session", cfg.Session), cluster: cl, writeQ: make(chan queuedWrite, 1<<16),
 		ctx: hctx, cancel: cancel, shards: map[uint32]*shardRun{}, lastLoad: time.Now(),
 		seen: map[uint32]uint64{}, released: map[uint32]handedOn{},
-		reconcileNow: make(chan struct{}, 1), adm: newAdmission(cfg.MaxCommandDelay, cfg.MaxPendingCommands, cfg.Metrics.CommandsPending, cfg.Metrics.Shedding, cfg.Logger.With("session", cfg.Session))}, nil
+		reconcileNow: make(chan struct{}, 1), adm: newAdmission(cfg.MaxCommandDelay, cfg.MaxPendingCommands, cfg.Metrics.CommandsPending, cfg.Metrics.Shedding, cfg.Logger.With("session", cfg.Session))}
+	return h, nil
 }
 
 // Cluster is the cluster record the host runs under.

@@ -156,7 +156,7 @@ func (in *instance) Tick(time.Time) {
 		in.sh.h.answerErr(c, wire.CodeInternal, "instance %s failed; it is stopped on this node", in.id)
 	}
 	if w != nil {
-		in.send(w)
+		in.sh.h.enqueueWrite(in, w)
 	}
 }
 
@@ -448,7 +448,7 @@ func (in *instance) written(w *write, err error) {
 			in.sh.log.Info("instance ended", "instance", in.id, "token", in.grant.Token, "tick", w.rec.Tick)
 		}
 		if next != nil {
-			in.send(next)
+			h.enqueueWrite(in, next)
 		}
 	case errors.Is(err, store.ErrTooLarge):
 		for _, a := range answers {

@@ -127,8 +127,12 @@ func TestNoWriteUnderTokenAfterUnknownOutcome(t *testing.T) {
 	sh.mu.Lock() // the rebuild the lost write starts waits for this
 	in.enqueue(cmd("r1"))
 	e.Advance(start.Add(150 * time.Millisecond)) // W1: its answer is lost
+	for deadline := time.Now().Add(5 * time.Second); st.sent(tok) == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond) // the writer goroutine sends it
+	}
 	in.enqueue(cmd("r2"))
 	e.Advance(start.Add(250 * time.Millisecond)) // the next tick, still under the same token
+	time.Sleep(100 * time.Millisecond)           // a write of it would have been sent by now
 	sent := st.sent(tok)
 	sh.mu.Unlock()
 
