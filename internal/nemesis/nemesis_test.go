@@ -3,6 +3,7 @@ package nemesis
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -17,16 +18,19 @@ var (
 	long    = flag.Duration("nemesis.long", 0, "run seeds from 1 until this much wall time has passed (e.g. 10m)")
 	chaos   = flag.Duration("nemesis.chaos", 0, "fault phase of each run, in fake time (default 12s)")
 	tail    = flag.Int("nemesis.tail", 300, "how many events of the log a failing seed prints")
+	// With the restore claim reverted, the nemesis must find issue 9.4 (a second or retried
+	// restore clobbering the live epoch) by itself.
+	restoreSkipClaim = flag.Bool("nemesis.restore-skip-claim", false, "restore without the restore claim (store.RestoreOptions.SkipClaim): issue 9.4 reverted")
 )
 
 // TestNemesis runs the seeded scenario of package nemesis for many seeds, in parallel, each in
 // its own synctest bubble; a failing seed prints its violations and event log.
 func TestNemesis(t *testing.T) {
 	start := time.Now()
-	cfg := Config{Chaos: *chaos, LogTail: *tail, LogAlways: *oneSeed != 0}
+	cfg := Config{Chaos: *chaos, LogTail: *tail, LogAlways: *oneSeed != 0, RestoreSkipClaim: *restoreSkipClaim}
 	var mu sync.Mutex
 	totals := map[string]uint64{}
-	var runs, sent, acked, actions int
+	var runs, sent, acked, actions, restoreRuns, restores int
 	var maxUnserved time.Duration
 	var failed []uint64
 	run := func(t *testing.T, seed uint64) {
@@ -37,6 +41,10 @@ func TestNemesis(t *testing.T) {
 			sent += res.Sent
 			acked += res.Acked
 			actions += res.Actions
+			if res.Restore != "" {
+				restoreRuns++
+			}
+			restores += res.Restores
 			maxUnserved = max(maxUnserved, res.MaxUnserved)
 			for k, v := range res.Counts {
 				totals[k] += v
@@ -78,6 +86,8 @@ func TestNemesis(t *testing.T) {
 	for _, v := range totals {
 		total += v
 	}
-	t.Logf("%d runs in %v: %d adds sent, %d acknowledged, %d nemesis actions, longest unserved shard %v, %s; failing seeds: %v",
-		runs, time.Since(start).Round(time.Millisecond), sent, acked, actions, maxUnserved, faultstore.FormatCounts(totals), failed)
+	slices.Sort(failed)
+	t.Logf("%d runs in %v: %d adds sent, %d acknowledged, %d nemesis actions, %d runs with a restore episode (%d restores), longest unserved shard %v, %s; failing seeds (%d): %v",
+		runs, time.Since(start).Round(time.Millisecond), sent, acked, actions, restoreRuns, restores, maxUnserved, faultstore.FormatCounts(totals),
+		len(failed), failed)
 }
