@@ -146,6 +146,23 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	return e, nil
 }
 
+// Lag is how far behind its schedule the engine is now: how late the bucket being handed out
+// (or, if it is handed out, the next one) is; 0 when it is on time. An overrun shows here before
+// it shows as skipped ticks.
+func (e *Engine) Lag() time.Duration {
+	now := time.Now()
+	e.mu.Lock()
+	due := e.due
+	if e.pos >= len(e.batch) {
+		due = due.Add(e.cfg.Slot)
+	}
+	e.mu.Unlock()
+	return max(now.Sub(due), 0)
+}
+
+// Manual reports an engine driven by Advance (its schedule is not the wall clock's).
+func (e *Engine) Manual() bool { return e.cfg.Manual }
+
 // Period is the time between two ticks of one instance.
 func (e *Engine) Period() time.Duration { return e.period }
 

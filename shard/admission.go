@@ -15,7 +15,9 @@ import (
 // interval took longer than the target, a queue is standing — the node commits more slowly
 // than commands arrive — and new commands are refused at once with busy, which costs a decode
 // and a reply, until an interval's quickest answer is back under the target (CoDel's signal,
-// applied at the door rather than at the head of the queue). A bound on admitted, unanswered
+// applied at the door rather than at the head of the queue). The same happens while the tick
+// engine runs behind its schedule by more than half a period at the end of an interval: ticks
+// come first, and commands wait outside (with busy) rather than inside. A bound on admitted, unanswered
 // commands caps memory if answers stop altogether. Overload then degrades into quick refusals
 // that clients retry with backoff, instead of queues that grow until every client times out.
 type admission struct {
@@ -24,6 +26,10 @@ type admission struct {
 	pendingGauge     prometheus.Gauge
 	sheddingGauge    prometheus.Gauge
 	log              *slog.Logger
+	// lag reports how far behind its schedule the tick engine is; over lagLimit at the end of an
+	// interval (the CPU cannot keep up with ticks and commands together) sheds as well.
+	lag      func() time.Duration
+	lagLimit time.Duration
 	logged           time.Time // last report of a change (at most one per 5 s)
 
 	pending  atomic.Int64 // admitted, not answered yet
@@ -82,7 +88,10 @@ func (a *admission) roll(now time.Time) {
 		return
 	}
 	was := a.shedding.Load()
+	overrun := a.lag != nil && a.lag() > a.lagLimit
 	switch {
+	case overrun:
+		a.shedding.Store(true)
 	case a.min >= 0:
 		a.shedding.Store(a.min > a.target)
 	case a.pending.Load() == 0:
@@ -91,8 +100,9 @@ func (a *admission) roll(now time.Time) {
 	if is := a.shedding.Load(); is != was && now.Sub(a.logged) > 5*time.Second {
 		a.logged = now
 		if is {
-			a.log.Warn("admission: refusing new commands with busy; answers are slower than the target",
-				"quickest_answer", a.min.Round(time.Millisecond), "target", a.target, "pending", a.pending.Load(), "refused_so_far", a.refused.Load())
+			a.log.Warn("admission: refusing new commands with busy; answers are slower than the target or ticks run late",
+				"quickest_answer", a.min.Round(time.Millisecond), "target", a.target, "tick_overrun", overrun,
+				"pending", a.pending.Load(), "refused_so_far", a.refused.Load())
 		} else {
 			a.log.Info("admission: admitting commands again", "pending", a.pending.Load(), "refused_so_far", a.refused.Load())
 		}

@@ -58,6 +58,22 @@ func TestAdmissionShedsOnAStandingQueueOnly(t *testing.T) {
 	if p, _ := b.state(); p != 2 {
 		t.Fatalf("pending = %d, want 2", p)
 	}
+	// Ticks running late shed too, whatever the answers; on time again, it opens.
+	c := newTestAdmission(1000)
+	c.start = t0
+	late := time.Second
+	c.lag, c.lagLimit = func() time.Duration { return late }, 25*time.Millisecond
+	if !c.admit(at(0)) {
+		t.Fatal("refused before any interval ended")
+	}
+	c.done(time.Millisecond, at(10))
+	if c.admit(at(120)) {
+		t.Fatal("admitted while the engine was a second behind its schedule")
+	}
+	late = 0
+	if !c.admit(at(240)) {
+		t.Fatal("still refusing once the engine was on time and nothing waited")
+	}
 	// Off.
 	var off *admission = newAdmission(-1, 1, nil, nil, nil)
 	if !off.admit(at(0)) || !off.admit(at(0)) {

@@ -370,3 +370,24 @@ func recordSize(t *testing.T, rec store.Record) int {
 	}
 	return len(b)
 }
+
+// Admission control on the command path: once every answer of an interval took longer than the
+// target, the next command is refused with busy at once and changes nothing; with nothing
+// waiting, the door opens again.
+func TestBusyWhenAnswersAreSlowerThanTheTarget(t *testing.T) {
+	st := backends(t)[0].open(t)
+	n := newNode(t, st, "A", nodeOpt{maxCmdDelay: time.Nanosecond}) // every answer is "slow"
+	id := idIn(1, 0)
+	n.grant(1)
+	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
+	time.Sleep(150 * time.Millisecond) // the interval with the slow answer ends
+	wantCode(t, n.send(id, "r1", map[string]any{"type": "add", "by": 5}), wire.CodeBusy, "after a slow interval")
+	if _, cs := load(t, st, id); cs.N != 0 {
+		t.Fatalf("n = %d after a refused command, want 0", cs.N)
+	}
+	time.Sleep(150 * time.Millisecond) // an interval with nothing waiting
+	mustOK(t, n.send(id, "r1", map[string]any{"type": "add", "by": 5}), "the same request, retried")
+	if _, cs := load(t, st, id); cs.N != 5 {
+		t.Fatalf("n = %d, want 5", cs.N)
+	}
+}

@@ -138,6 +138,7 @@ type nodeOpt struct {
 	commands        func(m *metrics.Node) shard.Commands
 	checkpointEvery uint64
 	tombstoneTTL    time.Duration
+	maxCmdDelay     time.Duration
 }
 
 func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
@@ -154,7 +155,7 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{})
 	n := &node{t: t, name: name, st: st, engine: e, metrics: m, freeze: &freezer{}}
 	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Metrics: m,
-		CheckpointEvery: opt.checkpointEvery, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL,
+		CheckpointEvery: opt.checkpointEvery, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL, MaxCommandDelay: opt.maxCmdDelay,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)}
 	if opt.commands != nil {
 		cfg.Commands = opt.commands(m)

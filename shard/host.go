@@ -196,6 +196,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		ctx: hctx, cancel: cancel, shards: map[uint32]*shardRun{}, lastLoad: time.Now(),
 		seen: map[uint32]uint64{}, released: map[uint32]handedOn{},
 		reconcileNow: make(chan struct{}, 1), adm: newAdmission(cfg.MaxCommandDelay, cfg.MaxPendingCommands, cfg.Metrics.CommandsPending, cfg.Metrics.Shedding, cfg.Logger.With("session", cfg.Session))}
+	if h.adm != nil && !cfg.Engine.Manual() {
+		h.adm.lag, h.adm.lagLimit = cfg.Engine.Lag, cfg.Engine.Period()/2
+	}
 	return h, nil
 }
 
@@ -416,12 +419,6 @@ func (h *Host) forget(sh *shardRun) {
 
 // Submit hands a command to the owner of its shard, as the command transport does.
 func (h *Host) Submit(c Command) {
-	if !h.adm.admit(time.Now()) {
-		h.answerErr(c, wire.CodeBusy, "node %s is past its capacity: commands wait over %v to be committed; retry with the same request after a backoff",
-			h.cfg.Node, h.cfg.MaxCommandDelay)
-		return
-	}
-	c.admitted = true
 	h.mu.Lock()
 	sh := h.shards[c.Shard]
 	h.mu.Unlock()
@@ -431,6 +428,18 @@ func (h *Host) Submit(c Command) {
 		return
 	}
 	sh.submit(c)
+}
+
+// admit applies admission control to a command arriving for a running shard: false if it was
+// refused (answered busy).
+func (h *Host) admit(c *Command) bool {
+	if c.admitted || h.adm.admit(time.Now()) {
+		c.admitted = true
+		return true
+	}
+	h.answerErr(*c, wire.CodeBusy, "node %s is past its capacity: commands wait over %v to be committed or ticks run late; retry with the same request after a backoff",
+		h.cfg.Node, h.cfg.MaxCommandDelay)
+	return false
 }
 
 // answer sends a reply and counts it.

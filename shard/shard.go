@@ -417,6 +417,9 @@ func (sh *shardRun) stop(reason string, attrs ...any) {
 
 // submit routes a command to its instance's mailbox, or creates the instance.
 func (sh *shardRun) submit(c Command) {
+	if !sh.h.admit(&c) {
+		return
+	}
 	sh.mu.Lock()
 	switch sh.state {
 	case stopped:

@@ -40,6 +40,7 @@ type overloadConfig struct {
 	Capacity        float64       `json:"capacity_commands_per_s"`
 	Calibrated      bool          `json:"calibrated"`
 	Timeout         time.Duration `json:"answer_timeout_ns"`
+	RequestIDs      bool          `json:"opaque_request_ids"`
 	NodeArgs        []string      `json:"node_args,omitempty"`
 }
 
@@ -83,6 +84,7 @@ func runOverload(args []string) error {
 	percents := fs.String("steps", "10,25,50,75,100,125,150,200", "load steps, in percent of the capacity")
 	capacity := fs.Float64("capacity", 0, "the node's capacity in commands/s (0: find it first, ramping the load until answers slow down)")
 	timeout := fs.Duration("timeout", time.Second, "an attack with no answer after this long counts as timed out (it is never retried)")
+	opaque := fs.Bool("request-ids", false, "send opaque request IDs (Tickfence-Request-Id) instead of client sessions (needed for a tickd from before sessions)")
 	nodeArgs := fs.String("node-args", "", "extra tickd flags for the node, space-separated (e.g. \"--max-command-delay -1\" to see the node without admission control)")
 	bin := fs.String("tickd", "", "use this tickd binary instead of building one")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
@@ -115,7 +117,7 @@ Flags:
 		return errors.New("--instances, --step, --tick-rate and --timeout must be positive")
 	}
 	cfg := overloadConfig{Instances: *instances, Shards: *shards, TickRate: *tickRate, CheckpointEvery: *checkpoint,
-		Step: *step, Percents: pcts, Capacity: *capacity, Timeout: *timeout}
+		Step: *step, Percents: pcts, Capacity: *capacity, Timeout: *timeout, RequestIDs: *opaque}
 	cfg.NodeArgs = []string{"--tick-rate", fmt.Sprint(*tickRate), "--checkpoint-every", fmt.Sprint(*checkpoint)}
 	cfg.NodeArgs = append(cfg.NodeArgs, strings.Fields(*nodeArgs)...)
 
@@ -188,9 +190,9 @@ func (s overloadStep) brief() string {
 		s.Offered, s.OK, s.Busy, s.TimedOut, ms(s.P99), 100*s.TicksFrac, ms(s.LateP99), ms(s.WriteP99), s.RecordBytes)
 }
 
-// calibrate ramps the load by half each 5 s step until the node stops keeping up (busy or timed
-// out over 2 % of the offered load, or a round trip p99 over 500 ms); the capacity is the most
-// commands/s acknowledged in a step that kept up.
+// calibrate ramps the load by half each 5 s step until the node stops keeping up: under 98 % of
+// the offered load acknowledged, a round trip p99 over 250 ms, or under 99 % of the scheduled
+// ticks run. The capacity is the most commands/s acknowledged in a step that kept up.
 func (o *overload) calibrate(ctx context.Context) ([]overloadStep, float64) {
 	var steps []overloadStep
 	best := 0.0
@@ -198,7 +200,11 @@ func (o *overload) calibrate(ctx context.Context) ([]overloadStep, float64) {
 		s := o.step(ctx, rate, 5*time.Second)
 		steps = append(steps, s)
 		o.p.line("calibrating: %s", s.brief())
-		kept := (s.Busy+s.TimedOut+s.Other) < 0.02*s.Offered && s.P99 < 500*time.Millisecond && s.NotSent == 0
+		if s.Other > 0.5*s.Offered {
+			o.p.line("calibration stopped: most attacks were refused (%s)", s.Errors)
+			break
+		}
+		kept := s.OK >= 0.98*s.Offered && s.P99 < 250*time.Millisecond && s.TicksFrac >= 0.99 && s.NotSent == 0
 		if !kept {
 			break
 		}
@@ -245,7 +251,11 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 				actx, acancel := context.WithTimeout(context.Background(), o.cfg.Timeout)
 				defer acancel()
 				start := time.Now()
-				r, err := o.g.client.Once(actx, o.g.ids[i], map[string]any{"type": "attack", "player": "p"})
+				rid := ""
+				if o.cfg.RequestIDs {
+					rid = fmt.Sprintf("%s-o%d", o.g.runID, o.g.seq.Add(1))
+				}
+				r, err := o.g.client.Once(actx, o.g.ids[i], rid, map[string]any{"type": "attack", "player": "p"})
 				if err != nil {
 					timedOut.Add(1)
 					o.g.unknowN[i].Add(1)

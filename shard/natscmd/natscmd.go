@@ -145,10 +145,10 @@ func (c *Client) ack(instance string) uint64 {
 	return a
 }
 
-// Once sends a command of the compact form exactly once — no retry on busy, retry or a timeout —
-// and returns the reply: for load tests that count every answer, and callers that schedule
-// retries themselves (a retry of it would be a new command).
-func (c *Client) Once(ctx context.Context, instance string, cmd map[string]any) (wire.Reply, error) {
+// Once sends a command exactly once — no retry on busy, retry or a timeout — and returns the
+// reply: for load tests that count every answer, and callers that schedule retries themselves.
+// An empty requestID uses the compact form (then a retry of it would be a new command).
+func (c *Client) Once(ctx context.Context, instance, requestID string, cmd map[string]any) (wire.Reply, error) {
 	if err := store.ValidID(instance); err != nil {
 		return wire.Reply{}, err
 	}
@@ -156,14 +156,18 @@ func (c *Client) Once(ctx context.Context, instance string, cmd map[string]any) 
 	if err != nil {
 		return wire.Reply{}, err
 	}
-	seq := c.assign(instance)
-	defer c.settle(instance, seq)
 	m := nats.NewMsg(wire.Subject(store.ShardOf(instance, c.shards), instance))
 	m.Data = body
-	m.Header.Set(wire.HeaderClient, c.ID)
-	m.Header.Set(wire.HeaderSeq, strconv.FormatUint(seq, 10))
-	if ack := c.ack(instance); ack > 0 {
-		m.Header.Set(wire.HeaderAck, strconv.FormatUint(ack, 10))
+	if requestID != "" {
+		m.Header.Set(wire.HeaderRequestID, requestID)
+	} else {
+		seq := c.assign(instance)
+		defer c.settle(instance, seq)
+		m.Header.Set(wire.HeaderClient, c.ID)
+		m.Header.Set(wire.HeaderSeq, strconv.FormatUint(seq, 10))
+		if ack := c.ack(instance); ack > 0 {
+			m.Header.Set(wire.HeaderAck, strconv.FormatUint(ack, 10))
+		}
 	}
 	resp, err := c.nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
