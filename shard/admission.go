@@ -30,7 +30,7 @@ type admission struct {
 	// interval (the CPU cannot keep up with ticks and commands together) sheds as well.
 	lag      func() time.Duration
 	lagLimit time.Duration
-	logged           time.Time // last report of a change (at most one per 5 s)
+	logged   time.Time // last report of a change (at most one per 5 s)
 
 	pending  atomic.Int64 // admitted, not answered yet
 	shedding atomic.Bool
