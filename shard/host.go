@@ -442,6 +442,12 @@ func (h *Host) admit(c *Command) bool {
 	return false
 }
 
+// Shedding reports whether admission control refuses new commands now.
+func (h *Host) Shedding() bool {
+	_, shedding := h.adm.state()
+	return shedding
+}
+
 // answer sends a reply and counts it.
 func (h *Host) answer(c Command, reply []byte, result string) {
 	now := time.Now()

@@ -63,6 +63,8 @@ type overloadStep struct {
 	RecordBytes float64       `json:"record_bytes"`
 	BytesPerCmd float64       `json:"bytes_written_per_command"`
 	CPU         float64       `json:"node_cpu_cores"`
+	ServerCPU   float64       `json:"server_cpu_cores"`    // the tickd server process (NATS)
+	LoadCPU     float64       `json:"generator_cpu_cores"` // tickbench itself: the load is made on the same machine
 	Errors      string        `json:"errors,omitempty"`
 }
 
@@ -220,7 +222,7 @@ func (o *overload) calibrate(ctx context.Context) ([]overloadStep, float64) {
 func (o *overload) step(ctx context.Context, rate float64, d time.Duration) overloadStep {
 	n := o.b.Node("n1")
 	before, _ := scrapeNode(n)
-	cpu0 := procCPU(n.Pid())
+	cpu0, srv0, gen0 := procCPU(n.Pid()), procCPU(o.b.Server.Pid()), procCPU(os.Getpid())
 	t0 := time.Now()
 	var (
 		ok, busy, other, timedOut, notSent atomic.Int64
@@ -284,12 +286,18 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	wg.Wait()
 	secs := time.Since(t0).Seconds()
 	after, _ := scrapeNode(n)
-	cpu1 := procCPU(n.Pid())
+	cpu1, srv1, gen1 := procCPU(n.Pid()), procCPU(o.b.Server.Pid()), procCPU(os.Getpid())
 	s := overloadStep{Offered: rate, OK: float64(ok.Load()) / secs, Busy: float64(busy.Load()) / secs,
 		Other: float64(other.Load()) / secs, TimedOut: float64(timedOut.Load()) / secs, NotSent: notSent.Load(),
 		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max()}
 	if cpu0 >= 0 && cpu1 >= 0 {
 		s.CPU = (cpu1 - cpu0) / secs
+	}
+	if srv0 >= 0 && srv1 >= 0 {
+		s.ServerCPU = (srv1 - srv0) / secs
+	}
+	if gen0 >= 0 && gen1 >= 0 {
+		s.LoadCPU = (gen1 - gen0) / secs
 	}
 	if before != nil && after != nil {
 		ticks := after["tickfence_ticks_total"] - before["tickfence_ticks_total"]
@@ -368,11 +376,11 @@ func printOverload(rep overloadReport) {
 	c := rep.Config
 	fmt.Printf("\ncapacity %.0f commands/s (%s)\n\n", c.Capacity, map[bool]string{true: "found by the ramp above", false: "given"}[c.Calibrated])
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "load\toffered/s\tok/s\tbusy/s\ttimed out/s\tother/s\trtt p50 ms\trtt p99 ms\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tnode CPU\t")
+	fmt.Fprintln(w, "load\toffered/s\tok/s\tbusy/s\ttimed out/s\tother/s\trtt p50 ms\trtt p99 ms\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
 	for _, s := range rep.Steps {
-		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t\n",
+		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
 			s.Percent, s.Offered, s.OK, s.Busy, s.TimedOut, s.Other, ms(s.P50), ms(s.P99), 100*s.TicksFrac, s.Skipped,
-			ms(s.LateP99), ms(s.WriteP50), ms(s.WriteP99), s.RecordBytes, s.BytesPerCmd, s.CPU)
+			ms(s.LateP99), ms(s.WriteP50), ms(s.WriteP99), s.RecordBytes, s.BytesPerCmd, s.CPU, s.ServerCPU, s.LoadCPU)
 	}
 	w.Flush()
 	d := rep.Damage

@@ -305,8 +305,9 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 	beforeWrite, beforeRelease := faultHooks(log)
 	var reportLate metrics.Window
 	m.AlsoObserveLateness(&reportLate)
+	cmdServer := natscmd.NewServer(cmdConn, cl.Shards, m)
 	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: o.nodeID, Store: st,
-		Commands: natscmd.NewServer(cmdConn, cl.Shards, m), Kinds: kinds, Engine: engine,
+		Commands: cmdServer, Kinds: kinds, Engine: engine,
 		CheckpointEvery: o.checkpointEvery, Logger: log, Metrics: m, BeforeWrite: beforeWrite,
 		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending},
 		BeforeRelease: beforeRelease,
@@ -315,6 +316,7 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	cmdServer.Shedding = func() bool { h := node.Host(); return h != nil && h.Shedding() }
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	var wg sync.WaitGroup

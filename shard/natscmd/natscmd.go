@@ -28,7 +28,13 @@ type Server struct {
 	nc      *nats.Conn
 	shards  uint32
 	metrics *metrics.Node
+	// Shedding, if set, is asked before a command is decoded: true refuses it with busy at once
+	// (the node's admission control is refusing everything anyway; decoding would only cost).
+	Shedding func() bool
 }
+
+var busyReply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy,
+	"the node is past its capacity; retry with the same request after a backoff")})
 
 var _ shard.Commands = (*Server)(nil)
 
@@ -52,6 +58,13 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 				out.Header.Set(wire.HeaderContent, wire.ContentJSON)
 			}
 			_ = s.nc.PublishMsg(out) // the requester retries if this is lost
+		}
+		if s.Shedding != nil && s.Shedding() {
+			if s.metrics != nil {
+				s.metrics.Commands.WithLabelValues(wire.CodeBusy).Inc()
+			}
+			reply(busyReply)
+			return
 		}
 		req, err := wire.DecodeCommand(m.Subject, wire.Headers{RequestID: m.Header.Get(wire.HeaderRequestID),
 			Client: m.Header.Get(wire.HeaderClient), Seq: m.Header.Get(wire.HeaderSeq), Ack: m.Header.Get(wire.HeaderAck),
