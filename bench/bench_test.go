@@ -15,6 +15,8 @@ import (
 	"github.com/tickfence/tickfence/store/memstore"
 )
 
+// record is a dungeon of 8 players whose opaque request window is full (128 requests): what
+// every record of the demo looked like before client sessions.
 func record(b *testing.B) store.Record {
 	l, err := dungeon.Kind{}.New("bench", actor.Command{})
 	if err != nil {
@@ -28,9 +30,39 @@ func record(b *testing.B) store.Record {
 	state, _ := s.MarshalState()
 	r := store.Record{Token: 123, Tick: 4567, Kind: "dungeon", State: state}
 	for i := 0; i < store.RequestWindow; i++ {
-		r.RememberRequest(store.Request{ID: "req-0123456789", Fingerprint: uint64(i), Result: []byte{0x81, 0xa2, 'o', 'k', 0xc3}})
+		r.RememberRequest(store.Request{ID: "req-0123456789", Fingerprint: uint64(i), Result: []byte{0x81, 0xa2, 'o', 'k', 0xc3}, At: 4567}, 1<<20)
 	}
 	return r
+}
+
+// sessionRecord is the same dungeon with one client session holding 4 unacknowledged answers
+// (a gateway with 4 players' commands in flight): what the demo writes with client sessions.
+func sessionRecord(b *testing.B) store.Record {
+	r := record(b)
+	r.Reqs = nil
+	for i := uint64(1); i <= 4; i++ {
+		r.RememberSession("go-0123456789abcdef", 100, store.SeqResult{Seq: 100 + i, Fingerprint: i, Result: []byte{0x81, 0xa2, 'o', 'k', 0xc3}}, 4567, 6000)
+	}
+	return r
+}
+
+func BenchmarkEncodeRecordSession(b *testing.B) {
+	r := sessionRecord(b)
+	for b.Loop() {
+		if _, err := store.EncodeRecord(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeRecordSession(b *testing.B) {
+	enc, _ := store.EncodeRecord(sessionRecord(b))
+	b.SetBytes(int64(len(enc)))
+	for b.Loop() {
+		if _, err := store.DecodeRecord(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func BenchmarkEncodeRecord(b *testing.B) {

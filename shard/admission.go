@@ -81,8 +81,8 @@ func (a *admission) done(sojourn time.Duration, now time.Time) {
 	a.mu.Unlock()
 }
 
-// roll ends the interval once it is over: shedding if its quickest answer was over the target;
-// not shedding if it had none and nothing waits; unchanged otherwise. Under a.mu.
+// roll ends the interval once it is over: shedding if the engine runs late or its quickest answer
+// was over the target; not shedding otherwise (an interval without answers included). Under a.mu.
 func (a *admission) roll(now time.Time) {
 	if now.Sub(a.start) < a.interval {
 		return
@@ -94,7 +94,10 @@ func (a *admission) roll(now time.Time) {
 		a.shedding.Store(true)
 	case a.min >= 0:
 		a.shedding.Store(a.min > a.target)
-	case a.pending.Load() == 0:
+	default:
+		// No answer in a whole interval: nothing waits, or what waits is stuck (a store that does
+		// not answer, a command lost by a bug). Either way refusing proves nothing: admit again,
+		// and let the bound on pending commands protect the node.
 		a.shedding.Store(false)
 	}
 	if is := a.shedding.Load(); is != was && now.Sub(a.logged) > 5*time.Second {

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/shard"
@@ -389,5 +391,86 @@ func TestBusyWhenAnswersAreSlowerThanTheTarget(t *testing.T) {
 	mustOK(t, n.send(id, "r1", map[string]any{"type": "add", "by": 5}), "the same request, retried")
 	if _, cs := load(t, st, id); cs.N != 5 {
 		t.Fatalf("n = %d, want 5", cs.N)
+	}
+}
+
+// Review finding: a panic in the game's code answers every command of that tick (the one that
+// panicked, those after it, those applied before it whose write never happened), so none waits
+// forever and admission control does not count them pending for good.
+func TestPanicAnswersEveryCommandOfItsTick(t *testing.T) {
+	st := backends(t)[0].open(t)
+	n := newNode(t, st, "A", nodeOpt{})
+	id := idIn(1, 0)
+	n.grant(1)
+	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "bomb"}), "create")
+	var chans []<-chan []byte
+	for i := range 5 { // most of them in one tick with the boom
+		chans = append(chans, n.submit(id, "a"+strconv.Itoa(i), mustBody(t, map[string]any{"type": "add", "by": 1})))
+	}
+	chans = append(chans, n.submit(id, "boom", mustBody(t, map[string]any{"type": "boom"})))
+	for i := range 5 {
+		chans = append(chans, n.submit(id, "b"+strconv.Itoa(i), mustBody(t, map[string]any{"type": "add", "by": 1})))
+	}
+	for i, ch := range chans {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("command %d of the tick that panicked was never answered", i)
+		}
+	}
+	waitFor(t, "no command counted pending", func() bool { return testutil.ToFloat64(n.metrics.CommandsPending) == 0 })
+}
+
+// Review findings, over the real transport: one Go client sending 100 commands to one instance
+// at once gets 100 answers (it holds back past the owner's in-flight bound instead of being
+// refused), and a command served by natscmd goes through admission control.
+func TestGoClientManyConcurrentCommandsAndAdmissionOverNATS(t *testing.T) {
+	b := backends(t)[1]
+	st := b.open(t)
+	n := newNode(t, st, "A", nodeOpt{commands: func(m *metrics.Node) shard.Commands { return natscmd.NewServer(b.nc(t), testShards, m) }})
+	id := idIn(1, 0)
+	n.grant(1)
+	c := natscmd.NewClient(b.nc(t), testShards)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if r, err := c.SendMap(ctx, id, "", map[string]any{"type": "create", "kind": "counter"}); err != nil || !r.OK {
+		t.Fatalf("create: %v %+v", err, r)
+	}
+	// A command waiting for its write is counted by admission control.
+	frozen := n.freeze.arm(id)
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = c.SendMap(ctx, id, "", map[string]any{"type": "add", "by": 1}) }()
+	<-frozen
+	if p := testutil.ToFloat64(n.metrics.CommandsPending); p != 1 {
+		t.Errorf("a command over NATS waiting for its write: commands_pending = %v, want 1", p)
+	}
+	n.freeze.release()
+	<-done
+	var mu sync.Mutex
+	codes := map[string]int{}
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := c.SendMap(ctx, id, "", map[string]any{"type": "add", "by": 1})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				codes["error"]++
+			case r.OK:
+				codes["ok"]++
+			default:
+				codes[r.Error.Code]++
+			}
+		}()
+	}
+	wg.Wait()
+	if codes["ok"] != 100 {
+		t.Fatalf("100 concurrent commands of one Go client: %v", codes)
+	}
+	if _, cs := load(t, st, id); cs.N != 101 {
+		t.Fatalf("n = %d, want 101", cs.N)
 	}
 }

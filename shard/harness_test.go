@@ -152,7 +152,7 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{})
+	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{}, bomb{})
 	n := &node{t: t, name: name, st: st, engine: e, metrics: m, freeze: &freezer{}}
 	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Metrics: m,
 		CheckpointEvery: opt.checkpointEvery, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL, MaxCommandDelay: opt.maxCmdDelay,
@@ -329,3 +329,22 @@ func mustBody(t *testing.T, cmd map[string]any) []byte {
 }
 
 func errorsIsStale(err error) bool { return errors.Is(err, store.ErrStaleOwner) }
+
+// bomb is a counter whose "boom" command panics in the game's code.
+type bomb struct{}
+
+func (bomb) Name() string                                   { return "bomb" }
+func (bomb) New(string, actor.Command) (actor.Logic, error) { return &bombState{}, nil }
+func (bomb) Restore(_ string, b []byte) (actor.Logic, error) {
+	s := &bombState{}
+	return s, msgpack.Unmarshal(b, &s.counterState)
+}
+
+type bombState struct{ counterState }
+
+func (s *bombState) Handle(tick uint64, c actor.Command) (any, error) {
+	if c.Type == "boom" {
+		panic("boom")
+	}
+	return s.counterState.Handle(tick, c)
+}

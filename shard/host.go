@@ -102,6 +102,9 @@ type Host struct {
 	// Writes leave the tick workers through writeQ: encoding a record and publishing it (which
 	// can wait on the connection's lock) happen on the writer goroutines, so a slow store never
 	// holds a tick back. Once the host is cancelled (writersDone), writes are sent in place.
+	// sessionTTL and requestTTL: store.ClientSessionTTL and store.RequestTTL in ticks.
+	sessionTTL, requestTTL uint64
+
 	writeQ      chan queuedWrite
 	writeMu     sync.RWMutex
 	writersDone bool
@@ -196,6 +199,8 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		ctx: hctx, cancel: cancel, shards: map[uint32]*shardRun{}, lastLoad: time.Now(),
 		seen: map[uint32]uint64{}, released: map[uint32]handedOn{},
 		reconcileNow: make(chan struct{}, 1), adm: newAdmission(cfg.MaxCommandDelay, cfg.MaxPendingCommands, cfg.Metrics.CommandsPending, cfg.Metrics.Shedding, cfg.Logger.With("session", cfg.Session))}
+	h.sessionTTL = store.TTLTicks(store.ClientSessionTTL, cfg.Engine.Period())
+	h.requestTTL = store.TTLTicks(store.RequestTTL, cfg.Engine.Period())
 	if h.adm != nil && !cfg.Engine.Manual() {
 		h.adm.lag, h.adm.lagLimit = cfg.Engine.Lag, cfg.Engine.Period()/2
 	}

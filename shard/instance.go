@@ -42,6 +42,8 @@ type instance struct {
 	firstTick  time.Time // when it first ticked under this grant
 	pauseSeen  bool      // the hand-off pause was reported
 	failed     error     // the last write failed: its outcome may be unknown, so no more writes under this token
+	taking     []Command // during a tick: the commands not applied yet (see tickBody)
+	collected  []answer  // during a tick: the answers waiting for its write
 }
 
 // write is one fenced write and the answers that wait for it.
@@ -161,6 +163,15 @@ func (in *instance) Tick(time.Time) {
 }
 
 func (in *instance) tickLocked() *write {
+	w := in.tickBody()
+	in.taking, in.collected = nil, nil
+	return w
+}
+
+// tickBody is one tick; while it runs, in.taking holds the commands not applied yet and
+// in.collected the answers that wait for this tick's write, so that a panic of the game's code
+// (poison) answers every one of them.
+func (in *instance) tickBody() *write {
 	if in.dead || in.expiring {
 		return nil
 	}
@@ -173,13 +184,17 @@ func (in *instance) tickLocked() *write {
 	in.mailbox, in.spare = in.spare[:0], cmds
 	var answers []answer
 	for i, c := range cmds {
+		in.taking = cmds[i:]
+		a, now := in.apply(tick, c)
 		cmds[i] = Command{}
-		if a, now := in.apply(tick, c); now {
+		if now {
 			in.sh.h.answer(a.c, a.reply, a.result)
 		} else {
 			answers = append(answers, a)
+			in.collected = answers
 		}
 	}
+	in.taking = nil
 	if in.rec.Ended {
 		if len(answers) == 0 && !in.forceWrite {
 			return in.expireLocked()
@@ -233,7 +248,7 @@ func (in *instance) expireLocked() *write {
 // apply runs one command; now reports an answer that does not wait for a write.
 func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 	a.c = c
-	if fp, res, ok := remembered(&in.rec, c, &a); ok {
+	if fp, res, ok := in.sh.h.remembered(&in.rec, c, tick, &a); ok {
 		if fp != c.Fingerprint {
 			a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRequestIDReused,
 				"request %s was used for a different command", c.Key())})
@@ -277,19 +292,23 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 			}
 		}
 	}
-	remember(&in.rec, c, a.reply)
+	in.sh.h.remember(&in.rec, c, tick, a.reply)
 	return a, false
 }
 
 // remembered looks a command up in what the record remembers for exactly-once: the first answer
 // and fingerprint of an applied one (ok), or, for a numbered command its session refuses, a's
 // reply set to the refusal.
-func remembered(rec *store.Record, c Command, a *answer) (fp uint64, res []byte, ok bool) {
+func (h *Host) remembered(rec *store.Record, c Command, tick uint64, a *answer) (fp uint64, res []byte, ok bool) {
 	if c.Client == "" {
 		q, ok := rec.FindRequest(c.ID)
 		return q.Fingerprint, q.Result, ok
 	}
-	switch st, q := rec.CheckSession(c.Client, c.Seq, c.Ack); st {
+	switch st, q := rec.CheckSession(c.Client, c.Seq, c.Ack, tick, h.sessionTTL); st {
+	case store.SessionNoRoom:
+		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy,
+			"instance has %d client sessions holding unacknowledged answers; retry after a backoff", store.MaxClientSessions)})
+		a.result = wire.CodeBusy
 	case store.SessionDuplicate:
 		return q.Fingerprint, q.Result, true
 	case store.SessionStale:
@@ -305,14 +324,13 @@ func remembered(rec *store.Record, c Command, a *answer) (fp uint64, res []byte,
 	return 0, nil, false
 }
 
-// remember records an applied command and its first answer in the record.
-func remember(rec *store.Record, c Command, reply []byte) {
-	now := time.Now()
+// remember records an applied command and its first answer in the record, at instance tick.
+func (h *Host) remember(rec *store.Record, c Command, tick uint64, reply []byte) {
 	if c.Client == "" {
-		rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: reply, At: now.UnixMilli()})
+		rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: reply, At: tick}, h.requestTTL)
 		return
 	}
-	rec.RememberSession(c.Client, c.Ack, store.SeqResult{Seq: c.Seq, Fingerprint: c.Fingerprint, Result: reply}, now)
+	rec.RememberSession(c.Client, c.Ack, store.SeqResult{Seq: c.Seq, Fingerprint: c.Fingerprint, Result: reply}, tick, h.sessionTTL)
 }
 
 // revive makes a new instance of an ended ID from a create command; false if the command is
@@ -502,6 +520,15 @@ func (in *instance) poison(p any) []Command {
 	in.sh.h.cfg.Engine.Remove(in.handle)
 	cmds := in.mailbox
 	in.mailbox = nil
+	for _, c := range in.taking { // the one that panicked and those after it
+		if c.Instance != "" {
+			cmds = append(cmds, c)
+		}
+	}
+	for _, a := range in.collected { // applied in memory only: never written
+		cmds = append(cmds, a.c)
+	}
+	in.taking, in.collected = nil, nil
 	return cmds
 }
 
@@ -523,6 +550,23 @@ func (in *instance) flush(ctx context.Context) error {
 		in.mu.Unlock()
 		select {
 		case <-ctx.Done():
+			// Out of service without a flush: what has not been sent is answered retry (the write
+			// in flight answers its own commands when it settles).
+			in.mu.Lock()
+			in.dead = true
+			in.sh.h.cfg.Engine.Remove(in.handle)
+			cmds := in.mailbox
+			in.mailbox = nil
+			if in.pending != nil {
+				for _, a := range in.pending.answers {
+					cmds = append(cmds, a.c)
+				}
+				in.pending = nil
+			}
+			in.mu.Unlock()
+			for _, c := range cmds {
+				in.sh.h.answerErr(c, wire.CodeRetry, "instance %s could not be flushed in time; retry with the same request id", in.id)
+			}
 			return fmt.Errorf("flush %s: %w", in.id, ctx.Err())
 		case <-time.After(time.Millisecond):
 		}
@@ -565,6 +609,14 @@ func (in *instance) flush(ctx context.Context) error {
 		state, err := in.logic.MarshalState()
 		if err != nil {
 			in.mu.Unlock()
+			if w != nil {
+				for _, a := range w.answers {
+					cmds = append(cmds, a.c)
+				}
+			}
+			for _, c := range cmds {
+				in.sh.h.answerErr(c, wire.CodeInternal, "instance %s: its state cannot be encoded: %v", in.id, err)
+			}
 			return fmt.Errorf("flush %s: %w", in.id, err)
 		}
 		rec.State = state

@@ -487,7 +487,7 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 	// uncertain, the rebuild makes the instance from the same command, and a retransmission gets
 	// this answer, never already_exists.
 	rec := store.Record{Kind: args.Kind, Create: c.Body}
-	remember(&rec, c, reply)
+	sh.h.remember(&rec, c, 0, reply)
 	if _, err := st.Create(sh.ctx, g, c.Instance, rec); errors.Is(err, store.ErrConflict) {
 		// It exists, perhaps missing from a lagging listing: never overwrite, load it.
 		if in = sh.loadOne(g, c.Instance); in == nil {

@@ -57,8 +57,8 @@ type Request struct {
 	Fingerprint uint64 `msgpack:"fp"`
 	// Result is the encoded reply (msgpack) that was sent the first time.
 	Result []byte `msgpack:"res"`
-	// At is the owner's wall clock (Unix ms) when it was applied: only to forget it.
-	At int64 `msgpack:"at,omitempty"`
+	// At is the instance's tick when it was applied: only to forget it.
+	At uint64 `msgpack:"at,omitempty"`
 }
 
 func (q Request) size() int { return len(q.ID) + len(q.Result) + 24 }
@@ -73,15 +73,15 @@ func (r *Record) FindRequest(id string) (Request, bool) {
 	return Request{}, false
 }
 
-// RememberRequest appends a request applied at q.At, keeping the last RequestWindow, those within
-// RequestTTL of it and within RequestWindowBytes. It writes only past the window's length: a
+// RememberRequest appends a request applied at tick q.At, keeping the last RequestWindow, those
+// within ttl ticks (RequestTTL in ticks) of it and within RequestWindowBytes. It writes only past the window's length: a
 // record in flight that shares the array holds it capped at its own length.
-func (r *Record) RememberRequest(q Request) {
+func (r *Record) RememberRequest(q Request, ttl uint64) {
 	reqs := append(r.Reqs, q) // past the length of any record sharing the array: theirs is capped
 	drop, bytes := len(reqs)-RequestWindow, 0
 	for i := len(reqs) - 1; i >= 0; i-- {
 		bytes += reqs[i].size()
-		if bytes > RequestWindowBytes && i < len(reqs)-1 || reqs[i].At != 0 && q.At-reqs[i].At > RequestTTL.Milliseconds() {
+		if bytes > RequestWindowBytes && i < len(reqs)-1 || reqs[i].At != 0 && q.At > reqs[i].At && q.At-reqs[i].At > ttl {
 			drop = max(drop, i+1)
 			break
 		}
@@ -133,9 +133,18 @@ func DecodeRecord(b []byte) (Record, error) {
 	if len(r.Clients) > 4*MaxClientSessions {
 		return Record{}, fmt.Errorf("%w: %d client sessions", ErrBadRecord, len(r.Clients))
 	}
+	ids := make(map[string]bool, len(r.Clients))
 	for _, c := range r.Clients {
-		if c.ID == "" || len(c.Done) > 4*MaxClientInFlight {
-			return Record{}, fmt.Errorf("%w: client session %q with %d answers", ErrBadRecord, c.ID, len(c.Done))
+		if c.ID == "" || ids[c.ID] || len(c.Done) > 4*MaxClientInFlight {
+			return Record{}, fmt.Errorf("%w: client session %q (duplicate or empty ID, or %d answers)", ErrBadRecord, c.ID, len(c.Done))
+		}
+		ids[c.ID] = true
+		prev := c.Ack
+		for _, d := range c.Done {
+			if d.Seq <= prev {
+				return Record{}, fmt.Errorf("%w: client session %q: answer %d not above the ack %d and the answer before it", ErrBadRecord, c.ID, d.Seq, c.Ack)
+			}
+			prev = d.Seq
 		}
 	}
 	return r, nil

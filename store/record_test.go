@@ -13,7 +13,7 @@ import (
 func TestRecordRoundTrip(t *testing.T) {
 	r := store.Record{Token: 42, Tick: 7, Kind: "dungeon", State: []byte{1, 2, 3}}
 	for i := 0; i < store.RequestWindow+10; i++ {
-		r.RememberRequest(store.Request{ID: string(rune('a' + i%26)), Fingerprint: uint64(i), Result: []byte{0x80}})
+		r.RememberRequest(store.Request{ID: string(rune('a' + i%26)), Fingerprint: uint64(i), Result: []byte{0x80}}, 1000)
 	}
 	if len(r.Reqs) != store.RequestWindow {
 		t.Fatalf("window holds %d requests, want %d", len(r.Reqs), store.RequestWindow)

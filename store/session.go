@@ -5,6 +5,14 @@ import (
 	"time"
 )
 
+// TTLTicks converts a duration into ticks of an instance ticking every period (at least 1).
+func TTLTicks(d, period time.Duration) uint64 {
+	if period <= 0 {
+		return 1
+	}
+	return max(uint64(d/period), 1)
+}
+
 // The compact request form (DESIGN 5, client sessions): a client names itself once (a client ID,
 // unique to one run of it) and numbers its commands to each instance 1, 2, 3…; with each command
 // it also says up to which number it has every answer (its ack). The instance keeps, per client,
@@ -15,11 +23,13 @@ const (
 	// MaxClientInFlight bounds the applied, unacknowledged commands of one client to one
 	// instance; a client past it is refused until it acknowledges answers.
 	MaxClientInFlight = 64
-	// MaxClientSessions bounds the client sessions one record keeps; past it the least recently
-	// seen one is forgotten (its retransmissions would then be new commands).
+	// MaxClientSessions bounds the client sessions one record keeps. Past it, a new client takes
+	// the place of the least recently seen session that holds no unacknowledged answer; if every
+	// one holds some, the new client is refused (busy) until one acknowledges or expires.
 	MaxClientSessions = 64
-	// ClientSessionTTL is how long a session is kept after its last command: a client must not
-	// retransmit a command for longer than this.
+	// ClientSessionTTL is how long a session is kept after its last command, measured in the
+	// instance's own ticks (never by comparing wall clocks of different owners): a client must
+	// not retransmit a command for longer than this.
 	ClientSessionTTL = 5 * time.Minute
 )
 
@@ -28,8 +38,8 @@ type ClientSession struct {
 	ID string `msgpack:"id"`
 	// Ack: the client has every answer up to this sequence number and never sends them again.
 	Ack uint64 `msgpack:"ack"`
-	// Seen is the owner's wall clock (Unix ms) at the client's last command: only to expire it.
-	Seen int64 `msgpack:"seen"`
+	// Seen is the instance's tick at the client's last command: only to expire it.
+	Seen uint64 `msgpack:"seen"`
 	// Done are the applied commands above Ack with their first answers, by ascending Seq.
 	Done []SeqResult `msgpack:"done,omitempty"`
 }
@@ -49,7 +59,13 @@ const (
 	SessionDuplicate                     // applied: answer with the first result (SeqResult)
 	SessionStale                         // at or below the client's ack: the client promised never to send it again
 	SessionFull                          // MaxClientInFlight unacknowledged answers already: refuse it
+	SessionNoRoom                        // a new client, and every session holds unacknowledged answers
 )
+
+func (s *ClientSession) live(tick, ttl uint64) bool { return tick < s.Seen || tick-s.Seen <= ttl }
+
+// holding reports unacknowledged answers (the client may still ask for them).
+func (s *ClientSession) holding() bool { return len(s.Done) > 0 }
 
 func (r *Record) session(client string) int {
 	for i := range r.Clients {
@@ -60,11 +76,21 @@ func (r *Record) session(client string) int {
 	return -1
 }
 
-// CheckSession looks up command seq of client, as if the client's ack had been applied first.
-// It changes nothing.
-func (r *Record) CheckSession(client string, seq, ack uint64) (SessionCheck, SeqResult) {
+// CheckSession looks up command seq of client at instance tick, as if the client's ack had been
+// applied first; ttl is ClientSessionTTL in ticks. It changes nothing.
+func (r *Record) CheckSession(client string, seq, ack, tick, ttl uint64) (SessionCheck, SeqResult) {
 	i := r.session(client)
 	if i < 0 {
+		live, room := 0, false
+		for j := range r.Clients {
+			if c := &r.Clients[j]; c.live(tick, ttl) {
+				live++
+				room = room || !c.holding()
+			}
+		}
+		if live >= MaxClientSessions && !room {
+			return SessionNoRoom, SeqResult{}
+		}
 		return SessionNew, SeqResult{}
 	}
 	s := &r.Clients[i]
@@ -86,11 +112,10 @@ func (r *Record) CheckSession(client string, seq, ack uint64) (SessionCheck, Seq
 	return SessionNew, SeqResult{}
 }
 
-// RememberSession records an applied command of a client and the client's ack, at the owner's
-// wall clock now. It never modifies what the record held (records in flight share it): the
-// sessions are copied.
-func (r *Record) RememberSession(client string, ack uint64, q SeqResult, now time.Time) {
-	ms := now.UnixMilli()
+// RememberSession records an applied command of a client and the client's ack, at instance
+// tick (ttl: ClientSessionTTL in ticks). It never modifies what the record held (records in
+// flight share it): the sessions are copied. CheckSession must have said the command is new.
+func (r *Record) RememberSession(client string, ack uint64, q SeqResult, tick, ttl uint64) {
 	out := make([]ClientSession, 0, len(r.Clients)+1)
 	var mine *ClientSession
 	for _, s := range r.Clients {
@@ -98,16 +123,24 @@ func (r *Record) RememberSession(client string, ack uint64, q SeqResult, now tim
 		case s.ID == client:
 			out = append(out, s)
 			mine = &out[len(out)-1]
-		case ms-s.Seen <= ClientSessionTTL.Milliseconds():
+		case s.live(tick, ttl):
 			out = append(out, s)
 		}
 	}
 	if mine == nil {
 		if len(out) >= MaxClientSessions {
-			oldest := 0
+			oldest := -1
 			for i := range out {
-				if out[i].Seen < out[oldest].Seen {
+				if !out[i].holding() && (oldest < 0 || out[i].Seen < out[oldest].Seen) {
 					oldest = i
+				}
+			}
+			if oldest < 0 { // CheckSession refuses this; a record that got here anyway keeps every answer
+				oldest = 0
+				for i := range out {
+					if out[i].Seen < out[oldest].Seen {
+						oldest = i
+					}
 				}
 			}
 			out = slices.Delete(out, oldest, oldest+1)
@@ -115,7 +148,7 @@ func (r *Record) RememberSession(client string, ack uint64, q SeqResult, now tim
 		out = append(out, ClientSession{ID: client})
 		mine = &out[len(out)-1]
 	}
-	mine.Seen = ms
+	mine.Seen = tick
 	mine.Ack = max(mine.Ack, ack)
 	done := make([]SeqResult, 0, len(mine.Done)+1)
 	for _, d := range mine.Done {

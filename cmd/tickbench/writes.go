@@ -302,7 +302,7 @@ func benchRecord(payload int) (store.Record, []byte) {
 	}
 	rec := store.Record{Kind: "bench", Tick: 123456, State: state}
 	for i := 0; i < 16; i++ {
-		rec.RememberRequest(store.Request{ID: "req-" + strconv.Itoa(i), Fingerprint: uint64(i), Result: []byte{0x81, 0xa2, 'o', 'k', 0xc3}})
+		rec.RememberRequest(store.Request{ID: "req-" + strconv.Itoa(i), Fingerprint: uint64(i), Result: []byte{0x81, 0xa2, 'o', 'k', 0xc3}}, 1<<20)
 	}
 	enc, _ := store.EncodeRecord(rec)
 	return rec, enc

@@ -105,8 +105,14 @@ type Client struct {
 	ID string
 
 	mu   sync.Mutex
-	last uint64                         // the highest sequence number assigned, to any instance
-	open map[string]map[uint64]struct{} // by instance: numbers assigned and not settled yet
+	last uint64               // the highest sequence number assigned, to any instance
+	inst map[string]*inflight // instances with commands not settled yet
+}
+
+// inflight is the client's side of its session with one instance.
+type inflight struct {
+	open map[uint64]struct{} // numbers assigned and not settled (no final answer, not given up)
+	sent []uint64            // numbers sent, ascending, that the ack does not cover yet
 }
 
 // NewClient makes a client for a cluster with the given shard count (the cluster record's).
@@ -114,7 +120,7 @@ func NewClient(nc *nats.Conn, shards uint32) *Client {
 	var b [8]byte
 	_, _ = crand.Read(b[:])
 	return &Client{nc: nc, shards: shards, Attempt: 2 * time.Second, ID: "go-" + hex.EncodeToString(b[:]),
-		open: map[string]map[uint64]struct{}{}}
+		inst: map[string]*inflight{}}
 }
 
 // Retryable reports the error codes after which the same request should be sent again.
@@ -122,28 +128,48 @@ func Retryable(code string) bool {
 	return code == wire.CodeRetry || code == wire.CodeNotOwner || code == wire.CodeBusy
 }
 
-// One counter numbers the commands to every instance (an instance sees increasing numbers with
-// gaps), so the client keeps state only for instances with commands in flight.
-func (c *Client) assign(instance string) (seq uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.last++
-	o := c.open[instance]
-	if o == nil {
-		o = map[uint64]struct{}{}
-		c.open[instance] = o
+// assign numbers a new command to instance. One counter numbers the commands to every instance
+// (an instance sees increasing numbers with gaps), so the client keeps state only for instances
+// with commands in flight. The owner keeps at most store.MaxClientInFlight answers above the
+// ack: while that many are unacknowledged (an older command still waits), assign waits.
+func (c *Client) assign(ctx context.Context, instance string) (uint64, error) {
+	for {
+		c.mu.Lock()
+		q := c.inst[instance]
+		if q == nil {
+			q = &inflight{open: map[uint64]struct{}{}}
+			c.inst[instance] = q
+		}
+		ack := c.ackLocked(q)
+		i := 0
+		for i < len(q.sent) && q.sent[i] <= ack {
+			i++
+		}
+		q.sent = q.sent[i:]
+		if len(q.sent) < store.MaxClientInFlight {
+			c.last++
+			q.open[c.last] = struct{}{}
+			q.sent = append(q.sent, c.last)
+			c.mu.Unlock()
+			return c.last, nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("command to %s: %d commands to it unacknowledged: %w", instance, store.MaxClientInFlight, ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
 	}
-	o[c.last] = struct{}{}
-	return c.last
 }
 
 // settle: the command has its final answer or was given up; it is never sent again.
 func (c *Client) settle(instance string, seq uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.open[instance], seq)
-	if len(c.open[instance]) == 0 {
-		delete(c.open, instance)
+	q := c.inst[instance]
+	delete(q.open, seq)
+	if len(q.open) == 0 {
+		delete(c.inst, instance) // the ack is then the last number: it covers everything sent
 	}
 }
 
@@ -151,9 +177,15 @@ func (c *Client) settle(instance string, seq uint64) {
 func (c *Client) ack(instance string) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.ackLocked(c.inst[instance])
+}
+
+func (c *Client) ackLocked(q *inflight) uint64 {
 	a := c.last
-	for n := range c.open[instance] {
-		a = min(a, n-1)
+	if q != nil {
+		for n := range q.open {
+			a = min(a, n-1)
+		}
 	}
 	return a
 }
@@ -174,7 +206,10 @@ func (c *Client) Once(ctx context.Context, instance, requestID string, cmd map[s
 	if requestID != "" {
 		m.Header.Set(wire.HeaderRequestID, requestID)
 	} else {
-		seq := c.assign(instance)
+		seq, err := c.assign(ctx, instance)
+		if err != nil {
+			return wire.Reply{}, err
+		}
 		defer c.settle(instance, seq)
 		m.Header.Set(wire.HeaderClient, c.ID)
 		m.Header.Set(wire.HeaderSeq, strconv.FormatUint(seq, 10))
@@ -215,7 +250,10 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 	var seq uint64
 	name := requestID
 	if requestID == "" {
-		seq = c.assign(instance)
+		var err error
+		if seq, err = c.assign(ctx, instance); err != nil {
+			return nil, wire.Status{}, err
+		}
 		defer c.settle(instance, seq) // answered or given up: never sent again
 		name = fmt.Sprintf("%s/%d", c.ID, seq)
 	}
