@@ -58,7 +58,7 @@ type Request struct {
 	// Result is the encoded reply (msgpack) that was sent the first time.
 	Result []byte `msgpack:"res"`
 	// At is the instance's tick when it was applied: only to forget it.
-	At uint64 `msgpack:"at,omitempty"`
+	At uint64 `msgpack:"at"`
 }
 
 func (q Request) size() int { return len(q.ID) + len(q.Result) + 24 }
