@@ -118,6 +118,23 @@ func (a *admission) roll(now time.Time) {
 	}
 }
 
+// refusing reports whether a command arriving now would be refused, ending the interval if it
+// is over (a transport that refuses before decoding calls it instead of admit: the state must
+// still move on without admitted commands).
+func (a *admission) refusing(now time.Time) bool {
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	a.roll(now)
+	a.mu.Unlock()
+	if a.shedding.Load() {
+		a.refused.Add(1)
+		return true
+	}
+	return false
+}
+
 func (a *admission) state() (pending int64, shedding bool) {
 	if a == nil {
 		return 0, false

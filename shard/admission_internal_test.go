@@ -74,6 +74,18 @@ func TestAdmissionShedsOnAStandingQueueOnly(t *testing.T) {
 	if !c.admit(at(240)) {
 		t.Fatal("still refusing once the engine was on time and nothing waited")
 	}
+	// A transport that asks before decoding (no admit, no answer) still sees the door open
+	// again after an interval.
+	d := newTestAdmission(1000)
+	d.start = t0
+	d.admit(at(0))
+	d.done(time.Second, at(10))
+	if !d.refusing(at(110)) {
+		t.Fatal("not refusing after a slow interval")
+	}
+	if d.refusing(at(220)) {
+		t.Fatal("still refusing an interval later with nothing admitted: the state never moves without admit")
+	}
 	// Off.
 	var off *admission = newAdmission(-1, 1, nil, nil, nil)
 	if !off.admit(at(0)) || !off.admit(at(0)) {

@@ -447,11 +447,9 @@ func (h *Host) admit(c *Command) bool {
 	return false
 }
 
-// Shedding reports whether admission control refuses new commands now.
-func (h *Host) Shedding() bool {
-	_, shedding := h.adm.state()
-	return shedding
-}
+// Shedding reports whether admission control refuses new commands now: a transport may ask it
+// before decoding a command, and answer busy at once (the command counts as refused).
+func (h *Host) Shedding() bool { return h.adm.refusing(time.Now()) }
 
 // answer sends a reply and counts it.
 func (h *Host) answer(c Command, reply []byte, result string) {
