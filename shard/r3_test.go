@@ -106,7 +106,7 @@ func TestR3StreamLeaderKilled(t *testing.T) {
 						mu.Unlock()
 						break
 					}
-					if r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeNotOwner {
+					if r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeNotOwner && r.Error.Code != wire.CodeBusy {
 						t.Errorf("%s: %v", reqID, r.Error)
 						return
 					}

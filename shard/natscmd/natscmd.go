@@ -148,10 +148,11 @@ func (c *Client) assign(ctx context.Context, instance string) (uint64, error) {
 		q.sent = q.sent[i:]
 		if len(q.sent) < store.MaxClientInFlight {
 			c.last++
-			q.open[c.last] = struct{}{}
-			q.sent = append(q.sent, c.last)
+			seq := c.last
+			q.open[seq] = struct{}{}
+			q.sent = append(q.sent, seq)
 			c.mu.Unlock()
-			return c.last, nil
+			return seq, nil
 		}
 		c.mu.Unlock()
 		select {
