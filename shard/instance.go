@@ -540,6 +540,25 @@ func (in *instance) stopTicking() {
 	in.sh.h.cfg.Engine.Remove(in.handle)
 }
 
+// giveUpLocked takes the instance out of service without a flush: the commands waiting and those
+// of the pending (unsent) write are answered retry with the message (its %s is the instance);
+// the write in flight answers its own when it settles. It unlocks in.mu.
+func (in *instance) giveUpLocked(msg string) {
+	in.dead = true
+	cmds := in.mailbox
+	in.mailbox = nil
+	if in.pending != nil {
+		for _, a := range in.pending.answers {
+			cmds = append(cmds, a.c)
+		}
+		in.pending = nil
+	}
+	in.mu.Unlock()
+	for _, c := range cmds {
+		in.sh.h.answerErr(c, wire.CodeRetry, msg, in.id)
+	}
+}
+
 // flush stops ticking, waits for the write in flight, and writes the latest state synchronously.
 func (in *instance) flush(ctx context.Context) error {
 	for {
@@ -553,20 +572,8 @@ func (in *instance) flush(ctx context.Context) error {
 			// Out of service without a flush: what has not been sent is answered retry (the write
 			// in flight answers its own commands when it settles).
 			in.mu.Lock()
-			in.dead = true
 			in.sh.h.cfg.Engine.Remove(in.handle)
-			cmds := in.mailbox
-			in.mailbox = nil
-			if in.pending != nil {
-				for _, a := range in.pending.answers {
-					cmds = append(cmds, a.c)
-				}
-				in.pending = nil
-			}
-			in.mu.Unlock()
-			for _, c := range cmds {
-				in.sh.h.answerErr(c, wire.CodeRetry, "instance %s could not be flushed in time; retry with the same request id", in.id)
-			}
+			in.giveUpLocked("instance %s could not be flushed in time; retry with the same request id")
 			return fmt.Errorf("flush %s: %w", in.id, ctx.Err())
 		case <-time.After(time.Millisecond):
 		}
@@ -579,19 +586,7 @@ func (in *instance) flush(ctx context.Context) error {
 		// A write of this instance may still land: writing again under the same token could be
 		// overtaken by it. Give up the flush; the owner takes the shard back under a new token.
 		err := in.failed
-		in.dead = true
-		cmds := in.mailbox
-		in.mailbox = nil
-		if in.pending != nil {
-			for _, a := range in.pending.answers {
-				cmds = append(cmds, a.c)
-			}
-			in.pending = nil
-		}
-		in.mu.Unlock()
-		for _, c := range cmds {
-			in.sh.h.answerErr(c, wire.CodeRetry, "instance %s cannot be flushed; retry with the same request id", in.id)
-		}
+		in.giveUpLocked("instance %s cannot be flushed; retry with the same request id")
 		return fmt.Errorf("flush %s: an earlier write's outcome is unknown: %w", in.id, err)
 	}
 	in.dead = true

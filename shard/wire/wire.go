@@ -335,21 +335,26 @@ func jsonable(v any) any {
 // DecodeReply decodes a reply in either encoding.
 func DecodeReply(b []byte, isJSON bool) (Reply, error) {
 	var r Reply
-	var err error
-	if isJSON {
-		err = json.Unmarshal(b, &r)
-	} else {
-		if err = mpscan.Check(b); err == nil {
-			err = msgpack.Unmarshal(b, &r)
-		}
-	}
-	if err != nil {
-		return Reply{}, fmt.Errorf("malformed reply: %w", err)
+	if err := decodeReply(b, isJSON, &r); err != nil {
+		return Reply{}, err
 	}
 	if !r.OK && r.Error == nil {
 		return Reply{}, errors.New("malformed reply: not ok and no error")
 	}
 	return r, nil
+}
+
+func decodeReply(b []byte, isJSON bool, v any) error {
+	var err error
+	if isJSON {
+		err = json.Unmarshal(b, v)
+	} else if err = mpscan.Check(b); err == nil {
+		err = msgpack.Unmarshal(b, v)
+	}
+	if err != nil {
+		return fmt.Errorf("malformed reply: %w", err)
+	}
+	return nil
 }
 
 // Status is a reply without its result: what a sender needs to decide whether to retry.
@@ -361,16 +366,8 @@ type Status struct {
 // DecodeStatus decodes a reply's status only, skipping the result (cheaper than DecodeReply).
 func DecodeStatus(b []byte, isJSON bool) (Status, error) {
 	var r Status
-	var err error
-	if isJSON {
-		err = json.Unmarshal(b, &r)
-	} else {
-		if err = mpscan.Check(b); err == nil {
-			err = msgpack.Unmarshal(b, &r)
-		}
-	}
-	if err != nil {
-		return Status{}, fmt.Errorf("malformed reply: %w", err)
+	if err := decodeReply(b, isJSON, &r); err != nil {
+		return Status{}, err
 	}
 	if !r.OK && r.Error == nil {
 		return Status{}, errors.New("malformed reply: not ok and no error")
