@@ -38,6 +38,7 @@ type admission struct {
 
 	mu    sync.Mutex
 	start time.Time     // of the current interval
+	ends  atomic.Int64  // when it ends (Unix ns): read without the lock on every command
 	min   time.Duration // the quickest answer in it; -1: none yet
 }
 
@@ -45,8 +46,10 @@ func newAdmission(target time.Duration, max int, pending, shedding prometheus.Ga
 	if target < 0 {
 		return nil // off
 	}
-	return &admission{target: target, interval: 100 * time.Millisecond, max: int64(max), min: -1, start: time.Now(),
+	a := &admission{target: target, interval: 100 * time.Millisecond, max: int64(max), min: -1,
 		pendingGauge: pending, sheddingGauge: shedding, log: log}
+	a.begin(time.Now())
+	return a
 }
 
 // admit reports whether a command may enter; if so, done must be called when it is answered.
@@ -54,10 +57,10 @@ func (a *admission) admit(now time.Time) bool {
 	if a == nil {
 		return true
 	}
-	a.mu.Lock()
-	a.roll(now)
-	a.mu.Unlock()
-	if a.shedding.Load() || a.pending.Load() >= a.max {
+	if a.refusing(now) {
+		return false
+	}
+	if a.pending.Load() >= a.max {
 		a.refused.Add(1)
 		return false
 	}
@@ -110,12 +113,18 @@ func (a *admission) roll(now time.Time) {
 			a.log.Info("admission: admitting commands again", "pending", a.pending.Load(), "refused_so_far", a.refused.Load())
 		}
 	}
-	a.start, a.min = now, -1
+	a.begin(now)
 	if a.shedding.Load() {
 		a.sheddingGauge.Set(1)
 	} else {
 		a.sheddingGauge.Set(0)
 	}
+}
+
+// begin starts an interval at now.
+func (a *admission) begin(now time.Time) {
+	a.start, a.min = now, -1
+	a.ends.Store(now.Add(a.interval).UnixNano())
 }
 
 // refusing reports whether a command arriving now would be refused, ending the interval if it
@@ -125,19 +134,14 @@ func (a *admission) refusing(now time.Time) bool {
 	if a == nil {
 		return false
 	}
-	a.mu.Lock()
-	a.roll(now)
-	a.mu.Unlock()
+	if now.UnixNano() >= a.ends.Load() {
+		a.mu.Lock()
+		a.roll(now)
+		a.mu.Unlock()
+	}
 	if a.shedding.Load() {
 		a.refused.Add(1)
 		return true
 	}
 	return false
-}
-
-func (a *admission) state() (pending int64, shedding bool) {
-	if a == nil {
-		return 0, false
-	}
-	return a.pending.Load(), a.shedding.Load()
 }

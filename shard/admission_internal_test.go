@@ -20,7 +20,7 @@ func TestAdmissionShedsOnAStandingQueueOnly(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	a := newTestAdmission(1000)
-	a.start = t0
+	a.begin(t0)
 	// A burst: some answers slow, one quick in the same interval — no standing queue.
 	for range 10 {
 		if !a.admit(at(0)) {
@@ -51,16 +51,16 @@ func TestAdmissionShedsOnAStandingQueueOnly(t *testing.T) {
 	}
 	// The hard bound.
 	b := newTestAdmission(2)
-	b.start = t0
+	b.begin(t0)
 	if !b.admit(at(0)) || !b.admit(at(0)) || b.admit(at(0)) {
 		t.Fatal("the bound on pending commands does not hold")
 	}
-	if p, _ := b.state(); p != 2 {
+	if p := b.pending.Load(); p != 2 {
 		t.Fatalf("pending = %d, want 2", p)
 	}
 	// Ticks running late shed too, whatever the answers; on time again, it opens.
 	c := newTestAdmission(1000)
-	c.start = t0
+	c.begin(t0)
 	late := time.Second
 	c.lag, c.lagLimit = func() time.Duration { return late }, 25*time.Millisecond
 	if !c.admit(at(0)) {
@@ -77,7 +77,7 @@ func TestAdmissionShedsOnAStandingQueueOnly(t *testing.T) {
 	// A transport that asks before decoding (no admit, no answer) still sees the door open
 	// again after an interval.
 	d := newTestAdmission(1000)
-	d.start = t0
+	d.begin(t0)
 	d.admit(at(0))
 	d.done(time.Second, at(10))
 	if !d.refusing(at(110)) {

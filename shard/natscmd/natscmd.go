@@ -191,6 +191,26 @@ func (c *Client) ackLocked(q *inflight) uint64 {
 	return a
 }
 
+// message makes one attempt of a command: the request ID, or (seq != 0) the session headers
+// with the current ack.
+func (c *Client) message(instance, requestID string, seq uint64, body []byte, asJSON bool) *nats.Msg {
+	m := nats.NewMsg(wire.Subject(store.ShardOf(instance, c.shards), instance))
+	m.Data = body
+	if seq == 0 {
+		m.Header.Set(wire.HeaderRequestID, requestID)
+	} else {
+		m.Header.Set(wire.HeaderClient, c.ID)
+		m.Header.Set(wire.HeaderSeq, strconv.FormatUint(seq, 10))
+		if ack := c.ack(instance); ack > 0 {
+			m.Header.Set(wire.HeaderAck, strconv.FormatUint(ack, 10))
+		}
+	}
+	if asJSON {
+		m.Header.Set(wire.HeaderContent, wire.ContentJSON)
+	}
+	return m
+}
+
 // Once sends a command exactly once — no retry on busy, retry or a timeout — and returns the
 // reply: for load tests that count every answer, and callers that schedule retries themselves.
 // An empty requestID uses the compact form (then a retry of it would be a new command).
@@ -202,22 +222,14 @@ func (c *Client) Once(ctx context.Context, instance, requestID string, cmd map[s
 	if err != nil {
 		return wire.Reply{}, err
 	}
-	m := nats.NewMsg(wire.Subject(store.ShardOf(instance, c.shards), instance))
-	m.Data = body
-	if requestID != "" {
-		m.Header.Set(wire.HeaderRequestID, requestID)
-	} else {
-		seq, err := c.assign(ctx, instance)
-		if err != nil {
+	var seq uint64
+	if requestID == "" {
+		if seq, err = c.assign(ctx, instance); err != nil {
 			return wire.Reply{}, err
 		}
 		defer c.settle(instance, seq)
-		m.Header.Set(wire.HeaderClient, c.ID)
-		m.Header.Set(wire.HeaderSeq, strconv.FormatUint(seq, 10))
-		if ack := c.ack(instance); ack > 0 {
-			m.Header.Set(wire.HeaderAck, strconv.FormatUint(ack, 10))
-		}
 	}
+	m := c.message(instance, requestID, seq, body, false)
 	resp, err := c.nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		return wire.Reply{}, err
@@ -247,7 +259,6 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 	if err := store.ValidID(instance); err != nil {
 		return nil, wire.Status{}, err
 	}
-	subject := wire.Subject(store.ShardOf(instance, c.shards), instance)
 	var seq uint64
 	name := requestID
 	if requestID == "" {
@@ -261,20 +272,7 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 	backoff := 20 * time.Millisecond
 	var last error
 	for {
-		m := nats.NewMsg(subject)
-		m.Data = body
-		if seq == 0 {
-			m.Header.Set(wire.HeaderRequestID, requestID)
-		} else {
-			m.Header.Set(wire.HeaderClient, c.ID)
-			m.Header.Set(wire.HeaderSeq, strconv.FormatUint(seq, 10))
-			if ack := c.ack(instance); ack > 0 {
-				m.Header.Set(wire.HeaderAck, strconv.FormatUint(ack, 10))
-			}
-		}
-		if asJSON {
-			m.Header.Set(wire.HeaderContent, wire.ContentJSON)
-		}
+		m := c.message(instance, requestID, seq, body, asJSON)
 		actx, cancel := context.WithTimeout(ctx, c.Attempt)
 		resp, err := c.nc.RequestMsgWithContext(actx, m)
 		cancel()

@@ -2,7 +2,6 @@ package natskv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -111,22 +110,14 @@ func (s *Store) ControlList(ctx context.Context, filter string) ([]store.Entry, 
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", filter, err)
 	}
-	defer w.Stop()
 	var out []store.Entry
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("list " + filter + ": watcher closed")
-			}
-			if e == nil {
-				return out, nil
-			}
-			out = append(out, entryOf(e))
-		}
+	if err := initialValues(ctx, w, "list "+filter, func(e jetstream.KeyValueEntry) error {
+		out = append(out, entryOf(e))
+		return nil
+	}); err != nil {
+		return nil, err
 	}
+	return out, nil
 }
 
 // ControlWatch implements store.Control.

@@ -404,26 +404,12 @@ func (s *Store) ListAssignments(ctx context.Context, epoch uint64) ([]store.Assi
 		if err != nil {
 			return nil, fmt.Errorf("list assignments: %w", err)
 		}
-		err = func() error {
-			defer w.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case e, ok := <-w.Updates():
-					if !ok {
-						return errors.New("list assignments: watcher closed")
-					}
-					if e == nil {
-						return nil
-					}
-					if ev, ok := assignmentEvent(e); ok {
-						out = append(out, ev)
-					}
-				}
+		if err := initialValues(ctx, w, "list assignments", func(e jetstream.KeyValueEntry) error {
+			if ev, ok := assignmentEvent(e); ok {
+				out = append(out, ev)
 			}
-		}()
-		if err != nil {
+			return nil
+		}); err != nil {
 			return nil, err
 		}
 	}
@@ -588,23 +574,38 @@ func (s *Store) listOnce(ctx context.Context, kv jetstream.KeyValue, prefix stri
 	if err != nil {
 		return nil, 0, fmt.Errorf("list %s: %w", prefix, err)
 	}
-	defer w.Stop()
 	var ids []string
 	var seen uint64
+	err = initialValues(ctx, w, "list "+prefix, func(e jetstream.KeyValueEntry) error {
+		seen = max(seen, e.Revision())
+		if e.Operation() == jetstream.KeyValuePut {
+			ids = append(ids, e.Key()[len(prefix):])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return ids, seen, nil
+}
+
+// initialValues passes fn every value a new watch delivers before the end of its initial
+// values, then stops the watch.
+func initialValues(ctx context.Context, w jetstream.KeyWatcher, what string, fn func(jetstream.KeyValueEntry) error) error {
+	defer w.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, 0, fmt.Errorf("list %s: watcher closed", prefix)
+				return errors.New(what + ": watcher closed")
 			}
 			if e == nil {
-				return ids, seen, nil
+				return nil
 			}
-			seen = max(seen, e.Revision())
-			if e.Operation() == jetstream.KeyValuePut {
-				ids = append(ids, e.Key()[len(prefix):])
+			if err := fn(e); err != nil {
+				return err
 			}
 		}
 	}

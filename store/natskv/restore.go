@@ -62,23 +62,7 @@ func (s *Store) ScanPartition(ctx context.Context, epoch uint64, partition uint3
 	if err != nil {
 		return err
 	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("scan: watcher closed")
-			}
-			if e == nil {
-				return nil
-			}
-			if err := fn(e.Key(), e.Value()); err != nil {
-				return err
-			}
-		}
-	}
+	return initialValues(ctx, w, "scan", func(e jetstream.KeyValueEntry) error { return fn(e.Key(), e.Value()) })
 }
 
 // SealPartition implements store.Epochs: the stream's Sealed flag (nothing can land there any
