@@ -64,7 +64,7 @@ func TestR3StreamLeaderKilled(t *testing.T) {
 		// may still be electing its leader).
 		for attempt := 0; ; attempt++ {
 			r := n.send(ids[i], "c", map[string]any{"type": "create", "kind": "counter"})
-			if r.OK || attempt == 50 || r.Error.Code != wire.CodeRetry {
+			if r.OK || attempt == 50 || r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeBusy {
 				mustOK(t, r, "create")
 				break
 			}

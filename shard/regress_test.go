@@ -33,7 +33,7 @@ func TestTooLargeFirstWriteAfterPlaceholderReverts(t *testing.T) {
 	var r wire.Reply
 	for i := 0; ; i++ {
 		r = n.send(id, "g1", map[string]any{"type": "grow", "n": 300 << 10})
-		if r.OK || r.Error.Code != wire.CodeRetry {
+		if r.OK || r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeBusy {
 			break
 		}
 	}
