@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tickfence/tickfence/actor"
@@ -81,6 +82,7 @@ type Host struct {
 	wg     sync.WaitGroup
 	// spawnMu orders spawn's Add before waitAll's Wait; finished: no more goroutines start.
 	spawnMu  sync.Mutex
+	denying  atomic.Int64 // unknown-instance checks running (shardRun.deny)
 	finished bool
 
 	mu       sync.Mutex
@@ -394,15 +396,16 @@ func (h *Host) Apply(ev store.AssignmentEvent) {
 
 // spawn runs f on a goroutine the host waits for. Once the host waits for its last goroutines
 // (Close, Abandon) nothing new starts: every shard is stopped by then, and an Add racing the
-// Wait is a misuse of the WaitGroup.
-func (h *Host) spawn(f func()) {
+// Wait is a misuse of the WaitGroup; spawn then reports false.
+func (h *Host) spawn(f func()) bool {
 	h.spawnMu.Lock()
 	defer h.spawnMu.Unlock()
 	if h.finished {
-		return
+		return false
 	}
 	h.wg.Add(1)
 	go func() { defer h.wg.Done(); f() }()
+	return true
 }
 
 // waitAll stops spawning and waits for every goroutine the host started.

@@ -187,7 +187,9 @@ func (in *instance) tickBody() *write {
 		in.taking = cmds[i:]
 		a, now := in.apply(tick, c)
 		cmds[i] = Command{}
-		if now {
+		if now && a.result == wire.CodeUnknownInstance {
+			in.sh.deny(a.c, a.reply) // "has ended": confirmed before it is said
+		} else if now {
 			in.sh.h.answer(a.c, a.reply, a.result)
 		} else {
 			answers = append(answers, a)

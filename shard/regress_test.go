@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -237,4 +238,54 @@ func TestWatchEndingAtOnceBacksOff(t *testing.T) {
 	if st.watches > 10 {
 		t.Errorf("watch reopened %d times in 2s: the backoff resets on every successful open", st.watches)
 	}
+}
+
+// unknown_instance is a definite answer that no write fences. A session whose shard moved on
+// without it hearing (a zombie) must not give it for an instance its successor created: it used
+// to, at once, from its own map of instances (the nemesis found it across a restore: a node of a
+// sealed epoch denied an instance that lived in the new one).
+func TestZombieDoesNotDenyAnInstanceItsSuccessorCreated(t *testing.T) {
+	mem := memstore.New()
+	n1 := newNode(t, mem, "n1", nodeOpt{})
+	n2 := newNode(t, mem, "n2", nodeOpt{})
+	const s = 6
+	n1.grant(s)
+	n2.grant(s) // n1's host never hears of it: a zombie
+	id := idIn(s, 31)
+	mustOK(t, n2.send(id, "c1", map[string]any{"type": "create", "kind": "counter"}), "create on the new owner")
+	r := n1.send(id, "g1", map[string]any{"type": "get"})
+	if !r.OK && r.Error.Code == wire.CodeUnknownInstance {
+		t.Fatalf("the zombie denied an instance its successor created: %s", r.Error)
+	}
+	wantCode(t, r, wire.CodeNotOwner, "command to the zombie")
+	// The owner itself still says unknown_instance for an instance nobody created.
+	wantCode(t, n2.send(idIn(s, 32), "g2", map[string]any{"type": "get"}), wire.CodeUnknownInstance, "no such instance")
+}
+
+// The same across a restore: a node still running a shard of an epoch the cluster left must not
+// deny an instance (the new epoch may have it).
+func TestNodeOfAnOldEpochDoesNotDenyInstances(t *testing.T) {
+	ctx := context.Background()
+	mem := memstore.New()
+	n1 := newNode(t, mem, "n1", nodeOpt{})
+	const s = 7
+	n1.grant(s)
+	ce, err := mem.LatestControl(ctx, store.ClusterKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cl store.Cluster
+	if err := json.Unmarshal(ce.Value, &cl); err != nil {
+		t.Fatal(err)
+	}
+	cl.Epoch++
+	b, _ := json.Marshal(cl)
+	if _, err := mem.ControlUpdate(ctx, store.ClusterKey, b, ce.Revision, 0); err != nil {
+		t.Fatal(err)
+	}
+	r := n1.send(idIn(s, 33), "g1", map[string]any{"type": "get"})
+	if !r.OK && r.Error.Code == wire.CodeUnknownInstance {
+		t.Fatalf("a node of epoch %d denied an instance while the cluster is in epoch %d: %s", cl.Epoch-1, cl.Epoch, r.Error)
+	}
+	wantCode(t, r, wire.CodeNotOwner, "command to a node of the old epoch")
 }

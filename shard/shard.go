@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -443,7 +444,7 @@ func (sh *shardRun) submit(c Command) {
 	}
 	if c.Type != "create" {
 		sh.mu.Unlock()
-		sh.h.answerErr(c, wire.CodeUnknownInstance, "no instance %s (create it first)", c.Instance)
+		sh.deny(c, wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeUnknownInstance, "no instance %s (create it first)", c.Instance)}))
 		return
 	}
 	sh.creating[c.Instance] = nil
@@ -451,6 +452,69 @@ func (sh *shardRun) submit(c Command) {
 	sh.mu.Unlock()
 	sh.h.spawn(func() { sh.create(g, c) })
 }
+
+// deny answers unknown_instance (reply) for an instance this shard does not have, or has ended.
+// That answer is definite and no write fences it, so it is given only once two reads that reflect
+// every acknowledged write (DESIGN 4) show, after the command arrived, that the cluster is still in
+// this shard's epoch and shard.<S> still holds this grant's token. Otherwise this session is a
+// zombie (its shard moved on, or a restore sealed its epoch) whose successor may have the
+// instance: it answers not_owner, which clients retry. At most maxDenying checks run at once;
+// beyond that a command is answered busy.
+func (sh *shardRun) deny(c Command, reply []byte) {
+	h := sh.h
+	if h.denying.Add(1) > maxDenying {
+		h.denying.Add(-1)
+		h.answerErr(c, wire.CodeBusy, "node %s is checking too many commands for unknown instances; retry after a backoff", h.cfg.Node)
+		return
+	}
+	sh.mu.Lock()
+	g := sh.grant
+	sh.mu.Unlock()
+	if !h.spawn(func() {
+		defer h.denying.Add(-1)
+		ctx, cancel := context.WithTimeout(sh.ctx, denyTimeout)
+		defer cancel()
+		why := ""
+		ce, err := h.cfg.Store.LatestControl(ctx, store.ClusterKey)
+		var cl store.Cluster
+		if err == nil {
+			err = json.Unmarshal(ce.Value, &cl)
+		}
+		var a store.Assignment
+		var rev uint64
+		if err == nil && cl.Epoch == g.Epoch {
+			a, rev, err = h.cfg.Store.LatestAssignment(ctx, g.Epoch, g.Shard)
+		}
+		sh.mu.Lock()
+		cur, state := sh.grant, sh.state
+		sh.mu.Unlock()
+		switch {
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			h.answerErr(c, wire.CodeRetry, "node %s could not confirm that instance %s does not exist: %v", h.cfg.Node, c.Instance, err)
+			return
+		case cl.Epoch != g.Epoch:
+			why = fmt.Sprintf("the cluster is in epoch %d, this shard in %d", cl.Epoch, g.Epoch)
+		case err != nil || rev != cur.Token || !a.Holds(cur.Assignment) || state == stopped:
+			why = fmt.Sprintf("shard.%d is at revision %d (%s/%s), this grant's token is %d", g.Shard, rev, a.Owner, a.Session, cur.Token)
+		}
+		if why != "" {
+			sh.log.Warn("not denying an instance: this session may no longer own its shard", "instance", c.Instance,
+				"token", cur.Token, "revision", rev, "why", why)
+			h.answerErr(c, wire.CodeNotOwner, "node %s may no longer own shard %d (%s); retry", h.cfg.Node, g.Shard, why)
+			return
+		}
+		h.answer(c, reply, wire.CodeUnknownInstance)
+	}) {
+		h.denying.Add(-1)
+		h.answerErr(c, wire.CodeNotOwner, "node %s is closing", h.cfg.Node)
+	}
+}
+
+// maxDenying bounds the unknown-instance checks (two store reads each) running at once on a host.
+const maxDenying = 256
+
+// denyTimeout bounds one unknown-instance check.
+const denyTimeout = 5 * time.Second
 
 // create makes a new instance: KV Create of a stateless record, then a fenced write of its
 // initial state (DESIGN 4). If it exists already, it is loaded and registered instead.

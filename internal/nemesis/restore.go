@@ -275,7 +275,10 @@ type restorer struct {
 	hold string
 	// crashAt: the step at which its first attempt crashes, and how (crashHow).
 	crashAt, crashHow string
-	crashed           atomic.Bool // set from the write hook's goroutine too
+	// crashed: it looks crashed to its operator (who then starts a takeover). dead: it is, and
+	// retries nothing; a frozen restorer is crashed but not dead, and goes on once thawed, like
+	// an operator's process that was only stopped.
+	crashed, dead atomic.Bool // set from the write hook's goroutine too
 }
 
 // run restores until an attempt succeeds, the restore is known to be someone else's, or the
@@ -301,7 +304,7 @@ func (r *restorer) run() {
 			return
 		}
 		c.net.Logf("nemesis: %s's restore (attempt %d, takeover %v) failed: %v", r.name, attempt, takeover, err)
-		if r.crashed.Load() || r.cl.Killed() {
+		if r.dead.Load() || r.cl.Killed() {
 			return // a dead process retries nothing
 		}
 		var claimed *store.RestoreClaimedError
@@ -348,6 +351,7 @@ func (r *restorer) step(first bool, step string, cancel context.CancelFunc) erro
 	if step == r.crashAt {
 		r.crashAt = ""
 		r.crashed.Store(true)
+		r.dead.Store(true)
 		c.net.Logf("nemesis: %s crashes before its %s step (%s)", r.name, step, r.crashHow)
 		switch r.crashHow {
 		case "cancel":
@@ -418,6 +422,7 @@ func (c *cluster) restoreEpisode(kind string, r *rand.Rand) {
 			thawAfter := rdur(r, time.Second, 5*time.Second)
 			c.onRestoreWrite(a.name, n, func(key string) {
 				a.crashed.Store(true)
+				a.dead.Store(how != "freeze")
 				c.net.Logf("nemesis: %s stopped (%s) as it sends its write %d, of %s", a.name, how, n, key)
 				if how == "freeze" {
 					a.cl.Freeze()
