@@ -188,7 +188,7 @@ func (in *instance) tickBody() *write {
 		a, now := in.apply(tick, c)
 		cmds[i] = Command{}
 		if now && a.result == wire.CodeUnknownInstance {
-			in.sh.deny(a.c, a.reply) // "has ended": confirmed before it is said
+			in.sh.deny(in.grant, a.c, a.reply) // "has ended": confirmed before it is said
 		} else if now {
 			in.sh.h.answer(a.c, a.reply, a.result)
 		} else {

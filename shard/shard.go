@@ -443,8 +443,9 @@ func (sh *shardRun) submit(c Command) {
 		return
 	}
 	if c.Type != "create" {
+		g := sh.grant
 		sh.mu.Unlock()
-		sh.deny(c, wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeUnknownInstance, "no instance %s (create it first)", c.Instance)}))
+		sh.deny(g, c, wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeUnknownInstance, "no instance %s (create it first)", c.Instance)}))
 		return
 	}
 	sh.creating[c.Instance] = nil
@@ -453,28 +454,26 @@ func (sh *shardRun) submit(c Command) {
 	sh.h.spawn(func() { sh.create(g, c) })
 }
 
-// deny answers unknown_instance (reply) for an instance this shard does not have, or has ended.
-// That answer is definite and no write fences it, so it is given only once two reads that reflect
-// every acknowledged write (DESIGN 4) show, after the command arrived, that the cluster is still in
-// this shard's epoch and shard.<S> still holds this grant's token. Otherwise this session is a
-// zombie (its shard moved on, or a restore sealed its epoch) whose successor may have the
-// instance: it answers not_owner, which clients retry. At most maxDenying checks run at once;
-// beyond that a command is answered busy.
-func (sh *shardRun) deny(c Command, reply []byte) {
+// deny answers unknown_instance (reply) for an instance this shard did not have, or had ended,
+// under grant g. That answer is definite and no write fences it, so it is given only once two
+// reads that reflect every acknowledged write (DESIGN 4) show, after the command arrived, that
+// the cluster is still in g's epoch and shard.<S> still holds g's token for this session, which
+// is still the shard's grant. Otherwise this session may be a zombie (its shard moved on, or a
+// restore sealed its epoch) whose successor has the instance: it answers not_owner, which clients
+// retry; a shard the read shows someone else holds is stopped, and a newer revision naming this
+// session is adopted. At most maxDenying checks run at once; beyond that a command gets busy.
+// It takes no lock of the shard or its instances: a tick calls it under the instance's lock.
+func (sh *shardRun) deny(g store.Grant, c Command, reply []byte) {
 	h := sh.h
 	if h.denying.Add(1) > maxDenying {
 		h.denying.Add(-1)
 		h.answerErr(c, wire.CodeBusy, "node %s is checking too many commands for unknown instances; retry after a backoff", h.cfg.Node)
 		return
 	}
-	sh.mu.Lock()
-	g := sh.grant
-	sh.mu.Unlock()
 	if !h.spawn(func() {
 		defer h.denying.Add(-1)
 		ctx, cancel := context.WithTimeout(sh.ctx, denyTimeout)
 		defer cancel()
-		why := ""
 		ce, err := h.cfg.Store.LatestControl(ctx, store.ClusterKey)
 		var cl store.Cluster
 		if err == nil {
@@ -488,18 +487,30 @@ func (sh *shardRun) deny(c Command, reply []byte) {
 		sh.mu.Lock()
 		cur, state := sh.grant, sh.state
 		sh.mu.Unlock()
+		why := ""
 		switch {
 		case err != nil && !errors.Is(err, store.ErrNotFound):
 			h.answerErr(c, wire.CodeRetry, "node %s could not confirm that instance %s does not exist: %v", h.cfg.Node, c.Instance, err)
 			return
 		case cl.Epoch != g.Epoch:
 			why = fmt.Sprintf("the cluster is in epoch %d, this shard in %d", cl.Epoch, g.Epoch)
-		case err != nil || rev != cur.Token || !a.Holds(cur.Assignment) || state == stopped:
-			why = fmt.Sprintf("shard.%d is at revision %d (%s/%s), this grant's token is %d", g.Shard, rev, a.Owner, a.Session, cur.Token)
+		case err != nil || !a.Holds(g.Assignment):
+			why = fmt.Sprintf("shard.%d is at revision %d, held by %q session %q", g.Shard, rev, a.Owner, a.Session)
+			if cur.Token == g.Token {
+				sh.stop("stale_owner", "revision", rev, "new_owner", a.Owner, "new_session", a.Session, "noticed_by", "unknown instance check")
+			}
+		case rev != g.Token || cur.Token != g.Token || state == stopped:
+			// Still this session's, at another revision: a rotation of its own under way, or
+			// one it missed (adopted now). Either way the map looked at may be outdated.
+			h.answerErr(c, wire.CodeRetry, "shard %d is changing token; retry with the same request", g.Shard)
+			if rev > cur.Token && cur.Token == g.Token {
+				sh.observe(rev)
+			}
+			return
 		}
 		if why != "" {
 			sh.log.Warn("not denying an instance: this session may no longer own its shard", "instance", c.Instance,
-				"token", cur.Token, "revision", rev, "why", why)
+				"token", g.Token, "revision", rev, "why", why)
 			h.answerErr(c, wire.CodeNotOwner, "node %s may no longer own shard %d (%s); retry", h.cfg.Node, g.Shard, why)
 			return
 		}

@@ -279,6 +279,8 @@ type restorer struct {
 	// retries nothing; a frozen restorer is crashed but not dead, and goes on once thawed, like
 	// an operator's process that was only stopped.
 	crashed, dead atomic.Bool // set from the write hook's goroutine too
+	// succeeded: one of its attempts committed (a takeover then has nothing to finish).
+	succeeded atomic.Bool
 }
 
 // run restores until an attempt succeeds, the restore is known to be someone else's, or the
@@ -301,6 +303,7 @@ func (r *restorer) run() {
 			c.net.Logf("nemesis: %s restored the backup of epoch %d over epoch %d into epoch %d (attempt %d, takeover %v)",
 				r.name, r.b.Cluster.Epoch, from, cl.Epoch, attempt, takeover)
 			c.restores.Add(1)
+			r.succeeded.Store(true)
 			return
 		}
 		c.net.Logf("nemesis: %s's restore (attempt %d, takeover %v) failed: %v", r.name, attempt, takeover, err)
@@ -454,6 +457,11 @@ func (c *cluster) restoreEpisode(kind string, r *rand.Rand) {
 				}
 			}
 			time.Sleep(after)
+			if a.succeeded.Load() && !a.crashed.Load() {
+				// It finished by itself: its operator saw it succeed, and takes nothing over. (A
+				// frozen one that finished once thawed was taken for crashed: the takeover runs.)
+				return
+			}
 			t.run()
 		}()
 	}
