@@ -227,6 +227,3 @@ func (s *State) summary() map[string]any {
 	return map[string]any{"run": s.Run, "hp": s.HP, "max_hp": s.MaxHP, "phase": s.Phase,
 		"players": len(s.Players), "kills": s.Kills, "loot": len(s.Loot)}
 }
-
-// MarshalState implements actor.Logic.
-func (s *State) MarshalState() ([]byte, error) { return msgpack.Marshal(s) }

@@ -2,7 +2,14 @@ package dungeon_test
 
 import (
 	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/actor/dungeon"
@@ -112,4 +119,112 @@ func TestPhasesLootOnceAndRespawn(t *testing.T) {
 	if _, err := (dungeon.Kind{}).Restore("boss", []byte{0xc1}); err == nil {
 		t.Fatal("garbage state restored")
 	}
+}
+
+// MarshalState writes what msgpack.Marshal writes for the same state (it decodes to the same
+// State), never in more bytes: random
+// states (integers at every width and sign, strings at every length class, nil and empty slices)
+// and states a real fight produces.
+func TestMarshalStateIsMsgpack(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ints := []int64{0, 1, 31, 127, 128, 255, 256, 32767, 32768, 65535, 65536, 1<<31 - 1, 1 << 31, 1<<32 - 1, 1 << 32, math.MaxInt64,
+		-1, -32, -33, -128, -129, -32768, -32769, -1 << 31, -1<<31 - 1, math.MinInt64}
+	anyInt := func() int64 {
+		if rng.IntN(4) == 0 {
+			return rng.Int64() - rng.Int64()
+		}
+		return ints[rng.IntN(len(ints))]
+	}
+	anyUint := func() uint64 {
+		if rng.IntN(3) == 0 {
+			return rng.Uint64() >> rng.IntN(64)
+		}
+		return uint64(ints[rng.IntN(len(ints))])
+	}
+	anyStr := func() string {
+		return strings.Repeat("x", []int{0, 1, 31, 32, 255, 256, 70000}[rng.IntN(7)])
+	}
+	check := func(s *dungeon.State) {
+		t.Helper()
+		want, err := msgpack.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := s.MarshalState()
+		var mine, theirs dungeon.State
+		if err := msgpack.Unmarshal(got, &mine); err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		if err := msgpack.Unmarshal(want, &theirs); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(mine, theirs) {
+			t.Fatalf("MarshalState decodes to another state than msgpack.Marshal:\n got %+v\nwant %+v", mine, theirs)
+		}
+		if len(got) > len(want) {
+			t.Fatalf("MarshalState wrote %d bytes, msgpack.Marshal %d", len(got), len(want))
+		}
+	}
+	for range 2000 {
+		s := &dungeon.State{Run: int(anyInt()), HP: anyInt(), MaxHP: anyInt(), Phase: anyStr(), DiedAt: anyUint(), Kills: int(anyInt()),
+			RNG: anyUint(), LastTick: anyUint(), TotalDmg: anyInt(), LootGiven: int(anyInt())}
+		switch rng.IntN(3) {
+		case 0: // nil slices
+		case 1:
+			s.Players, s.Loot = []dungeon.Player{}, []dungeon.Loot{}
+		default:
+			for range rng.IntN(20) {
+				s.Players = append(s.Players, dungeon.Player{Name: anyStr(), HP: anyInt(), Damage: anyInt()})
+			}
+			for range rng.IntN(20) {
+				s.Loot = append(s.Loot, dungeon.Loot{Run: int(anyInt()), Player: anyStr(), Item: anyStr()})
+			}
+		}
+		check(s)
+	}
+	// A real fight, to its loot.
+	l, err := dungeon.Kind{}.New("d", cmd(t, map[string]any{"type": "create", "kind": "dungeon"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := l.(*dungeon.State)
+	for i := range 4 {
+		if _, err := s.Handle(0, cmd(t, map[string]any{"type": "join", "player": fmt.Sprintf("p%d", i)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for tick := uint64(1); tick < 3000; tick++ {
+		s.Tick(tick)
+		_, _ = s.Handle(tick, cmd(t, map[string]any{"type": "attack", "player": fmt.Sprintf("p%d", tick%4)}))
+		check(s)
+	}
+	if s.Kills == 0 || len(s.Loot) == 0 {
+		t.Fatalf("the fight never ended: %+v", s)
+	}
+}
+
+func BenchmarkMarshalState(b *testing.B) {
+	l, _ := dungeon.Kind{}.New("d", actor.Command{Type: "create"})
+	s := l.(*dungeon.State)
+	for i := range 4 {
+		_, _ = s.Handle(0, actor.Command{Type: "join", Body: mustCanonical(map[string]any{"type": "join", "player": fmt.Sprintf("p%d", i)})})
+	}
+	b.Run("hand-written", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = s.MarshalState()
+		}
+	})
+	b.Run("msgpack.Marshal", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = msgpack.Marshal(s)
+		}
+	})
+}
+
+func mustCanonical(m map[string]any) []byte {
+	b, err := wire.Canonical(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
