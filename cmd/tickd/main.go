@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -54,6 +55,7 @@ type options struct {
 	sync            bool
 	metricsAddr     string
 	pprof           bool
+	gcPercent       int
 	summaryEvery    time.Duration
 	logLevel        string
 	logJSON         bool
@@ -89,6 +91,9 @@ func main() {
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler (net/http/pprof) under /debug/pprof/ on the --metrics listener, and sample\n"+
 		"lock contention and blocking for its mutex and block profiles (costs a little CPU); for diagnosis: whoever\n"+
 		"reaches the listener can read goroutine stacks and the command line")
+	fs.IntVar(&o.gcPercent, "gc-percent", 400, "the garbage collector's GOGC: heap growth (%) between collections; higher spends memory to save\n"+
+		"CPU and tick latency (at 2 500 demo dungeons 400 took the tick p99 from ~8 ms to ~2.5 ms for ~75 MB more heap).\n"+
+		"Negative: off. The GOGC environment variable wins unless this flag is given")
 	fs.DurationVar(&o.summaryEvery, "summary-every", 5*time.Second, "interval of the one-line summary log")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines instead of text")
@@ -138,8 +143,14 @@ releases them) and exits; a second signal exits at once.
 		fmt.Fprintf(os.Stderr, "tickd: unexpected argument %q (see tickd --help)\n", fs.Arg(0))
 		os.Exit(2)
 	}
-	shardsSet := false
-	fs.Visit(func(f *flag.Flag) { shardsSet = shardsSet || f.Name == "shards" })
+	shardsSet, gcSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		shardsSet = shardsSet || f.Name == "shards"
+		gcSet = gcSet || f.Name == "gc-percent"
+	})
+	if gcSet || os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(o.gcPercent)
+	}
 	log, err := newLogger(o.logLevel, o.logJSON)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tickd:", err)
