@@ -6,6 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tickfence/tickfence/internal/metrics"
 )
 
 // Ticker is what the engine ticks: one instance's actor.
@@ -35,6 +39,10 @@ type EngineConfig struct {
 	// coordinated omission is not hidden) and duration. It runs on the hot path: keep it cheap.
 	// Workers call it concurrently.
 	Observe func(lateness, duration time.Duration)
+	// Registerer, if set, receives the tick metrics (tickfence_ticks_total, _ticks_skipped_total,
+	// _tick_lateness_seconds, _tick_duration_seconds), shared with the node and coordinator
+	// configured with the same registerer. nil: none.
+	Registerer prometheus.Registerer
 	// ObserveWorker, if set, is called once per worker at start and returns that worker's
 	// observer (nil for none); each returned function is only ever called from its worker, so it
 	// can record into unsynchronised per-worker state. It runs in addition to Observe.
@@ -109,6 +117,15 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.Spin < 0 {
 		cfg.Spin = 0
 	}
+	var m *metrics.Node
+	if cfg.Registerer != nil {
+		m = metrics.For(cfg.Registerer)
+		if own := cfg.Observe; own != nil {
+			cfg.Observe = func(l, d time.Duration) { m.ObserveTick(l, d); own(l, d) }
+		} else {
+			cfg.Observe = m.ObserveTick
+		}
+	}
 	period := time.Duration(float64(time.Second) / cfg.Rate)
 	if cfg.Slot <= 0 {
 		cfg.Slot = 500 * time.Microsecond
@@ -124,6 +141,9 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, period: period, nslots: nslots, start: cfg.Start, slots: make([][]*Handle, nslots),
 		stop: make(chan struct{})}
+	if m != nil {
+		m.CountSkipped(e.Skipped)
+	}
 	// Bucket k is exhausted (pos == len(batch) == 0): the first worker opens k+1.
 	e.k = int64(time.Since(e.start) / cfg.Slot)
 	if cfg.Manual {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tickfence/tickfence/internal/lease"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/store"
@@ -37,14 +39,18 @@ type Config struct {
 	// NoRebalance turns off load-based moves (drains, shutdowns and failover still happen).
 	NoRebalance bool
 	Logger      *slog.Logger
-	Metrics     *metrics.Node
-	Clock       lease.Clock
+	// Registerer receives the coordinator's metrics, shared with a node and engine configured
+	// with the same one. nil: none.
+	Registerer prometheus.Registerer
+	metrics    *metrics.Node
+	Clock      lease.Clock
 }
 
 func (c *Config) defaults() error {
-	if c.Store == nil || c.Node == "" || c.Session == "" || c.Metrics == nil {
-		return errors.New("coordinator: store, node, session and metrics are required")
+	if c.Store == nil || c.Node == "" || c.Session == "" {
+		return errors.New("coordinator: store, node and session are required")
 	}
+	c.metrics = metrics.For(c.Registerer)
 	if c.TTL == 0 {
 		c.TTL = 2 * time.Second
 	}
@@ -92,8 +98,8 @@ func Run(ctx context.Context, cfg Config) error {
 				return json.Unmarshal(v, &r) == nil && r.Session == cfg.Session
 			},
 			Clock: cfg.Clock, Logger: log,
-			OnFenced:       func() { cfg.Metrics.SelfFenced.Inc(); stepDown() },
-			ObserveRenewal: func(d time.Duration) { cfg.Metrics.LeaseRenewal.Observe(d.Seconds()) }})
+			OnFenced:       func() { cfg.metrics.SelfFenced.Inc(); stepDown() },
+			ObserveRenewal: func(d time.Duration) { cfg.metrics.LeaseRenewal.Observe(d.Seconds()) }})
 		if err != nil {
 			stepDown()
 			if !errors.Is(err, store.ErrConflict) {
@@ -106,7 +112,7 @@ func Run(ctx context.Context, cfg Config) error {
 			continue
 		}
 		log.Info("became coordinator leader", "leader_revision", l.Revision())
-		cfg.Metrics.CoordinatorLeader.Set(1)
+		cfg.metrics.CoordinatorLeader.Set(1)
 		t := &term{rev: l.Revision(), valid: l.Valid}
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -143,7 +149,7 @@ func Run(ctx context.Context, cfg Config) error {
 		failed := lctx.Err() == nil // lead gave up by itself, the lease still ours
 		stepDown()
 		wg.Wait()
-		cfg.Metrics.CoordinatorLeader.Set(0)
+		cfg.metrics.CoordinatorLeader.Set(0)
 		// Release the key (compare-and-delete) so another candidate takes over at once instead of
 		// after a TTL; a lease already lost is left alone by the compare.
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -447,10 +453,10 @@ func (r *rounds) round(ctx context.Context) error {
 		}
 		switch {
 		case released:
-			r.cfg.Metrics.Handoffs.WithLabelValues("ok").Inc()
+			r.cfg.metrics.Handoffs.WithLabelValues("ok").Inc()
 			r.log.Info("hand-off complete", "shard", s, "from", cur.Owner.Owner, "to", node, "result", "ok", "token", rev, "grant", got.Grant)
 		case cur.Revision != 0 && cur.Owner.Owner != "":
-			r.cfg.Metrics.Failovers.Inc()
+			r.cfg.metrics.Failovers.Inc()
 			r.log.Info("failover: shard reassigned", "shard", s, "from", cur.Owner.Owner, "from_session", cur.Owner.Session,
 				"to", node, "session", to.Session, "token", rev, "grant", got.Grant)
 		default:
@@ -513,7 +519,7 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 		switch {
 		case cur.Revision == 0 || !movedFrom(cur.Owner, rec) || !fromLive:
 			// The owner changed or died: failover or a later plan takes it from here.
-			r.cfg.Metrics.Handoffs.WithLabelValues("aborted").Inc()
+			r.cfg.metrics.Handoffs.WithLabelValues("aborted").Inc()
 			r.log.Info("hand-off aborted", "shard", s, "from", rec.From, "to", rec.To, "owner", cur.Owner.Owner)
 			return r.deleteMove(ctx, e)
 		case age < r.cfg.HandOffTimeout:
@@ -524,7 +530,7 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 		if cur.Revision == 0 || !movedFrom(cur.Owner, rec) {
 			// Granted again since (a failover, or back to its source): the owner got it by a grant of its own;
 			// handing it on from there now would be a move without a hand-off.
-			r.cfg.Metrics.Handoffs.WithLabelValues("aborted").Inc()
+			r.cfg.metrics.Handoffs.WithLabelValues("aborted").Inc()
 			r.log.Info("hand-off superseded: the shard was granted elsewhere after its release", "shard", s,
 				"from", rec.From, "to", rec.To, "owner", cur.Owner.Owner)
 			return r.deleteMove(ctx, e)
@@ -539,7 +545,7 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 			return nil // no live node at all: failover places it once one joins
 		}
 		// Timed out with nowhere else to go: the old owner never released and still runs it.
-		r.cfg.Metrics.Handoffs.WithLabelValues("aborted").Inc()
+		r.cfg.metrics.Handoffs.WithLabelValues("aborted").Inc()
 		r.log.Info("hand-off abandoned: no eligible node to take it; it stays with its owner", "shard", s, "from", rec.From, "to", rec.To)
 		return r.deleteMove(ctx, e)
 	}
@@ -549,7 +555,7 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 		return err
 	}
 	r.v.applyShard(store.AssignmentEvent{Shard: s, Revision: rev, Assignment: got})
-	r.cfg.Metrics.Handoffs.WithLabelValues(rec.Result).Inc()
+	r.cfg.metrics.Handoffs.WithLabelValues(rec.Result).Inc()
 	r.log.Info("hand-off complete", "shard", s, "from", rec.From, "to", target, "result", rec.Result, "token", rev, "grant", got.Grant)
 	return r.finishMove(ctx, e, target, rec.Result)
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tickfence/tickfence/internal/lease"
-	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/memstore"
 )
@@ -38,7 +37,7 @@ func newWorld(t *testing.T, shards uint32) *world {
 		t.Fatal(err)
 	}
 	w.cfg = Config{Store: w.st, Node: "coord", Session: "cs", NoRebalance: true, HandOffTimeout: time.Hour,
-		Metrics: metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })}
+		Registerer: prometheus.NewRegistry()}
 	if err := w.cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +276,7 @@ func TestLeaderKeyReleasedWhenLeadFails(t *testing.T) {
 		defer cancel()
 		cfg := func(s store.Store, node string) Config {
 			return Config{Store: s, Node: node, Session: node + "-s", Clock: lease.NewSystemClock(),
-				Metrics: metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })}
+				Registerer: prometheus.NewRegistry()}
 		}
 		var broken failingCluster
 		broken.Store = st

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/store/memstore"
 	"sync/atomic"
 	"testing"
@@ -127,7 +126,7 @@ func TestLeaderWhoseViewNeverBuildsStepsDown(t *testing.T) {
 		}
 		cfg := func(s store.Store, node string) Config {
 			return Config{Store: s, Node: node, Session: node + "-s", NoRebalance: true,
-				Metrics: metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })}
+				Registerer: prometheus.NewRegistry()}
 		}
 		done := make(chan struct{}, 2)
 		go func() { _ = Run(ctx, cfg(brokenWatch{st}, "bad")); done <- struct{}{} }()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/memstore"
 )
@@ -53,7 +52,7 @@ func TestLeaderRebuildsItsViewWhenAWatchEnds(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- Run(rctx, Config{Store: &endingWatch{Store: mem}, Node: "c", Session: "cs", NoRebalance: true,
-				Metrics: metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })})
+				Registerer: prometheus.NewRegistry()})
 		}()
 		time.Sleep(3 * time.Second) // the first control watch has ended by now
 		if err := mem.ControlDelete(ctx, store.NodeKey("n1"), 0); err != nil {

@@ -12,9 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/shard/wire"
@@ -161,8 +161,8 @@ func TestEndIsFencedTombstoneThenDeleteAndFlushOnClose(t *testing.T) {
 func TestBadInputOverNATS(t *testing.T) {
 	b := backends(t)[1]
 	st := b.open(t)
-	n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30, commands: func(m *metrics.Node) shard.Commands {
-		return natscmd.NewServer(b.nc(t), testShards, m)
+	n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30, commands: func(reg prometheus.Registerer) shard.Commands {
+		return natscmd.NewServer(b.nc(t), testShards, reg)
 	}})
 	for s := uint32(0); s < testShards; s++ {
 		n.grant(s)
@@ -427,7 +427,7 @@ func TestPanicAnswersEveryCommandOfItsTick(t *testing.T) {
 func TestGoClientManyConcurrentCommandsAndAdmissionOverNATS(t *testing.T) {
 	b := backends(t)[1]
 	st := b.open(t)
-	n := newNode(t, st, "A", nodeOpt{commands: func(m *metrics.Node) shard.Commands { return natscmd.NewServer(b.nc(t), testShards, m) }})
+	n := newNode(t, st, "A", nodeOpt{commands: func(reg prometheus.Registerer) shard.Commands { return natscmd.NewServer(b.nc(t), testShards, reg) }})
 	id := idIn(1, 0)
 	n.grant(1)
 	c := natscmd.NewClient(b.nc(t), testShards)

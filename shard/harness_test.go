@@ -135,7 +135,7 @@ type node struct {
 }
 
 type nodeOpt struct {
-	commands        func(m *metrics.Node) shard.Commands
+	commands        func(reg prometheus.Registerer) shard.Commands
 	checkpointEvery uint64
 	tombstoneTTL    time.Duration
 	maxCmdDelay     time.Duration
@@ -147,18 +147,19 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 	if _, err := st.Bootstrap(ctx, store.Cluster{Shards: testShards, Partitions: 1, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
-	m := metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })
-	e, err := actor.NewEngine(actor.EngineConfig{Rate: 50, Observe: m.ObserveTick})
+	reg := prometheus.NewRegistry()
+	m := metrics.For(reg)
+	e, err := actor.NewEngine(actor.EngineConfig{Rate: 50, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{}, bomb{})
 	n := &node{t: t, name: name, st: st, engine: e, metrics: m, freeze: &freezer{}}
-	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Metrics: m,
+	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Registerer: reg,
 		CheckpointEvery: opt.checkpointEvery, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL, MaxCommandDelay: opt.maxCmdDelay,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)}
 	if opt.commands != nil {
-		cfg.Commands = opt.commands(m)
+		cfg.Commands = opt.commands(reg)
 	}
 	if n.host, err = shard.New(ctx, cfg); err != nil {
 		t.Fatal(err)

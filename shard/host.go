@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/shard/wire"
@@ -49,7 +51,10 @@ type Config struct {
 	// CheckpointEvery: an instance with no command is still written every this many ticks.
 	CheckpointEvery uint64
 	Logger          *slog.Logger
-	Metrics         *metrics.Node
+	// Registerer receives the node's metrics (DESIGN 7 names them), shared with an engine and a
+	// coordinator configured with the same one. nil: none.
+	Registerer prometheus.Registerer
+	metrics    *metrics.Node
 	// LoadParallelism bounds concurrent instance loads while a shard starts (default 16).
 	LoadParallelism int
 	// BeforeWrite, if set, runs just before every fenced state write, in the goroutine that makes
@@ -168,9 +173,10 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	switch {
 	case cfg.Node == "" || cfg.Session == "":
 		return nil, errors.New("shard host: node and session are required")
-	case cfg.Store == nil || cfg.Kinds == nil || cfg.Engine == nil || cfg.Metrics == nil:
-		return nil, errors.New("shard host: store, kinds, engine and metrics are required")
+	case cfg.Store == nil || cfg.Kinds == nil || cfg.Engine == nil:
+		return nil, errors.New("shard host: store, kinds and engine are required")
 	}
+	cfg.metrics = metrics.For(cfg.Registerer)
 	if cfg.CheckpointEvery == 0 {
 		cfg.CheckpointEvery = 20
 	}
@@ -200,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	h := &Host{cfg: cfg, log: cfg.Logger.With("session", cfg.Session), cluster: cl, writeQ: make(chan queuedWrite, 1<<16),
 		ctx: hctx, cancel: cancel, shards: map[uint32]*shardRun{}, lastLoad: time.Now(),
 		seen: map[uint32]uint64{}, released: map[uint32]handedOn{},
-		reconcileNow: make(chan struct{}, 1), adm: newAdmission(cfg.MaxCommandDelay, cfg.MaxPendingCommands, cfg.Metrics.CommandsPending, cfg.Metrics.Shedding, cfg.Logger.With("session", cfg.Session))}
+		reconcileNow: make(chan struct{}, 1), adm: newAdmission(cfg.MaxCommandDelay, cfg.MaxPendingCommands, cfg.metrics.CommandsPending, cfg.metrics.Shedding, cfg.Logger.With("session", cfg.Session))}
 	h.sessionTTL = store.TTLTicks(store.ClientSessionTTL, cfg.Engine.Period())
 	h.requestTTL = store.TTLTicks(store.RequestTTL, cfg.Engine.Period())
 	if h.adm != nil && !cfg.Engine.Manual() {
@@ -358,7 +364,7 @@ func (h *Host) start(g store.Grant, rotateFirst bool) {
 	}
 	h.shards[g.Shard] = sh
 	h.mu.Unlock()
-	h.cfg.Metrics.ShardsOwned.Inc()
+	h.cfg.metrics.ShardsOwned.Inc()
 	if rotateFirst {
 		h.spawn(func() { sh.rotateAndLoad(g, 0) })
 	} else {
@@ -421,7 +427,7 @@ func (h *Host) forget(sh *shardRun) {
 	defer h.mu.Unlock()
 	if h.shards[sh.id] == sh {
 		delete(h.shards, sh.id)
-		h.cfg.Metrics.ShardsOwned.Dec()
+		h.cfg.metrics.ShardsOwned.Dec()
 	}
 }
 
@@ -461,8 +467,8 @@ func (h *Host) answer(c Command, reply []byte, result string) {
 	if c.admitted {
 		h.adm.done(took, now)
 	}
-	h.cfg.Metrics.Commands.WithLabelValues(result).Inc()
-	h.cfg.Metrics.CommandSeconds.Observe(took.Seconds())
+	h.cfg.metrics.Commands.WithLabelValues(result).Inc()
+	h.cfg.metrics.CommandSeconds.Observe(took.Seconds())
 	if c.Reply != nil {
 		c.Reply(reply)
 	}

@@ -108,7 +108,7 @@ func (in *instance) notePause(stoppedAt time.Time) {
 		in.resumeFrom = stoppedAt
 	default:
 		in.pauseSeen = true
-		in.sh.h.cfg.Metrics.HandoffPause.Observe(in.firstTick.Sub(stoppedAt).Seconds())
+		in.sh.h.cfg.metrics.HandoffPause.Observe(in.firstTick.Sub(stoppedAt).Seconds())
 	}
 }
 
@@ -141,7 +141,7 @@ func (in *instance) Tick(time.Time) {
 		in.firstTick = start
 		if !in.resumeFrom.IsZero() {
 			in.pauseSeen = true
-			in.sh.h.cfg.Metrics.HandoffPause.Observe(start.Sub(in.resumeFrom).Seconds())
+			in.sh.h.cfg.metrics.HandoffPause.Observe(start.Sub(in.resumeFrom).Seconds())
 		}
 	}
 	func() {
@@ -416,9 +416,9 @@ func (in *instance) send(w *write) {
 
 func (in *instance) written(w *write, err error) {
 	h := in.sh.h
-	h.cfg.Metrics.StateWrite(writeResult(err))
+	h.cfg.metrics.StateWrite(writeResult(err))
 	if err == nil {
-		h.cfg.Metrics.WriteSeconds.Observe(time.Since(w.sent).Seconds())
+		h.cfg.metrics.WriteSeconds.Observe(time.Since(w.sent).Seconds())
 	}
 	in.mu.Lock()
 	answers := w.answers
@@ -633,7 +633,7 @@ func (in *instance) flush(ctx context.Context) error {
 	case needWrite:
 		_, err = in.sh.h.cfg.Store.Write(ctx, in.grant, in.id, rec)
 	}
-	in.sh.h.cfg.Metrics.StateWrite(writeResult(err))
+	in.sh.h.cfg.metrics.StateWrite(writeResult(err))
 	for _, a := range answers {
 		if err == nil {
 			in.sh.h.answer(a.c, a.reply, a.result)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tickfence/tickfence/internal/lease"
+	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/store"
 )
 
@@ -57,6 +58,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.metrics = metrics.For(cfg.Registerer)
 	return &Node{cfg: cfg, log: cfg.Logger, wake: make(chan struct{})}, nil
 }
 
@@ -119,9 +121,9 @@ func (n *Node) Run(ctx context.Context) error {
 				var r store.NodeRecord
 				return json.Unmarshal(v, &r) == nil && r.Session == session
 			},
-			OnFenced:       func() { n.cfg.Metrics.SelfFenced.Inc(); host.Pause() },
+			OnFenced:       func() { n.cfg.metrics.SelfFenced.Inc(); host.Pause() },
 			OnValid:        host.Resume,
-			ObserveRenewal: func(d time.Duration) { n.cfg.Metrics.LeaseRenewal.Observe(d.Seconds()) },
+			ObserveRenewal: func(d time.Duration) { n.cfg.metrics.LeaseRenewal.Observe(d.Seconds()) },
 		}, func(holder store.Entry) {
 			if waitedSince.IsZero() || time.Since(waitedSince) > 5*time.Second {
 				n.log.Info("waiting for the live lease of this node ID to expire", "key", holder.Key, "revision", holder.Revision)

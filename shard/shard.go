@@ -141,7 +141,7 @@ func (sh *shardRun) load(g store.Grant) {
 	sh.state = running
 	needServe := sh.stopServe == nil && sh.h.cfg.Commands != nil
 	sh.mu.Unlock()
-	sh.h.cfg.Metrics.Instances.Add(float64(n))
+	sh.h.cfg.metrics.Instances.Add(float64(n))
 	for _, in := range loaded {
 		if in != nil {
 			in.schedule()
@@ -315,7 +315,7 @@ func (sh *shardRun) rotateAndLoad(old store.Grant, adopt uint64) {
 	if !ok {
 		return
 	}
-	sh.h.cfg.Metrics.Rotations.Inc()
+	sh.h.cfg.metrics.Rotations.Inc()
 	sh.mu.Lock()
 	if sh.state != rebuilding { // stopped or handed off meanwhile
 		sh.mu.Unlock()
@@ -378,7 +378,7 @@ func (sh *shardRun) kill(insts map[string]*instance, code, format string, args .
 			sh.h.answerErr(c, code, format, args...)
 		}
 	}
-	sh.h.cfg.Metrics.Instances.Sub(float64(len(insts)))
+	sh.h.cfg.metrics.Instances.Sub(float64(len(insts)))
 }
 
 // stop takes the shard out of service at once, for good.
@@ -407,7 +407,7 @@ func (sh *shardRun) stop(reason string, attrs ...any) {
 		}
 	}
 	sh.h.forget(sh)
-	sh.h.cfg.Metrics.ShardStops.WithLabelValues(reason).Inc()
+	sh.h.cfg.metrics.ShardStops.WithLabelValues(reason).Inc()
 	level := slog.LevelInfo
 	if reason == "stale_owner" {
 		level = slog.LevelError
@@ -584,7 +584,7 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 		sh.h.cfg.BeforeWrite(sh.id, c.Instance)
 	}
 	_, err = st.Write(sh.ctx, g, c.Instance, rec)
-	sh.h.cfg.Metrics.StateWrite(writeResult(err))
+	sh.h.cfg.metrics.StateWrite(writeResult(err))
 	if err != nil {
 		sh.h.answerErr(c, wire.CodeRetry, "initial write of %s: %v", c.Instance, err)
 		if !errors.Is(err, store.ErrTooLarge) {
@@ -610,7 +610,7 @@ func (sh *shardRun) finishCreate(g store.Grant, id string, in *instance) {
 	}
 	sh.mu.Unlock()
 	if added {
-		sh.h.cfg.Metrics.Instances.Inc()
+		sh.h.cfg.metrics.Instances.Inc()
 		in.schedule()
 	} else if in != nil {
 		for _, c := range in.die() { // loaded for nothing (the shard moved or was rebuilt)
@@ -631,7 +631,7 @@ func (sh *shardRun) remove(in *instance) {
 	}
 	sh.mu.Unlock()
 	if removed {
-		sh.h.cfg.Metrics.Instances.Dec()
+		sh.h.cfg.metrics.Instances.Dec()
 	}
 }
 
@@ -688,7 +688,7 @@ func (sh *shardRun) flushThen(ctx context.Context, reason string, release func(g
 			errs = append(errs, err)
 		}
 	}
-	sh.h.cfg.Metrics.Instances.Sub(float64(len(insts)))
+	sh.h.cfg.metrics.Instances.Sub(float64(len(insts)))
 	if len(errs) == 0 {
 		if err := release(g, stoppedAt); err != nil {
 			errs = append(errs, err)
@@ -699,7 +699,7 @@ func (sh *shardRun) flushThen(ctx context.Context, reason string, release func(g
 	sh.mu.Unlock()
 	sh.cancel()
 	sh.h.forget(sh)
-	sh.h.cfg.Metrics.ShardStops.WithLabelValues(reason).Inc()
+	sh.h.cfg.metrics.ShardStops.WithLabelValues(reason).Inc()
 	sh.log.Debug("shard flushed", "reason", reason, "token", g.Token, "instances", len(insts), "errors", len(errs))
 	return errors.Join(errs...)
 }

@@ -100,7 +100,7 @@ func TestNoWriteUnderTokenAfterUnknownOutcome(t *testing.T) {
 	}
 	kinds, _ := actor.NewKinds(tally{})
 	h, err := New(ctx, Config{Node: "n1", Session: "s1", Store: st, Kinds: kinds, Engine: e,
-		Metrics: metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })})
+		Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,8 +177,8 @@ func TestHandOffPauseReportedWhenTheMoveArrivesAfterTheGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	kinds, _ := actor.NewKinds(tally{})
-	m := metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })
-	h, err := New(ctx, Config{Node: "n1", Session: "s1", Store: mem, Kinds: kinds, Engine: e, Metrics: m})
+	reg := prometheus.NewRegistry()
+	h, err := New(ctx, Config{Node: "n1", Session: "s1", Store: mem, Kinds: kinds, Engine: e, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestHandOffPauseReportedWhenTheMoveArrivesAfterTheGrant(t *testing.T) {
 	e.Advance(start.Add(150 * time.Millisecond)) // the first tick, before the move is known
 	pauses := func() uint64 {
 		var d dto.Metric
-		if err := m.HandoffPause.Write(&d); err != nil {
+		if err := metrics.For(reg).HandoffPause.Write(&d); err != nil {
 			t.Fatal(err)
 		}
 		return d.GetHistogram().GetSampleCount()

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tickfence/tickfence/actor"
-	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/memstore"
@@ -73,7 +72,7 @@ func TestWatchesThatFailAreReopened(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := &flakyWatches{Store: mem, refuse: refuse, done: map[string]bool{}}
-			m := metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })
+			reg := prometheus.NewRegistry()
 			e, err := actor.NewEngine(actor.EngineConfig{Rate: 20})
 			if err != nil {
 				t.Fatal(err)
@@ -82,7 +81,7 @@ func TestWatchesThatFailAreReopened(t *testing.T) {
 			kinds, _ := actor.NewKinds(counter{})
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			n, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: "n1", Store: st, Kinds: kinds,
-				Engine: e, Metrics: m, Logger: log}})
+				Engine: e, Registerer: reg, Logger: log}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,14 +163,14 @@ func TestHandOffOfAnOlderGrantIsIgnored(t *testing.T) {
 	if _, err := mem.Bootstrap(ctx, store.Cluster{Shards: testShards, Partitions: 1, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
-	m := metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })
+	reg := prometheus.NewRegistry()
 	e, err := actor.NewEngine(actor.EngineConfig{Rate: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Stop()
 	kinds, _ := actor.NewKinds(counter{})
-	n, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: "n1", Store: mem, Kinds: kinds, Engine: e, Metrics: m}})
+	n, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: "n1", Store: mem, Kinds: kinds, Engine: e, Registerer: reg}})
 	if err != nil {
 		t.Fatal(err)
 	}

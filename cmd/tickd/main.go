@@ -281,13 +281,7 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var engine *actor.Engine
-	m := metrics.NewNode(reg, func() float64 {
-		if engine == nil {
-			return 0
-		}
-		return float64(engine.Skipped())
-	})
+	m := metrics.For(reg) // the node's, engine's and coordinator's, for the summary line
 	if o.metricsAddr != "" {
 		ln, err := net.Listen("tcp", o.metricsAddr)
 		if err != nil {
@@ -307,7 +301,7 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 		}
 	}
 
-	engine, err = actor.NewEngine(actor.EngineConfig{Rate: o.tickRate, Observe: m.ObserveTick})
+	engine, err := actor.NewEngine(actor.EngineConfig{Rate: o.tickRate, Registerer: reg})
 	if err != nil {
 		return fmt.Errorf("--tick-rate: %w", err)
 	}
@@ -316,10 +310,10 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 	beforeWrite, beforeRelease := faultHooks(log)
 	var reportLate metrics.Window
 	m.AlsoObserveLateness(&reportLate)
-	cmdServer := natscmd.NewServer(cmdConn, cl.Shards, m)
+	cmdServer := natscmd.NewServer(cmdConn, cl.Shards, reg)
 	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: o.nodeID, Store: st,
 		Commands: cmdServer, Kinds: kinds, Engine: engine,
-		CheckpointEvery: o.checkpointEvery, Logger: log, Metrics: m, BeforeWrite: beforeWrite,
+		CheckpointEvery: o.checkpointEvery, Logger: log, Registerer: reg, BeforeWrite: beforeWrite,
 		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending},
 		BeforeRelease: beforeRelease,
 		LeaseTTL:      o.lease,
@@ -340,7 +334,7 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 			defer wg.Done()
 			if err := coordinator.Run(runCtx, coordinator.Config{Store: st, Node: o.nodeID, Session: newSession(),
 				TTL: o.lease, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
-				Logger: log, Metrics: m}); err != nil {
+				Logger: log, Registerer: reg}); err != nil {
 				log.Error("coordinator", "err", err)
 			}
 		}()

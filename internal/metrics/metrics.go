@@ -4,6 +4,7 @@ package metrics
 
 import (
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,16 +49,41 @@ type Node struct {
 	Lateness Window
 	writes   atomic.Uint64
 	extra    atomic.Pointer[Window]
+	skipped  atomic.Pointer[func() uint64]
 }
 
-// NewNode registers the node's metrics on reg (never the global registry). skipped reports the
-// engine's skipped-tick count.
+var (
+	forMu sync.Mutex
+	forM  = map[prometheus.Registerer]*Node{}
+)
+
+// For returns the metrics registered on reg, registering them the first time: a node, its
+// coordinator candidate and its command transport in one process share one set through the
+// registerer their configs name. nil: a set registered nowhere (not shared). The set of a
+// registerer lives as long as the process.
+func For(reg prometheus.Registerer) *Node {
+	if reg == nil {
+		return NewNode(prometheus.NewRegistry(), nil)
+	}
+	forMu.Lock()
+	defer forMu.Unlock()
+	if m := forM[reg]; m != nil {
+		return m
+	}
+	m := NewNode(reg, nil)
+	forM[reg] = m
+	return m
+}
+
+// CountSkipped makes f the source of tickfence_ticks_skipped_total (the engine's count).
+func (m *Node) CountSkipped(f func() uint64) { m.skipped.Store(&f) }
+
+// NewNode registers the node's metrics on reg (never the global registry). skipped, if not nil,
+// reports the engine's skipped-tick count (else CountSkipped sets it).
 func NewNode(reg prometheus.Registerer, skipped func() float64) *Node {
 	m := &Node{
 		Ticks: prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_ticks_total",
 			Help: "Ticks run by this node's instances."}),
-		TicksSkipped: prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tickfence_ticks_skipped_total",
-			Help: "Ticks skipped by the overrun policy (a worker more than MaxCatchUp periods late)."}, skipped),
 		TickLateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_tick_lateness_seconds",
 			Help: "Actual minus scheduled start of each tick.", Buckets: LatencyBuckets}),
 		TickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_tick_duration_seconds",
@@ -83,6 +109,17 @@ func NewNode(reg prometheus.Registerer, skipped func() float64) *Node {
 		Shedding: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_admission_shedding",
 			Help: "1 while the node refuses new commands with busy: answers took longer than the admission target for a whole interval."}),
 	}
+	if skipped != nil {
+		f := func() uint64 { return uint64(skipped()) }
+		m.skipped.Store(&f)
+	}
+	m.TicksSkipped = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tickfence_ticks_skipped_total",
+		Help: "Ticks skipped by the overrun policy (a worker more than MaxCatchUp periods late)."}, func() float64 {
+		if f := m.skipped.Load(); f != nil {
+			return float64((*f)())
+		}
+		return 0
+	})
 	m.Failovers = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_failovers_total",
 		Help: "Shards this node, as coordinator, reassigned because their owner's lease was gone."})
 	m.Handoffs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tickfence_handoffs_total",

@@ -75,7 +75,6 @@ import (
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/history"
-	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
@@ -518,14 +517,14 @@ func (p *proc) start() {
 	c.mu.Lock()
 	c.coordSess[p.coordC.Name()] = sess
 	c.mu.Unlock()
-	m := metrics.NewNode(prometheus.NewRegistry(), func() float64 { return 0 })
+	reg := prometheus.NewRegistry()
 	engine, err := actor.NewEngine(actor.EngineConfig{Rate: float64(time.Second / tickPeriod), Workers: 1, Slot: tickPeriod, Start: c.grid})
 	if err != nil {
 		panic(err)
 	}
 	log := slog.New(&logHandler{net: c.net, name: name, node: p.id, onStale: c.staleStop, onAdopt: c.adopted})
 	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: p.id, Store: p.nodeC, Kinds: c.kinds,
-		Engine: engine, Metrics: m, Logger: log, CheckpointEvery: 5}, LeaseTTL: 2 * time.Second})
+		Engine: engine, Registerer: reg, Logger: log, CheckpointEvery: 5}, LeaseTTL: 2 * time.Second})
 	if err != nil {
 		panic(err)
 	}
@@ -540,7 +539,7 @@ func (p *proc) start() {
 		go func() { defer wg.Done(); _ = node.Run(ctx) }()
 		go func() {
 			defer wg.Done()
-			_ = coordinator.Run(ctx, coordinator.Config{Store: p.coordC, Node: p.id, Session: sess, Metrics: m,
+			_ = coordinator.Run(ctx, coordinator.Config{Store: p.coordC, Node: p.id, Session: sess, Registerer: reg,
 				Logger: log, HandOffTimeout: c.cfg.HandOffTimeout})
 		}()
 		wg.Wait()

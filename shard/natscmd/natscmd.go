@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/shard"
@@ -38,9 +39,10 @@ var busyReply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy,
 
 var _ shard.Commands = (*Server)(nil)
 
-// NewServer serves commands for a cluster of the given shard count.
-func NewServer(nc *nats.Conn, shards uint32, m *metrics.Node) *Server {
-	return &Server{nc: nc, shards: shards, metrics: m}
+// NewServer serves commands for a cluster of the given shard count; its metrics go to reg (shared
+// with the node configured with the same registerer), nil: none.
+func NewServer(nc *nats.Conn, shards uint32, reg prometheus.Registerer) *Server {
+	return &Server{nc: nc, shards: shards, metrics: metrics.For(reg)}
 }
 
 // Serve implements shard.Commands: it subscribes tickfence.cmd.<S>.*.
