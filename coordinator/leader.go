@@ -17,6 +17,14 @@ import (
 	"github.com/tickfence/tickfence/store"
 )
 
+// Clock is the time a coordinator decides by: Now for logs only, Monotonic (elapsed since a
+// fixed point of the process, only moving forward) for leases and hand-off timeouts. Tests
+// pass a fake one.
+type Clock interface {
+	Now() time.Time
+	Monotonic() time.Duration
+}
+
 // Config of a coordinator candidate.
 type Config struct {
 	Store   store.Store
@@ -43,7 +51,7 @@ type Config struct {
 	// with the same one. nil: none.
 	Registerer prometheus.Registerer
 	metrics    *metrics.Node
-	Clock      lease.Clock
+	Clock      Clock // nil: the system clock
 }
 
 func (c *Config) defaults() error {

@@ -17,13 +17,21 @@ import (
 	"github.com/tickfence/tickfence/store"
 )
 
+// Clock is the time a node's lease is decided by: Now for logs only, Monotonic (elapsed since a
+// fixed point of the process, only moving forward) for renewals and self-fencing. Tests pass a
+// fake one.
+type Clock interface {
+	Now() time.Time
+	Monotonic() time.Duration
+}
+
 // NodeConfig configures a Node: a Host config (its Session is made by the node) plus the lease.
 type NodeConfig struct {
 	Config
 	// LeaseTTL (whole seconds, default 2s) and LeaseMargin (default 500ms) of node.<id>.
 	LeaseTTL    time.Duration
 	LeaseMargin time.Duration
-	Clock       lease.Clock
+	Clock       Clock // nil: the system clock
 	// P99Lateness, if set, is reported in the lease (it reads and resets a window).
 	P99Lateness func() time.Duration
 	// BeforeRelease, if set, runs in a hand-off after the instances are flushed and before the

@@ -4,8 +4,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,26 +17,22 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tickfence/tickfence"
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/actor/dungeon"
-	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/demo"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/shard"
-	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/store"
-	"github.com/tickfence/tickfence/store/natskv"
 )
 
 type options struct {
@@ -209,79 +203,12 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 		os.Exit(1)
 	}()
 
-	// NATS: embedded unless --nats/NATS_URL names a server. Three connections: the store's (fenced
-	// writes, leases, watches), the commands' (subscriptions and replies) and the demo players'. A
-	// connection serializes its publishes under one lock, so the tick path's writes do not queue
-	// behind replies and players' requests.
-	var connect func(purpose string) (*nats.Conn, error)
-	if o.natsURL == "" {
-		dir, _ := filepath.Abs(o.data)
-		srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Listen: o.natsListen, Sync: o.sync, Name: o.nodeID})
-		if err != nil {
-			return err
-		}
-		defer srv.Stop()
-		attrs := []any{"data", dir, "sync_every_write", o.sync}
-		if o.natsListen != "" {
-			attrs = append(attrs, "listen", srv.ClientURL())
-		}
-		log.Info("embedded NATS JetStream server started", attrs...)
-		connect = func(purpose string) (*nats.Conn, error) {
-			nc, err := natskv.Connect("", srv.ConnectOption(), nats.Name("tickd "+o.nodeID+" "+purpose))
-			if err != nil {
-				return nil, fmt.Errorf("connect to NATS: %w", err)
-			}
-			return nc, nil
-		}
-	} else {
-		if o.sync {
-			log.Warn("--sync applies to the embedded server only; configure sync on the external server")
-		}
-		connect = func(purpose string) (*nats.Conn, error) {
-			nc, err := natskv.Connect(o.natsURL, nats.Name("tickd "+o.nodeID+" "+purpose),
-				nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-					if err != nil {
-						log.Warn("NATS disconnected", "connection", purpose, "err", err)
-					}
-				}),
-				nats.ReconnectHandler(func(c *nats.Conn) {
-					log.Info("NATS reconnected", "connection", purpose, "url", c.ConnectedUrl())
-				}))
-			if err != nil {
-				return nil, fmt.Errorf("connect to NATS at %s: %w", o.natsURL, err)
-			}
-			return nc, nil
-		}
-	}
-	nc, err := connect("store")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	cmdConn, err := connect("commands")
-	if err != nil {
-		return err
-	}
-	defer cmdConn.Close()
 	if o.dataHistory < 1 {
 		return fmt.Errorf("--data-history must be at least 1, got %d", o.dataHistory)
 	}
-	st, err := natskv.Open(nc, natskv.Options{History: o.dataHistory})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
-	want := store.DefaultCluster()
-	want.Shards = uint32(o.shards)
-	cl, err := coordinator.Bootstrap(ctx, st, want, shardsSet, log)
-	if err != nil {
-		return err
-	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.For(reg) // the node's, engine's and coordinator's, for the summary line
+	m := metrics.For(reg) // the metrics the node, engine and coordinator share, read by the summary
 	if o.metricsAddr != "" {
 		ln, err := net.Listen("tcp", o.metricsAddr)
 		if err != nil {
@@ -300,70 +227,40 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 			log.Info("pprof", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 		}
 	}
-
-	engine, err := actor.NewEngine(actor.EngineConfig{Rate: o.tickRate, Registerer: reg})
-	if err != nil {
-		return fmt.Errorf("--tick-rate: %w", err)
-	}
-	defer engine.Stop()
-	kinds, _ := actor.NewKinds(dungeon.Kind{})
 	beforeWrite, beforeRelease := faultHooks(log)
-	var reportLate metrics.Window
-	m.AlsoObserveLateness(&reportLate)
-	cmdServer := natscmd.NewServer(cmdConn, cl.Shards, reg)
-	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: o.nodeID, Store: st,
-		Commands: cmdServer, Kinds: kinds, Engine: engine,
-		CheckpointEvery: o.checkpointEvery, Logger: log, Registerer: reg, BeforeWrite: beforeWrite,
-		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending},
-		BeforeRelease: beforeRelease,
-		LeaseTTL:      o.lease,
-		P99Lateness:   func() time.Duration { d, _ := reportLate.Quantile(0.99); return d }})
+	// The node: NATS (embedded unless --nats/NATS_URL names a server), the store, the engine,
+	// the shards' host, the command transport and a coordinator candidate (package tickfence).
+	node, err := tickfence.Start(ctx, tickfence.Options{
+		Kinds: []actor.Kind{dungeon.Kind{}}, NodeID: o.nodeID,
+		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync,
+		Shards: uint32(o.shards), RequireShards: shardsSet, TickRate: o.tickRate, CheckpointEvery: o.checkpointEvery,
+		LeaseTTL: o.lease, DataHistory: o.dataHistory,
+		NoCoordinator: o.noCoordinator, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
+		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending,
+		Registerer: reg, Logger: log, BeforeWrite: beforeWrite, BeforeRelease: beforeRelease})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
-	cmdServer.Shedding = func() bool { h := node.Host(); return h != nil && h.Shedding() }
-	runCtx, stopRun := context.WithCancel(context.Background())
-	defer stopRun()
-	var wg sync.WaitGroup
-	nodeErr := make(chan error, 1)
-	wg.Add(1)
-	go func() { defer wg.Done(); nodeErr <- node.Run(runCtx) }()
-	if !o.noCoordinator {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := coordinator.Run(runCtx, coordinator.Config{Store: st, Node: o.nodeID, Session: newSession(),
-				TTL: o.lease, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
-				Logger: log, Registerer: reg}); err != nil {
-				log.Error("coordinator", "err", err)
-			}
-		}()
-	}
-	select {
-	case <-node.Ready():
-	case err := <-nodeErr:
-		stopRun()
-		wg.Wait()
-		return err
-	case <-ctx.Done():
-	}
+	defer node.Close()
 
 	var driver *demo.Driver
 	if o.demo > 0 && ctx.Err() == nil {
-		demoConn, err := connect("demo players")
+		client, err := node.Client() // the players' own connection
 		if err != nil {
 			return err
 		}
-		defer demoConn.Close()
 		dctx, cancel := context.WithTimeout(ctx, time.Minute)
-		driver, err = demo.Start(dctx, demo.Config{Client: natscmd.NewClient(demoConn, cl.Shards), Instances: o.demo,
+		driver, err = demo.Start(dctx, demo.Config{Client: client, Instances: o.demo,
 			Players: o.demoPlayers, Every: every, Logger: log})
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			log.Error("demo dungeons could not be created", "err", err)
 		}
 	}
-	summarize(ctx, o.summaryEvery, node, engine, m, driver, log)
+	summarize(ctx, o.summaryEvery, node.Shard(), node.Engine(), m, driver, log)
 
 	if driver != nil {
 		driver.Stop()
@@ -371,15 +268,11 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 	lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n := 0
-	if h := node.Host(); h != nil {
+	if h := node.Shard().Host(); h != nil {
 		n = h.Instances()
 	}
-	lerr := node.Leave(lctx)
-	stopRun()
-	wg.Wait()
-	engine.Stop()
-	if lerr != nil {
-		return fmt.Errorf("leave: %w", lerr)
+	if err := node.Stop(lctx); err != nil {
+		return err
 	}
 	log.Info("left the cluster: every shard handed off or flushed and released", "instances_at_signal", n)
 	return nil
@@ -411,12 +304,6 @@ func servePprof(mux *http.ServeMux) {
 	// held across I/O on the tick path.
 	runtime.SetMutexProfileFraction(10)
 	runtime.SetBlockProfileRate(int(100 * time.Microsecond))
-}
-
-func newSession() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func summarize(ctx context.Context, every time.Duration, node *shard.Node, engine *actor.Engine, m *metrics.Node, d *demo.Driver, log *slog.Logger) {

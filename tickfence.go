@@ -1,0 +1,389 @@
+// Package tickfence runs a game's instances — dungeons, raids, arenas — as single-owner actors
+// ticking at a fixed rate on a cluster of nodes, with every state write fenced by the store so a
+// node that slept through losing its shards cannot overwrite its successor (DESIGN.md).
+//
+// A game's main registers its kinds of instance and runs a node:
+//
+//	func main() {
+//		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//		defer stop()
+//		err := tickfence.Run(ctx, tickfence.Options{
+//			Kinds: []actor.Kind{arena.Kind{}}, // the game's code: see package actor
+//			NATS:  os.Getenv("NATS_URL"),      // "": an embedded JetStream server
+//		})
+//		if err != nil {
+//			log.Fatal(err)
+//		}
+//	}
+//
+// Run joins the cluster (creating it on first use), serves commands for the shards the
+// coordinator gives this node, stands as a coordinator candidate, and, when ctx ends, hands its
+// shards off and leaves. Start does the same and returns a *Node, for a program that also does
+// something else (tickd drives demo players and prints a summary). Clients send commands over
+// NATS (package shard/natscmd, or any NATS client: the wire format is DESIGN 5).
+package tickfence
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/coordinator"
+	"github.com/tickfence/tickfence/internal/metrics"
+	"github.com/tickfence/tickfence/internal/natsserver"
+	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/natskv"
+)
+
+// Options of a node. Every field's zero value means the default written beside it; no default
+// hides a legitimate zero (a field where zero is meaningful says how to ask for it).
+type Options struct {
+	// Kinds are the game's kinds of instance (at least one). Every node of a cluster should
+	// register the same kinds: an instance of a kind a node lacks cannot be loaded there.
+	Kinds []actor.Kind
+
+	// NodeID names this node in the cluster (default: the host name). Two live nodes must not
+	// share one.
+	NodeID string
+	// NATS is the URL of a NATS server with JetStream. "" starts an embedded server in this
+	// process, storing its files in DataDir.
+	NATS string
+	// NATSOptions are added to every connection to NATS (credentials, TLS, names).
+	NATSOptions []nats.Option
+	// DataDir of the embedded server (default "tickfence-data"); reused on restart.
+	DataDir string
+	// Listen makes the embedded server accept clients on HOST:PORT (default: in-process only,
+	// so only this program's own clients reach it).
+	Listen string
+	// Sync makes the embedded server fsync every write (default off: faster, and a power loss
+	// can lose the last writes of the embedded server).
+	Sync bool
+
+	// Shards is the number of shards when this node creates the cluster (default 256); a cluster
+	// that exists keeps its own. RequireShards makes a different count an error instead.
+	Shards        uint32
+	RequireShards bool
+	// TickRate is ticks per second of every instance (default 20).
+	TickRate float64
+	// CheckpointEvery writes an instance at least every this many ticks without commands
+	// (default 20).
+	CheckpointEvery uint64
+	// LeaseTTL of the node and coordinator leases, whole seconds (default 2s): a dead node's
+	// shards move after about this long.
+	LeaseTTL time.Duration
+	// DataHistory is the revisions kept per instance key (default 1).
+	DataHistory int64
+
+	// NoCoordinator keeps this node out of the coordinator election (default: a candidate).
+	NoCoordinator bool
+	// Coordinator tuning, for candidates; see coordinator.Config (zero: its defaults).
+	MaxMoves       int
+	RebalanceEvery time.Duration
+	HandOffTimeout time.Duration
+
+	// MaxCommandDelay is the admission target: past it, new commands are refused with busy
+	// (default 250ms; negative: no admission control). MaxPendingCommands bounds the admitted,
+	// unanswered commands (default 50 000).
+	MaxCommandDelay    time.Duration
+	MaxPendingCommands int
+
+	// Registerer receives the node's Prometheus metrics (default: none).
+	Registerer prometheus.Registerer
+	// Logger receives structured logs (default: none).
+	Logger *slog.Logger
+
+	// BeforeWrite and BeforeRelease are fault-test hooks (see shard.Config, shard.NodeConfig);
+	// leave them nil.
+	BeforeWrite, BeforeRelease func(shard uint32, id string)
+}
+
+// Node is a running tickfence node. Stop it with Stop.
+type Node struct {
+	opt     Options
+	log     *slog.Logger
+	srv     *natsserver.Server
+	conns   []*nats.Conn
+	st      *natskv.Store
+	cluster store.Cluster
+	engine  *actor.Engine
+	node    *shard.Node
+	connect func(purpose string) (*nats.Conn, error)
+
+	stopRun context.CancelFunc
+	wg      sync.WaitGroup
+	runErr  chan error
+	stopped sync.Once
+}
+
+func (o *Options) defaults() error {
+	if len(o.Kinds) == 0 {
+		return errors.New("tickfence: Options.Kinds: register at least one kind of instance")
+	}
+	if o.NodeID == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("tickfence: Options.NodeID is empty and the host name is unknown: %w", err)
+		}
+		o.NodeID = h
+	}
+	if err := store.ValidID(o.NodeID); err != nil {
+		return fmt.Errorf("tickfence: Options.NodeID: %w", err)
+	}
+	if o.DataDir == "" {
+		o.DataDir = "tickfence-data"
+	}
+	if o.Shards == 0 {
+		o.Shards = store.DefaultCluster().Shards
+	}
+	if o.TickRate == 0 {
+		o.TickRate = 20
+	}
+	if o.CheckpointEvery == 0 {
+		o.CheckpointEvery = 20
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 2 * time.Second
+	}
+	if err := store.ValidTTL(o.LeaseTTL); err != nil {
+		return fmt.Errorf("tickfence: Options.LeaseTTL: %w", err)
+	}
+	if o.DataHistory == 0 {
+		o.DataHistory = 1
+	}
+	if o.DataHistory < 1 {
+		return fmt.Errorf("tickfence: Options.DataHistory must be at least 1, got %d", o.DataHistory)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Run starts a node, runs it until ctx ends, then hands its shards off and leaves the cluster
+// (for at most 30 s).
+func Run(ctx context.Context, opt Options) error {
+	n, err := Start(ctx, opt)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-n.runErr:
+		n.Close()
+		return err
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return n.Stop(sctx)
+}
+
+// Start connects to NATS (or starts the embedded server), joins the cluster (creating it if
+// there is none), and returns once the node holds its lease and serves commands. ctx bounds
+// the start only.
+func Start(ctx context.Context, opt Options) (_ *Node, err error) {
+	if err := opt.defaults(); err != nil {
+		return nil, err
+	}
+	n := &Node{opt: opt, log: opt.Logger, runErr: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if err := n.openNATS(); err != nil {
+		return nil, err
+	}
+	nc, err := n.connect("store")
+	if err != nil {
+		return nil, err
+	}
+	cmdConn, err := n.connect("commands")
+	if err != nil {
+		return nil, err
+	}
+	if n.st, err = natskv.Open(nc, natskv.Options{History: opt.DataHistory}); err != nil {
+		return nil, err
+	}
+	want := store.DefaultCluster()
+	want.Shards = opt.Shards
+	if n.cluster, err = coordinator.Bootstrap(ctx, n.st, want, opt.RequireShards, n.log); err != nil {
+		return nil, err
+	}
+	// The lease reports the p99 tick lateness since its last renewal (operators' tools show it).
+	var late metrics.Window
+	if n.engine, err = actor.NewEngine(actor.EngineConfig{Rate: opt.TickRate, Registerer: opt.Registerer,
+		Observe: func(lateness, _ time.Duration) { late.Observe(lateness) }}); err != nil {
+		return nil, fmt.Errorf("tickfence: Options.TickRate: %w", err)
+	}
+	kinds, err := actor.NewKinds(opt.Kinds...)
+	if err != nil {
+		return nil, fmt.Errorf("tickfence: Options.Kinds: %w", err)
+	}
+	cmds := natscmd.NewServer(cmdConn, n.cluster.Shards, opt.Registerer)
+	n.node, err = shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: opt.NodeID, Store: n.st,
+		Commands: cmds, Kinds: kinds, Engine: n.engine, CheckpointEvery: opt.CheckpointEvery, Logger: n.log,
+		Registerer: opt.Registerer, BeforeWrite: opt.BeforeWrite, MaxCommandDelay: opt.MaxCommandDelay,
+		MaxPendingCommands: opt.MaxPendingCommands},
+		BeforeRelease: opt.BeforeRelease, LeaseTTL: opt.LeaseTTL,
+		P99Lateness: func() time.Duration { d, _ := late.Quantile(0.99); return d }})
+	if err != nil {
+		return nil, err
+	}
+	cmds.Shedding = func() bool { h := n.node.Host(); return h != nil && h.Shedding() }
+	runCtx, stopRun := context.WithCancel(context.Background())
+	n.stopRun = stopRun
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.runErr <- n.node.Run(runCtx) }()
+	if !opt.NoCoordinator {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := coordinator.Run(runCtx, coordinator.Config{Store: n.st, Node: opt.NodeID, Session: newSession(),
+				TTL: opt.LeaseTTL, MaxMoves: opt.MaxMoves, RebalanceEvery: opt.RebalanceEvery,
+				HandOffTimeout: opt.HandOffTimeout, Logger: n.log, Registerer: opt.Registerer}); err != nil {
+				n.log.Error("coordinator", "err", err)
+			}
+		}()
+	}
+	select {
+	case <-n.node.Ready():
+		return n, nil
+	case err := <-n.runErr:
+		return nil, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (n *Node) openNATS() error {
+	o := n.opt
+	if o.NATS != "" {
+		if o.Sync {
+			n.log.Warn("Options.Sync applies to the embedded server only; configure sync on the external server")
+		}
+		n.connect = func(purpose string) (*nats.Conn, error) {
+			opts := append([]nats.Option{nats.Name("tickfence " + o.NodeID + " " + purpose),
+				nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+					if err != nil {
+						n.log.Warn("NATS disconnected", "connection", purpose, "err", err)
+					}
+				}),
+				nats.ReconnectHandler(func(c *nats.Conn) {
+					n.log.Info("NATS reconnected", "connection", purpose, "url", c.ConnectedUrl())
+				})}, o.NATSOptions...)
+			nc, err := natskv.Connect(o.NATS, opts...)
+			if err != nil {
+				return nil, fmt.Errorf("connect to NATS at %s: %w", o.NATS, err)
+			}
+			n.conns = append(n.conns, nc)
+			return nc, nil
+		}
+		return nil
+	}
+	dir, _ := filepath.Abs(o.DataDir)
+	srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Listen: o.Listen, Sync: o.Sync, Name: o.NodeID})
+	if err != nil {
+		return err
+	}
+	n.srv = srv
+	attrs := []any{"data", dir, "sync_every_write", o.Sync}
+	if o.Listen != "" {
+		attrs = append(attrs, "listen", srv.ClientURL())
+	}
+	n.log.Info("embedded NATS JetStream server started", attrs...)
+	n.connect = func(purpose string) (*nats.Conn, error) {
+		opts := append([]nats.Option{srv.ConnectOption(), nats.Name("tickfence " + o.NodeID + " " + purpose)}, o.NATSOptions...)
+		nc, err := natskv.Connect("", opts...)
+		if err != nil {
+			return nil, fmt.Errorf("connect to NATS: %w", err)
+		}
+		n.conns = append(n.conns, nc)
+		return nc, nil
+	}
+	return nil
+}
+
+// Client returns a command client on a connection of its own (closed by Close): the program's
+// own players, bots or tests. Its commands go through NATS like anyone's.
+func (n *Node) Client() (*natscmd.Client, error) {
+	nc, err := n.connect("client")
+	if err != nil {
+		return nil, err
+	}
+	return natscmd.NewClient(nc, n.cluster.Shards), nil
+}
+
+// ClientURL is the embedded server's client URL ("" with an external server or no Listen).
+func (n *Node) ClientURL() string {
+	if n.srv == nil || n.opt.Listen == "" {
+		return ""
+	}
+	return n.srv.ClientURL()
+}
+
+// Cluster is the cluster record as this node joined it (shard count, partitions, epoch).
+func (n *Node) Cluster() store.Cluster { return n.cluster }
+
+// Engine is the tick engine of this node (its statistics: Skipped, Lag).
+func (n *Node) Engine() *actor.Engine { return n.engine }
+
+// Shard is the node runtime (its current host: instances, shards, admission).
+func (n *Node) Shard() *shard.Node { return n.node }
+
+// Session is the node's current lease session.
+func (n *Node) Session() string { return n.node.Session() }
+
+// Err delivers the node's error if it stops by itself (its store gone for good).
+func (n *Node) Err() <-chan error { return n.runErr }
+
+// Stop hands every shard off to another node (or flushes and releases it), leaves the cluster
+// and closes everything Start opened. ctx bounds the hand-off.
+func (n *Node) Stop(ctx context.Context) error {
+	err := n.node.Leave(ctx)
+	n.Close()
+	if err != nil {
+		return fmt.Errorf("leave: %w", err)
+	}
+	return nil
+}
+
+// Close stops at once, without handing off: the shards move after a lease's time.
+func (n *Node) Close() {
+	n.stopped.Do(func() {
+		if n.stopRun != nil {
+			n.stopRun()
+		}
+		n.wg.Wait()
+		if n.engine != nil {
+			n.engine.Stop()
+		}
+		if n.st != nil {
+			n.st.Close()
+		}
+		for i := len(n.conns) - 1; i >= 0; i-- {
+			n.conns[i].Close()
+		}
+		if n.srv != nil {
+			n.srv.Stop()
+		}
+	})
+}
+
+func newSession() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
