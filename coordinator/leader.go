@@ -42,7 +42,8 @@ type Config struct {
 	MaxMoves int
 	// HandOffTimeout: a move not released by its old owner within it is reassigned anyway.
 	HandOffTimeout time.Duration
-	// Tolerance: no load-based move while the busiest node is within this factor of the mean.
+	// Tolerance: no load-based move while the busiest node is within this factor of the mean
+	// (default 0.25; negative: 0, any strict improvement moves a shard).
 	Tolerance float64
 	// NoRebalance turns off load-based moves (drains, shutdowns and failover still happen).
 	NoRebalance bool
@@ -77,8 +78,11 @@ func (c *Config) defaults() error {
 	if c.HandOffTimeout == 0 {
 		c.HandOffTimeout = 5 * time.Second
 	}
-	if c.Tolerance == 0 {
+	switch {
+	case c.Tolerance == 0:
 		c.Tolerance = 0.25
+	case c.Tolerance < 0:
+		c.Tolerance = 0
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
