@@ -98,8 +98,11 @@ type AssignmentEvent struct {
 	Assignment
 }
 
-// Store is the persistence a node and the coordinator need. Every method that takes a Grant is
-// fenced by it: the store checks the grant's token against shard.<S> atomically with the write.
+// Store is the persistence a node and the coordinator need. Write, WriteAsync and End are fenced
+// by their Grant: the store checks the grant's token against shard.<S> atomically with the write.
+// Register and Create take a Grant too but are compare-and-set on the instance key only (DESIGN
+// 4): what makes them safe is the fenced write that must follow before anything is answered.
+// Rotate and ReleaseShard are compare-and-set on shard.<S> itself.
 type Store interface {
 	// Bootstrap creates the cluster record and the buckets of its epoch if absent, and returns
 	// the record as stored (which may differ from want: the caller decides if that is an error).

@@ -165,7 +165,7 @@ func TestMarshalStateIsMsgpack(t *testing.T) {
 			t.Fatalf("MarshalState wrote %d bytes, msgpack.Marshal %d", len(got), len(want))
 		}
 	}
-	for range 2000 {
+	for range 400 {
 		s := &dungeon.State{Run: int(anyInt()), HP: anyInt(), MaxHP: anyInt(), Phase: anyStr(), DiedAt: anyUint(), Kills: int(anyInt()),
 			RNG: anyUint(), LastTick: anyUint(), TotalDmg: anyInt(), LootGiven: int(anyInt())}
 		switch rng.IntN(3) {

@@ -20,9 +20,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/tickfence/tickfence/cmd/tickbench/internal/proc"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/history"
-	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/store"
 )
 

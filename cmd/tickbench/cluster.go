@@ -22,9 +22,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tickfence/tickfence/cmd/tickbench/internal/proc"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/hdr"
-	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"

@@ -28,7 +28,7 @@ import (
 	"github.com/tickfence/tickfence"
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/actor/dungeon"
-	"github.com/tickfence/tickfence/internal/demo"
+	"github.com/tickfence/tickfence/cmd/tickd/internal/demo"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/shard"
