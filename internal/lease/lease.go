@@ -71,6 +71,9 @@ type Lease struct {
 	mu        sync.Mutex
 	rev       uint64
 	lastAcked time.Duration // monotonic send time of the last acknowledged write
+	// lastAckedWall is the wall time of that acknowledgement, for operators' logs only (to match
+	// the store's logs): no decision reads it.
+	lastAckedWall time.Time
 	// firstUnacked is the send time of the first renewal since lastAcked: if a renewal turns out
 	// to have landed without its ack, none was sent earlier than this.
 	firstUnacked time.Duration
@@ -119,7 +122,7 @@ func TryAcquire(ctx context.Context, cfg Config) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lease{cfg: cfg, rev: rev, lastAcked: sent, kick: make(chan struct{}, 1)}
+	l := &Lease{cfg: cfg, rev: rev, lastAcked: sent, lastAckedWall: cfg.Clock.Now(), kick: make(chan struct{}, 1)}
 	l.timer = time.AfterFunc(l.untilFence(sent), l.fence)
 	return l, nil
 }
@@ -153,9 +156,10 @@ func (l *Lease) fence() {
 		return
 	}
 	l.fenced = true
+	lastWall := l.lastAckedWall
 	l.mu.Unlock()
 	l.cfg.Logger.Warn("lease self-fenced: no renewal acknowledged in time", "key", l.cfg.Key, "revision", l.Revision(),
-		"ttl", l.cfg.TTL, "margin", l.cfg.Margin)
+		"ttl", l.cfg.TTL, "margin", l.cfg.Margin, "last_acknowledged_at", lastWall)
 	l.notify()
 }
 
@@ -291,6 +295,7 @@ func (l *Lease) renew(ctx context.Context) error {
 	if sent > l.lastAcked {
 		l.lastAcked = sent
 	}
+	l.lastAckedWall = l.cfg.Clock.Now()
 	l.unacked = false
 	wasFenced := l.fenced && l.untilFence(l.lastAcked) > 0
 	if wasFenced {

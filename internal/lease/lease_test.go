@@ -53,80 +53,84 @@ func config(st store.Store, session string, fenced, valid *atomic.Int32) lease.C
 // renewal finds the revision moved, reads it back, sees its own session and adopts it: nobody takes
 // over, the lease stays valid.
 func TestLostRenewalAckIsAdopted(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	st := &lossy{Store: memstore.New()}
-	var fenced, valid atomic.Int32
-	l, err := lease.TryAcquire(ctx, config(st, "s1", &fenced, &valid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
-	st.loseNext.Store(1)
-	time.Sleep(2500 * time.Millisecond) // several renewals, one of them unacknowledged
-	if st.lost.Load() != 1 {
-		t.Fatalf("lost %d acknowledgements, want 1", st.lost.Load())
-	}
-	if !l.Valid() || fenced.Load() != 0 {
-		t.Fatalf("valid %v, self-fenced %d times after one lost ack", l.Valid(), fenced.Load())
-	}
-	e, err := st.ControlGet(ctx, "node.n1")
-	if err != nil || e.Revision != l.Revision() {
-		t.Fatalf("stored lease %+v, %v; holder at revision %d", e, err, l.Revision())
-	}
-	// Another session cannot take it.
-	var f2, v2 atomic.Int32
-	if _, err := lease.TryAcquire(ctx, config(st, "s2", &f2, &v2)); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("second holder: err = %v, want ErrConflict", err)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		st := &lossy{Store: memstore.New()}
+		var fenced, valid atomic.Int32
+		l, err := lease.TryAcquire(ctx, config(st, "s1", &fenced, &valid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+		st.loseNext.Store(1)
+		time.Sleep(2500 * time.Millisecond) // several renewals, one of them unacknowledged
+		if st.lost.Load() != 1 {
+			t.Fatalf("lost %d acknowledgements, want 1", st.lost.Load())
+		}
+		if !l.Valid() || fenced.Load() != 0 {
+			t.Fatalf("valid %v, self-fenced %d times after one lost ack", l.Valid(), fenced.Load())
+		}
+		e, err := st.ControlGet(ctx, "node.n1")
+		if err != nil || e.Revision != l.Revision() {
+			t.Fatalf("stored lease %+v, %v; holder at revision %d", e, err, l.Revision())
+		}
+		// Another session cannot take it.
+		var f2, v2 atomic.Int32
+		if _, err := lease.TryAcquire(ctx, config(st, "s2", &f2, &v2)); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("second holder: err = %v, want ErrConflict", err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	})
 }
 
 // TestSelfFenceThenLoss: the holder is cut off from the store. It self-fences before the TTL can
 // run out on the server (on its own monotonic clock), the key expires, and when it can reach the
 // store again it learns the lease is lost: it never becomes valid again.
 func TestSelfFenceThenLoss(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	st := &lossy{Store: memstore.New()}
-	var fenced, valid atomic.Int32
-	l, err := lease.TryAcquire(ctx, config(st, "s1", &fenced, &valid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
-	time.Sleep(500 * time.Millisecond)
-	st.cut.Store(true)
-	cutAt := time.Now()
-	for fenced.Load() == 0 && time.Since(cutAt) < 2*time.Second {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if fenced.Load() != 1 || l.Valid() {
-		t.Fatalf("self-fenced %d times, valid %v after being cut off", fenced.Load(), l.Valid())
-	}
-	// The store's own TTL (1 s from the last renewal that landed) must not have run out before
-	// the holder stopped trusting the lease.
-	if _, err := st.ControlGet(ctx, "node.n1"); err != nil {
-		t.Fatalf("the lease expired on the store before its holder self-fenced: %v", err)
-	}
-	time.Sleep(1500 * time.Millisecond) // now it expires on the store
-	st.cut.Store(false)
-	select {
-	case err := <-done:
-		if !errors.Is(err, lease.ErrLost) {
-			t.Fatalf("Run = %v, want ErrLost", err)
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		st := &lossy{Store: memstore.New()}
+		var fenced, valid atomic.Int32
+		l, err := lease.TryAcquire(ctx, config(st, "s1", &fenced, &valid))
+		if err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("the holder never learned its lease was lost")
-	}
-	if valid.Load() != 0 {
-		t.Fatalf("OnValid ran %d times for a lost lease", valid.Load())
-	}
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+		time.Sleep(500 * time.Millisecond)
+		st.cut.Store(true)
+		cutAt := time.Now()
+		for fenced.Load() == 0 && time.Since(cutAt) < 2*time.Second {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if fenced.Load() != 1 || l.Valid() {
+			t.Fatalf("self-fenced %d times, valid %v after being cut off", fenced.Load(), l.Valid())
+		}
+		// The store's own TTL (1 s from the last renewal that landed) must not have run out before
+		// the holder stopped trusting the lease.
+		if _, err := st.ControlGet(ctx, "node.n1"); err != nil {
+			t.Fatalf("the lease expired on the store before its holder self-fenced: %v", err)
+		}
+		time.Sleep(1500 * time.Millisecond) // now it expires on the store
+		st.cut.Store(false)
+		select {
+		case err := <-done:
+			if !errors.Is(err, lease.ErrLost) {
+				t.Fatalf("Run = %v, want ErrLost", err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("the holder never learned its lease was lost")
+		}
+		if valid.Load() != 0 {
+			t.Fatalf("OnValid ran %d times for a lost lease", valid.Load())
+		}
+	})
 }
 
 func TestRejectsFractionalTTL(t *testing.T) {
@@ -138,53 +142,65 @@ func TestRejectsFractionalTTL(t *testing.T) {
 	}
 }
 
-// jumpyClock is a clock whose wall time jumps on demand while its monotonic time runs true.
+// jumpyClock is a clock whose wall time jumps on demand while its monotonic time runs true; it
+// counts the reads of its wall time, so the test can tell the jumps reached the lease.
 type jumpyClock struct {
 	real   lease.SystemClock
 	offset atomic.Int64
+	reads  atomic.Int64
 }
 
-func (c *jumpyClock) Now() time.Time           { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *jumpyClock) Now() time.Time {
+	c.reads.Add(1)
+	return time.Now().Add(time.Duration(c.offset.Load()))
+}
 func (c *jumpyClock) Monotonic() time.Duration { return c.real.Monotonic() }
 
 // TestWallClockJumpsChangeNothing: the holder's wall clock jumps an hour forward, then an hour
 // back. The lease neither self-fences nor outlives its renewals: only monotonic time counts.
 func TestWallClockJumpsChangeNothing(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	st := &lossy{Store: memstore.New()}
-	var fenced, valid atomic.Int32
-	clock := &jumpyClock{real: lease.NewSystemClock()}
-	cfg := config(st, "s1", &fenced, &valid)
-	cfg.Clock = clock
-	l, err := lease.TryAcquire(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
-	for _, jump := range []time.Duration{time.Hour, -time.Hour, -time.Hour, 2 * time.Hour} {
-		clock.offset.Add(int64(jump))
-		time.Sleep(700 * time.Millisecond)
-		if !l.Valid() || fenced.Load() != 0 {
-			t.Fatalf("after a wall-clock jump of %v: valid %v, self-fenced %d times", jump, l.Valid(), fenced.Load())
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		st := &lossy{Store: memstore.New()}
+		var fenced, valid atomic.Int32
+		clock := &jumpyClock{real: lease.NewSystemClock()}
+		cfg := config(st, "s1", &fenced, &valid)
+		cfg.Clock = clock
+		l, err := lease.TryAcquire(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// And a partition still fences it on time, jumps or not.
-	st.cut.Store(true)
-	clock.offset.Add(int64(-3 * time.Hour))
-	cut := time.Now()
-	for fenced.Load() == 0 && time.Since(cut) < 3*time.Second {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if fenced.Load() != 1 {
-		t.Fatalf("cut off: self-fenced %d times; want once", fenced.Load())
-	}
-	if _, err := st.ControlGet(ctx, "node.n1"); err != nil {
-		t.Fatalf("the lease expired on the store before its holder self-fenced: %v", err)
-	}
-	cancel()
-	<-done
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+		for _, jump := range []time.Duration{time.Hour, -time.Hour, -time.Hour, 2 * time.Hour} {
+			clock.offset.Add(int64(jump))
+			time.Sleep(700 * time.Millisecond)
+			if !l.Valid() || fenced.Load() != 0 {
+				t.Fatalf("after a wall-clock jump of %v: valid %v, self-fenced %d times", jump, l.Valid(), fenced.Load())
+			}
+		}
+		// And a partition still fences it on time, jumps or not.
+		st.cut.Store(true)
+		clock.offset.Add(int64(-3 * time.Hour))
+		cut := time.Now()
+		for fenced.Load() == 0 && time.Since(cut) < 3*time.Second {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if fenced.Load() != 1 {
+			t.Fatalf("cut off: self-fenced %d times; want once", fenced.Load())
+		}
+		// The lease reads the wall clock (for its logs) on every acknowledgement: the jumps reached
+		// it, and changed nothing it decided.
+		if clock.reads.Load() < 4 {
+			t.Fatalf("the lease read the jumping wall clock %d times: the test proves nothing", clock.reads.Load())
+		}
+		if _, err := st.ControlGet(ctx, "node.n1"); err != nil {
+			t.Fatalf("the lease expired on the store before its holder self-fenced: %v", err)
+		}
+		cancel()
+		<-done
+	})
 }
 
 // lagging serves ControlGet (and, if lagLatest, LatestControl too) from a copy of the key taken
