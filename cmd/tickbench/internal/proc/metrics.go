@@ -1,42 +1,70 @@
 package proc
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
-// Metrics is one scrape in the Prometheus text format: sample (name with its labels exactly as
-// exposed, e.g. `tickfence_state_writes_total{result="ok"}`) → value.
+// Metrics is one scrape in the Prometheus text format: sample (name with its labels in the
+// exposition's form, e.g. `tickfence_state_writes_total{result="ok"}`; a histogram as its
+// name_bucket{le="..."}, name_sum and name_count samples) → value.
 type Metrics map[string]float64
 
-// ParseMetrics parses the Prometheus text exposition format (comments skipped).
+// ParseMetrics parses the Prometheus text exposition format with prometheus/common's parser. A
+// text it cannot parse gives the samples read before the error.
 func ParseMetrics(text string) Metrics {
 	m := Metrics{}
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		// The value follows the last space outside the labels; label values never hold '}'
-		// in tickfence's metrics, so split after the closing brace if there is one.
-		rest := line
-		name := ""
-		if i := strings.IndexByte(line, '}'); i >= 0 {
-			name, rest = line[:i+1], strings.TrimSpace(line[i+1:])
-		} else if i := strings.IndexByte(line, ' '); i >= 0 {
-			name, rest = line[:i], strings.TrimSpace(line[i+1:])
-		} else {
-			continue
-		}
-		if f := strings.Fields(rest); len(f) > 0 { // a timestamp may follow the value
-			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
-				m[name] = v
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, _ := p.TextToMetricFamilies(strings.NewReader(text))
+	for name, f := range fams {
+		for _, s := range f.GetMetric() {
+			key := func(suffix string, extra ...string) string {
+				var ls []string
+				for _, l := range s.GetLabel() {
+					ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+				}
+				ls = append(ls, extra...)
+				if len(ls) == 0 {
+					return name + suffix
+				}
+				return name + suffix + "{" + strings.Join(ls, ",") + "}"
+			}
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				m[key("")] = s.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				m[key("")] = s.GetGauge().GetValue()
+			case dto.MetricType_UNTYPED:
+				m[key("")] = s.GetUntyped().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				h := s.GetHistogram()
+				for _, b := range h.GetBucket() {
+					m[key("_bucket", fmt.Sprintf("le=%q", formatBound(b.GetUpperBound())))] = float64(b.GetCumulativeCount())
+				}
+				m[key("_bucket", `le="+Inf"`)] = float64(h.GetSampleCount())
+				m[key("_sum")] = h.GetSampleSum()
+				m[key("_count")] = float64(h.GetSampleCount())
+			case dto.MetricType_SUMMARY:
+				m[key("_sum")] = s.GetSummary().GetSampleSum()
+				m[key("_count")] = float64(s.GetSummary().GetSampleCount())
 			}
 		}
 	}
 	return m
+}
+
+func formatBound(b float64) string {
+	if math.IsInf(b, 1) {
+		return "+Inf"
+	}
+	return strconv.FormatFloat(b, 'g', -1, 64)
 }
 
 // Bucket is one cumulative histogram bucket: Count observations at most LE.
