@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -13,13 +14,16 @@ import (
 // the busy code). It watches how long admitted commands wait for their answer (their sojourn:
 // the next tick, then the write that holds the effect). When even the quickest answer of a whole
 // interval took longer than the target, a queue is standing — the node commits more slowly
-// than commands arrive — and new commands are refused at once with busy, which costs a decode
-// and a reply, until an interval's quickest answer is back under the target (CoDel's signal,
-// applied at the door rather than at the head of the queue). The same happens while the tick
-// engine runs behind its schedule by more than half a period at the end of an interval: ticks
-// come first, and commands wait outside (with busy) rather than inside. A bound on admitted, unanswered
-// commands caps memory if answers stop altogether. Overload then degrades into quick refusals
-// that clients retry with backoff, instead of queues that grow until every client times out.
+// than commands arrive (CoDel's signal, applied at the door rather than at the head of the
+// queue). The same holds while the tick engine runs behind its schedule by more than half a
+// period at the end of an interval: ticks come first. Then it admits a smaller share of new
+// commands (the share is cut by a third per such interval) and refuses the rest at once with
+// busy, which costs a decode and a reply; each interval without that signal gives the share
+// back in tenths, so overload settles near the node's capacity instead of swinging between
+// admitting everything and nothing (AIMD, as TCP finds a link's rate). Refused commands are
+// spread evenly over the arrivals, not in bursts. A bound on admitted, unanswered commands caps
+// memory if answers stop altogether. Overload then degrades into quick refusals that clients
+// retry with backoff, instead of queues that grow until every client times out.
 type admission struct {
 	target, interval time.Duration
 	max              int64
@@ -31,10 +35,14 @@ type admission struct {
 	lag      func() time.Duration
 	lagLimit time.Duration
 	logged   time.Time // last report of a change (at most one per 5 s)
+	wasFull  bool      // the share at the last report was whole
 
-	pending  atomic.Int64 // admitted, not answered yet
-	shedding atomic.Bool
-	refused  atomic.Uint64
+	pending atomic.Int64 // admitted, not answered yet
+	refused atomic.Uint64
+	// share of arrivals admitted, in 1/shareOne (shareOne: all); credit accumulates it per
+	// arrival and admits one whenever it crosses a multiple of shareOne.
+	share  atomic.Int64
+	credit atomic.Int64
 
 	mu    sync.Mutex
 	start time.Time     // of the current interval
@@ -42,12 +50,19 @@ type admission struct {
 	min   time.Duration // the quickest answer in it; -1: none yet
 }
 
+const (
+	shareOne  = 1 << 16
+	shareMin  = shareOne / 50 // 2 %: commands keep probing the node's capacity
+	shareStep = shareOne / 10 // given back per interval without overload
+)
+
 func newAdmission(target time.Duration, max int, pending, shedding prometheus.Gauge, log *slog.Logger) *admission {
 	if target < 0 {
 		return nil // off
 	}
 	a := &admission{target: target, interval: 100 * time.Millisecond, max: int64(max), min: -1,
-		pendingGauge: pending, sheddingGauge: shedding, log: log}
+		pendingGauge: pending, sheddingGauge: shedding, log: log, wasFull: true}
+	a.share.Store(shareOne)
 	a.begin(time.Now())
 	return a
 }
@@ -84,40 +99,38 @@ func (a *admission) done(sojourn time.Duration, now time.Time) {
 	a.mu.Unlock()
 }
 
-// roll ends the interval once it is over: shedding if the engine runs late or its quickest answer
-// was over the target; not shedding otherwise (an interval without answers included). Under a.mu.
+// roll ends the interval once it is over: a smaller share if the engine runs late or its
+// quickest answer was over the target; a larger one otherwise (an interval without answers
+// included: nothing waits, or what waits is stuck, and refusing proves nothing then; the bound on
+// pending commands protects the node). Under a.mu.
 func (a *admission) roll(now time.Time) {
 	if now.Sub(a.start) < a.interval {
 		return
 	}
-	was := a.shedding.Load()
 	overrun := a.lag != nil && a.lag() > a.lagLimit
-	switch {
-	case overrun:
-		a.shedding.Store(true)
-	case a.min >= 0:
-		a.shedding.Store(a.min > a.target)
-	default:
-		// No answer in a whole interval: nothing waits, or what waits is stuck (a store that does
-		// not answer, a command lost by a bug). Either way refusing proves nothing: admit again,
-		// and let the bound on pending commands protect the node.
-		a.shedding.Store(false)
+	share := a.share.Load()
+	if overrun || a.min > a.target {
+		share = max(shareMin, share*2/3)
+	} else {
+		share = min(shareOne, share+shareStep)
 	}
-	if is := a.shedding.Load(); is != was && now.Sub(a.logged) > 5*time.Second {
-		a.logged = now
-		if is {
-			a.log.Warn("admission: refusing new commands with busy; answers are slower than the target or ticks run late",
-				"quickest_answer", a.min.Round(time.Millisecond), "target", a.target, "tick_overrun", overrun,
-				"pending", a.pending.Load(), "refused_so_far", a.refused.Load())
+	a.share.Store(share)
+	full := share >= shareOne
+	if full != a.wasFull && now.Sub(a.logged) > 5*time.Second {
+		a.logged, a.wasFull = now, full
+		if !full {
+			a.log.Warn("admission: refusing a share of new commands with busy; answers are slower than the target or ticks run late",
+				"admitted_share", fmt.Sprintf("%.2f", float64(share)/shareOne), "quickest_answer", a.min.Round(time.Millisecond),
+				"target", a.target, "tick_overrun", overrun, "pending", a.pending.Load(), "refused_so_far", a.refused.Load())
 		} else {
-			a.log.Info("admission: admitting commands again", "pending", a.pending.Load(), "refused_so_far", a.refused.Load())
+			a.log.Info("admission: admitting every command again", "pending", a.pending.Load(), "refused_so_far", a.refused.Load())
 		}
 	}
 	a.begin(now)
-	if a.shedding.Load() {
-		a.sheddingGauge.Set(1)
-	} else {
+	if full {
 		a.sheddingGauge.Set(0)
+	} else {
+		a.sheddingGauge.Set(1)
 	}
 }
 
@@ -127,9 +140,9 @@ func (a *admission) begin(now time.Time) {
 	a.ends.Store(now.Add(a.interval).UnixNano())
 }
 
-// refusing reports whether a command arriving now would be refused, ending the interval if it
-// is over (a transport that refuses before decoding calls it instead of admit: the state must
-// still move on without admitted commands).
+// refusing reports whether a command arriving now is refused (the share decides, arrivals spread
+// evenly), ending the interval if it is over (a transport that refuses before decoding calls it
+// instead of admit: the state must still move on without admitted commands).
 func (a *admission) refusing(now time.Time) bool {
 	if a == nil {
 		return false
@@ -139,9 +152,22 @@ func (a *admission) refusing(now time.Time) bool {
 		a.roll(now)
 		a.mu.Unlock()
 	}
-	if a.shedding.Load() {
-		a.refused.Add(1)
-		return true
+	share := a.share.Load()
+	if share >= shareOne {
+		return false
 	}
-	return false
+	c := a.credit.Add(share)
+	if c/shareOne != (c-share)/shareOne {
+		return false // this arrival crosses a whole share: admitted
+	}
+	a.refused.Add(1)
+	return true
+}
+
+// admittedShare is the share of arrivals admitted now (1: all).
+func (a *admission) admittedShare() float64 {
+	if a == nil {
+		return 1
+	}
+	return float64(a.share.Load()) / shareOne
 }

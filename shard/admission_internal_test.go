@@ -13,41 +13,79 @@ func newTestAdmission(max int) *admission {
 	return newAdmission(200*time.Millisecond, max, g(), g(), slog.New(slog.DiscardHandler))
 }
 
-// A standing queue (every answer of an interval slower than the target) closes the door; an
-// interval with a quick answer, or with nothing waiting, opens it again. Quick answers mixed with
-// slow ones (a burst that drains) never close it.
-func TestAdmissionShedsOnAStandingQueueOnly(t *testing.T) {
+// admitted counts how many of n arrivals at now are admitted (and answers them at once with a
+// quick sojourn only if quick is set: otherwise they stay pending).
+func admitted(a *admission, n int, now time.Time) int {
+	k := 0
+	for range n {
+		if a.admit(now) {
+			k++
+		}
+	}
+	return k
+}
+
+// A standing queue (every answer of an interval slower than the target) cuts the admitted share
+// by a third per interval, down to a floor that keeps probing; intervals with a quick answer, or
+// with nothing answered, give it back in tenths. Quick answers mixed with slow ones (a burst that
+// drains) cut nothing. Refusals are spread over the arrivals.
+func TestAdmissionShedsAShareOnAStandingQueue(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	a := newTestAdmission(1000)
+	a := newTestAdmission(1 << 20)
 	a.begin(t0)
 	// A burst: some answers slow, one quick in the same interval — no standing queue.
-	for range 10 {
-		if !a.admit(at(0)) {
-			t.Fatal("refused while idle")
-		}
+	if k := admitted(a, 10, at(0)); k != 10 {
+		t.Fatalf("admitted %d of 10 while idle", k)
 	}
 	for i := range 9 {
 		a.done(500*time.Millisecond, at(10+i))
 	}
 	a.done(20*time.Millisecond, at(50))
-	if !a.admit(at(110)) { // the interval rolled with a quick answer
-		t.Fatal("refused after an interval that had a quick answer")
+	if k := admitted(a, 100, at(110)); k != 100 {
+		t.Fatalf("admitted %d of 100 after an interval that had a quick answer", k)
 	}
-	a.done(20*time.Millisecond, at(120))
-	// A standing queue: every answer of an interval over the target.
-	for range 5 {
-		a.admit(at(220))
+	// A standing queue, interval after interval: the share falls by a third each time.
+	ms := 110
+	var shares []float64
+	for range 6 {
+		a.done(300*time.Millisecond, at(ms+10))
+		ms += 110
+		k := admitted(a, 300, at(ms))
+		shares = append(shares, a.admittedShare())
+		if want := a.admittedShare() * 300; float64(k) < want-2 || float64(k) > want+2 {
+			t.Fatalf("admitted %d of 300 at share %.3f: refusals not spread over arrivals", k, a.admittedShare())
+		}
 	}
-	for i := range 5 {
-		a.done(300*time.Millisecond, at(230+i))
+	t.Logf("shares over six slow intervals: %.3f", shares)
+	if shares[0] > 0.7 || shares[5] > 0.1 || shares[5] < float64(shareMin)/shareOne {
+		t.Fatalf("shares %.3f: want under 0.7 after one slow interval, under 0.1 after six, never under the floor", shares)
 	}
-	if a.admit(at(330)) {
-		t.Fatal("admitted while every answer of the last interval was slower than the target")
+	for i := 1; i < len(shares); i++ {
+		if shares[i] >= shares[i-1] && shares[i] > float64(shareMin)/shareOne {
+			t.Fatalf("the share did not fall: %.3f", shares)
+		}
 	}
-	// Nothing waits and no answer came in an interval: open again.
-	if !a.admit(at(440)) {
-		t.Fatal("still refusing with nothing waiting")
+	// Quick answers give it back, a tenth per interval.
+	low := a.admittedShare()
+	for range 3 {
+		a.done(time.Millisecond, at(ms+10))
+		ms += 110
+		admitted(a, 1, at(ms))
+	}
+	if got := a.admittedShare(); got < low+0.29 || got > low+0.31 {
+		t.Fatalf("share %.3f after three quick intervals from %.3f: want +0.3", got, low)
+	}
+	// Intervals with nothing answered give it back too, up to everything.
+	for range 12 {
+		ms += 110
+		admitted(a, 1, at(ms))
+	}
+	if got := a.admittedShare(); got != 1 {
+		t.Fatalf("share %.3f after twelve intervals without answers: want 1", got)
+	}
+	if k := admitted(a, 50, at(ms)); k != 50 {
+		t.Fatalf("admitted %d of 50 at a whole share", k)
 	}
 	// The hard bound.
 	b := newTestAdmission(2)
@@ -58,33 +96,43 @@ func TestAdmissionShedsOnAStandingQueueOnly(t *testing.T) {
 	if p := b.pending.Load(); p != 2 {
 		t.Fatalf("pending = %d, want 2", p)
 	}
-	// Ticks running late shed too, whatever the answers; on time again, it opens.
-	c := newTestAdmission(1000)
+	// Ticks running late shed too, whatever the answers; on time again, the share comes back.
+	c := newTestAdmission(1 << 20)
 	c.begin(t0)
 	late := time.Second
 	c.lag, c.lagLimit = func() time.Duration { return late }, 25*time.Millisecond
-	if !c.admit(at(0)) {
-		t.Fatal("refused before any interval ended")
-	}
+	admitted(c, 1, at(0))
 	c.done(time.Millisecond, at(10))
-	if c.admit(at(120)) {
-		t.Fatal("admitted while the engine was a second behind its schedule")
+	admitted(c, 1, at(120))
+	if c.admittedShare() >= 1 {
+		t.Fatal("a whole share while the engine was a second behind its schedule")
 	}
 	late = 0
-	if !c.admit(at(240)) {
-		t.Fatal("still refusing once the engine was on time and nothing waited")
+	for i := range 5 {
+		admitted(c, 1, at(240+110*i))
 	}
-	// A transport that asks before decoding (no admit, no answer) still sees the door open
-	// again after an interval.
-	d := newTestAdmission(1000)
+	if c.admittedShare() != 1 {
+		t.Fatalf("share %.3f once the engine was on time", c.admittedShare())
+	}
+	// A transport that asks before decoding (no admit, no answer) moves the state on as well.
+	d := newTestAdmission(1 << 20)
 	d.begin(t0)
 	d.admit(at(0))
 	d.done(time.Second, at(10))
-	if !d.refusing(at(110)) {
-		t.Fatal("not refusing after a slow interval")
+	refused := 0
+	for range 100 {
+		if d.refusing(at(110)) {
+			refused++
+		}
 	}
-	if d.refusing(at(220)) {
-		t.Fatal("still refusing an interval later with nothing admitted: the state never moves without admit")
+	if refused == 0 {
+		t.Fatal("nothing refused after a slow interval")
+	}
+	for i := range 5 {
+		d.refusing(at(220 + 110*i))
+	}
+	if d.admittedShare() != 1 {
+		t.Fatalf("share %.3f five intervals later with nothing admitted: the state never moves without admit", d.admittedShare())
 	}
 	// Off.
 	var off *admission = newAdmission(-1, 1, nil, nil, nil)
