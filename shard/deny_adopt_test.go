@@ -2,7 +2,6 @@ package shard_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,31 +10,14 @@ import (
 	"github.com/tickfence/tickfence/store/memstore"
 )
 
-// gateStore holds the next LatestControl (the first read of shardRun.deny) until released.
+// gateStore holds the next LatestControl (the first read of shardRun.deny) once armed.
 type gateStore struct {
 	store.Store
-	mu      sync.Mutex
-	armed   bool
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (g *gateStore) arm() (entered <-chan struct{}, release chan<- struct{}) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.armed, g.entered, g.release = true, make(chan struct{}), make(chan struct{})
-	return g.entered, g.release
+	gate
 }
 
 func (g *gateStore) LatestControl(ctx context.Context, key string) (store.Entry, error) {
-	g.mu.Lock()
-	armed, entered, release := g.armed, g.entered, g.release
-	g.armed = false
-	g.mu.Unlock()
-	if armed {
-		close(entered)
-		<-release
-	}
+	g.pass()
 	return g.Store.LatestControl(ctx, key)
 }
 

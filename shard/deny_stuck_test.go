@@ -2,7 +2,6 @@ package shard_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,23 +10,14 @@ import (
 	"github.com/tickfence/tickfence/store/memstore"
 )
 
-// holdList holds the next listing of a shard's instances (the shard stays loading).
+// holdList holds the next listing of a shard's instances once armed (the shard stays loading).
 type holdList struct {
 	store.Store
-	mu      sync.Mutex
-	hold    chan struct{}
-	entered chan struct{}
+	gate
 }
 
 func (h *holdList) Instances(ctx context.Context, epoch uint64, shard uint32) ([]string, error) {
-	h.mu.Lock()
-	hold, entered := h.hold, h.entered
-	h.hold = nil
-	h.mu.Unlock()
-	if hold != nil {
-		close(entered)
-		<-hold
-	}
+	h.pass()
 	return h.Store.Instances(ctx, epoch, shard)
 }
 
@@ -46,10 +36,7 @@ func TestOwnerThatMissedARewriteOfItsKeyStillDenies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hold, entered := make(chan struct{}), make(chan struct{})
-	hl.mu.Lock()
-	hl.hold, hl.entered = hold, entered
-	hl.mu.Unlock()
+	entered, hold := hl.arm()
 	n.host.Apply(store.AssignmentEvent{Shard: s, Revision: tok, Assignment: a})
 	<-entered
 	g2, err := mem.Rotate(ctx, store.Grant{Epoch: 1, Shard: s, Token: tok, Assignment: a}) // same value, new revision

@@ -349,3 +349,29 @@ func (s *bombState) Handle(tick uint64, c actor.Command) (any, error) {
 	}
 	return s.counterState.Handle(tick, c)
 }
+
+// gate holds the next call that passes it, once armed, until released: test stores embed it to
+// stop a store call at a chosen moment.
+type gate struct {
+	mu               sync.Mutex
+	entered, release chan struct{}
+}
+
+// arm makes the next pass block; entered closes when it does, closing release lets it go on.
+func (g *gate) arm() (entered <-chan struct{}, release chan<- struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.entered, g.release = make(chan struct{}), make(chan struct{})
+	return g.entered, g.release
+}
+
+func (g *gate) pass() {
+	g.mu.Lock()
+	entered, release := g.entered, g.release
+	g.entered, g.release = nil, nil
+	g.mu.Unlock()
+	if entered != nil {
+		close(entered)
+		<-release
+	}
+}

@@ -112,23 +112,14 @@ func decode(t *testing.T, b []byte) string {
 	return fmt.Sprintf("%+v %+v", r.OK, r.Error)
 }
 
-// gatedRotate blocks Rotate calls while gate is set, until it is closed.
+// gatedRotate holds the next Rotate call once armed.
 type gatedRotate struct {
 	store.Store
-	mu      sync.Mutex
-	gate    chan struct{}
-	entered chan struct{}
+	gate
 }
 
 func (g *gatedRotate) Rotate(ctx context.Context, gr store.Grant) (store.Grant, error) {
-	g.mu.Lock()
-	gate, entered := g.gate, g.entered
-	g.gate = nil
-	g.mu.Unlock()
-	if gate != nil {
-		close(entered)
-		<-gate
-	}
+	g.pass()
 	return g.Store.Rotate(ctx, gr)
 }
 
@@ -141,10 +132,7 @@ func TestReconcileLeavesShardHandedOffDuringRotation(t *testing.T) {
 	n := newNode(t, st, "n1", nodeOpt{})
 	const s = 2
 	n.grant(s)
-	gate, entered := make(chan struct{}), make(chan struct{})
-	st.mu.Lock()
-	st.gate, st.entered = gate, entered
-	st.mu.Unlock()
+	entered, gate := st.arm()
 	n.host.Pause()
 	n.host.Resume() // the rebuild's rotation blocks in the store
 	<-entered
