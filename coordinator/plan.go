@@ -109,90 +109,116 @@ func ShardLoads(in Input) []float64 {
 
 // MakePlan is the placement policy, a pure function of its input: sticky (a healthy assignment
 // moves only for a drain, a shutdown or a strict improvement of the load balance), load-aware,
-// bounded, and honouring drains, pins and weights.
+// bounded, and honouring drains, pins and weights. A round does one of: fail over the shards
+// without a live owner (and nothing else), or evacuate drained and leaving nodes, then rebalance.
 func MakePlan(in Input) Plan {
-	loads := ShardLoads(in)
-	nodes := map[string]*planNode{}
-	var ids []string
+	p := newPlanner(in)
+	p.plan.Before = imbalance(p.nodes, p.ids)
+	if p.failover(); len(p.plan.Failover) > 0 {
+		// A membership change moves only what it must: nothing else this round.
+		p.plan.After = imbalance(p.nodes, p.ids)
+		return p.plan
+	}
+	p.evacuate()
+	p.rebalance()
+	p.plan.After = imbalance(p.nodes, p.ids)
+	return p.plan
+}
+
+// planner is one MakePlan call's working state.
+type planner struct {
+	in       Input
+	loads    []float64
+	nodes    map[string]*planNode
+	ids      []string    // sorted
+	owner    []string    // live owner node of each shard, or ""
+	eligible []*planNode // nodes that may receive shards
+	budget   int         // graceful moves still allowed this round
+	plan     Plan
+}
+
+func newPlanner(in Input) *planner {
+	p := &planner{in: in, loads: ShardLoads(in), nodes: map[string]*planNode{}, owner: make([]string, len(in.Shards)),
+		plan: Plan{Failover: map[uint32]string{}}}
 	for _, n := range in.Nodes {
 		if n.Weight <= 0 {
 			n.Weight = 1
 		}
-		nodes[n.ID] = &planNode{NodeState: n}
-		ids = append(ids, n.ID)
+		p.nodes[n.ID] = &planNode{NodeState: n}
+		p.ids = append(p.ids, n.ID)
 	}
-	sort.Strings(ids)
-	owner := make([]string, len(in.Shards)) // live owner node, or ""
+	sort.Strings(p.ids)
 	moving := 0
 	for s, sh := range in.Shards {
-		if n := nodes[sh.Owner.Owner]; n != nil && sh.Revision != 0 && n.Session == sh.Owner.Session && !sh.Released {
-			owner[s] = n.ID
-			n.load += loads[s]
+		if n := p.nodes[sh.Owner.Owner]; n != nil && sh.Revision != 0 && n.Session == sh.Owner.Session && !sh.Released {
+			p.owner[s] = n.ID
+			n.load += p.loads[s]
 		}
 		if sh.Moving {
 			moving++
 		}
 	}
-	plan := Plan{Failover: map[uint32]string{}, Before: imbalance(nodes, ids)}
-	eligible := func() []*planNode {
-		var out []*planNode
-		for _, id := range ids {
-			if n := nodes[id]; !n.Drained && !n.Leaving {
-				out = append(out, n)
-			}
+	p.budget = in.MaxMoves - moving
+	for _, id := range p.ids {
+		if n := p.nodes[id]; !n.Drained && !n.Leaving {
+			p.eligible = append(p.eligible, n)
 		}
-		if len(out) == 0 { // everyone drained: better a drained owner than none
-			for _, id := range ids {
-				if n := nodes[id]; !n.Leaving {
-					out = append(out, n)
-				}
-			}
-		}
-		return out
-	}()
-	best := func(l float64, except string) *planNode {
-		var b *planNode
-		for _, n := range eligible {
-			if n.ID != except && (b == nil || n.norm(l) < b.norm(l)) {
-				b = n
-			}
-		}
-		return b
 	}
-	// 1. Failover: shards without a live owner, at once.
-	for s := range in.Shards {
-		if owner[s] != "" {
+	if len(p.eligible) == 0 { // everyone drained: better a drained owner than none
+		for _, id := range p.ids {
+			if n := p.nodes[id]; !n.Leaving {
+				p.eligible = append(p.eligible, n)
+			}
+		}
+	}
+	return p
+}
+
+// best is the eligible node (other than except) least loaded once it carries l more.
+func (p *planner) best(l float64, except string) *planNode {
+	var b *planNode
+	for _, n := range p.eligible {
+		if n.ID != except && (b == nil || n.norm(l) < b.norm(l)) {
+			b = n
+		}
+	}
+	return b
+}
+
+// failover assigns, at once, every shard without a live owner.
+func (p *planner) failover() {
+	for s := range p.in.Shards {
+		if p.owner[s] != "" {
 			continue
 		}
-		if n := best(loads[s], ""); n != nil {
-			plan.Failover[uint32(s)] = n.ID
-			owner[s] = n.ID
-			n.load += loads[s]
+		if n := p.best(p.loads[s], ""); n != nil {
+			p.plan.Failover[uint32(s)] = n.ID
+			p.owner[s] = n.ID
+			n.load += p.loads[s]
 		}
 	}
-	if len(plan.Failover) > 0 {
-		// A membership change moves only what it must: nothing else this round.
-		plan.After = imbalance(nodes, ids)
-		return plan
-	}
-	budget := in.MaxMoves - moving
-	move := func(s int, to *planNode, reason string) {
-		from := nodes[owner[s]]
-		from.load -= loads[s]
-		to.load += loads[s]
-		plan.Moves = append(plan.Moves, Move{Shard: uint32(s), From: from.ID, To: to.ID, Reason: reason})
-		owner[s] = to.ID
-	}
-	// 2. Evacuate drained and leaving nodes (leaving is exempt from the budget).
-	for s, sh := range in.Shards {
-		n := nodes[owner[s]]
+}
+
+// move plans a graceful hand-off of shard s to to.
+func (p *planner) move(s int, to *planNode, reason string) {
+	from := p.nodes[p.owner[s]]
+	from.load -= p.loads[s]
+	to.load += p.loads[s]
+	p.plan.Moves = append(p.plan.Moves, Move{Shard: uint32(s), From: from.ID, To: to.ID, Reason: reason})
+	p.owner[s] = to.ID
+}
+
+// evacuate moves shards off drained and leaving nodes (leaving is exempt from the budget).
+func (p *planner) evacuate() {
+	for s, sh := range p.in.Shards {
+		n := p.nodes[p.owner[s]]
 		if n == nil || sh.Moving || !(n.Drained || n.Leaving) {
 			continue
 		}
-		if n.Drained && !n.Leaving && budget <= 0 {
+		if n.Drained && !n.Leaving && p.budget <= 0 {
 			continue
 		}
-		to := best(loads[s], n.ID)
+		to := p.best(p.loads[s], n.ID)
 		if to == nil || to.Drained || to.Leaving {
 			continue
 		}
@@ -200,18 +226,21 @@ func MakePlan(in Input) Plan {
 		if n.Leaving {
 			reason = "leave"
 		} else {
-			budget--
+			p.budget--
 		}
-		move(s, to, reason)
+		p.move(s, to, reason)
 	}
-	// 3. Rebalance: move from the most to the least loaded node while that strictly lowers the
-	// larger of the two. A node that received this round gives nothing, and one that gave
-	// receives nothing: sources stay above the mean and targets below it, so nothing churns.
-	mean := meanLoad(nodes, ids)
+}
+
+// rebalance moves from the most to the least loaded node while that strictly lowers the larger
+// of the two. A node that received this round gives nothing, and one that gave receives nothing:
+// sources stay above the mean and targets below it, so nothing churns.
+func (p *planner) rebalance() {
+	mean := meanLoad(p.nodes, p.ids)
 	gave, got := map[string]bool{}, map[string]bool{}
-	for in.Rebalance && budget > 0 && len(eligible) > 1 {
+	for p.in.Rebalance && p.budget > 0 && len(p.eligible) > 1 {
 		var hi, lo *planNode
-		for _, n := range eligible {
+		for _, n := range p.eligible {
 			if !got[n.ID] && (hi == nil || n.norm(0) > hi.norm(0)) {
 				hi = n
 			}
@@ -219,31 +248,26 @@ func MakePlan(in Input) Plan {
 				lo = n
 			}
 		}
-		if hi == nil || lo == nil || hi == lo {
-			break
-		}
-		if hi.norm(0) <= mean*(1+in.Tolerance) {
-			break
+		if hi == nil || lo == nil || hi == lo || hi.norm(0) <= mean*(1+p.in.Tolerance) {
+			return
 		}
 		pick, pickMax := -1, hi.norm(0)*(1-1e-9)
-		for s, sh := range in.Shards {
-			if owner[s] != hi.ID || sh.Pinned || sh.Moving {
+		for s, sh := range p.in.Shards {
+			if p.owner[s] != hi.ID || sh.Pinned || sh.Moving {
 				continue
 			}
-			after := math.Max((hi.load-loads[s])/hi.Weight, lo.norm(loads[s]))
+			after := math.Max((hi.load-p.loads[s])/hi.Weight, lo.norm(p.loads[s]))
 			if after < pickMax {
 				pick, pickMax = s, after
 			}
 		}
 		if pick < 0 {
-			break
+			return
 		}
-		move(pick, lo, "rebalance")
+		p.move(pick, lo, "rebalance")
 		gave[hi.ID], got[lo.ID] = true, true
-		budget--
+		p.budget--
 	}
-	plan.After = imbalance(nodes, ids)
-	return plan
 }
 
 func meanLoad(nodes map[string]*planNode, ids []string) float64 {
