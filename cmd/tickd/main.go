@@ -209,35 +209,12 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.For(reg) // the metrics the node, engine and coordinator share, read by the summary
-	if o.metricsAddr != "" {
-		ln, err := net.Listen("tcp", o.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("--metrics: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		if o.pprof {
-			servePprof(mux)
-		}
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = hs.Serve(ln) }()
-		defer hs.Close()
-		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
-		if o.pprof {
-			log.Info("pprof", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
-		}
+	stopMetrics, err := serveMetrics(o, reg, log)
+	if err != nil {
+		return err
 	}
-	beforeWrite, beforeRelease := faultHooks(log)
-	// The node: NATS (embedded unless --nats/NATS_URL names a server), the store, the engine,
-	// the shards' host, the command transport and a coordinator candidate (package tickfence).
-	node, err := tickfence.Start(ctx, tickfence.Options{
-		Kinds: []actor.Kind{dungeon.Kind{}}, NodeID: o.nodeID,
-		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync,
-		Shards: uint32(o.shards), RequireShards: shardsSet, TickRate: o.tickRate, CheckpointEvery: o.checkpointEvery,
-		LeaseTTL: o.lease, DataHistory: o.dataHistory,
-		NoCoordinator: o.noCoordinator, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
-		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending,
-		Registerer: reg, Logger: log, BeforeWrite: beforeWrite, BeforeRelease: beforeRelease})
+	defer stopMetrics()
+	node, err := tickfence.Start(ctx, nodeOptions(o, shardsSet, reg, log))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -276,6 +253,44 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 	}
 	log.Info("left the cluster: every shard handed off or flushed and released", "instances_at_signal", n)
 	return nil
+}
+
+// nodeOptions are the node's options from the flags: NATS (embedded unless --nats/NATS_URL
+// names a server), the store, the engine, the shards' host, the command transport and a
+// coordinator candidate (package tickfence), with the demo dungeon as the only kind.
+func nodeOptions(o options, shardsSet bool, reg prometheus.Registerer, log *slog.Logger) tickfence.Options {
+	beforeWrite, beforeRelease := faultHooks(log)
+	return tickfence.Options{
+		Kinds: []actor.Kind{dungeon.Kind{}}, NodeID: o.nodeID,
+		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync,
+		Shards: uint32(o.shards), RequireShards: shardsSet, TickRate: o.tickRate, CheckpointEvery: o.checkpointEvery,
+		LeaseTTL: o.lease, DataHistory: o.dataHistory,
+		NoCoordinator: o.noCoordinator, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
+		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending,
+		Registerer: reg, Logger: log, BeforeWrite: beforeWrite, BeforeRelease: beforeRelease}
+}
+
+// serveMetrics serves reg on --metrics (and the profiler with --pprof); stop closes it.
+func serveMetrics(o options, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+	if o.metricsAddr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if o.pprof {
+		servePprof(mux)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	if o.pprof {
+		log.Info("pprof", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
+	}
+	return func() { _ = hs.Close() }, nil
 }
 
 // demoEvery validates --demo-players and --demo-rate and returns the mean time between two
