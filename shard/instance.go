@@ -16,6 +16,20 @@ import (
 // maxMailbox bounds the commands waiting for one instance's next tick.
 const maxMailbox = 1024
 
+// Words for taking things out of service, one per idea:
+//
+//   - haltTicks: an instance's ticks stop (the engine drops it); its pending writes still flush
+//     (a graceful hand-off).
+//   - retire: an instance is out of service on this node: ticks stop and it returns every command
+//     it had not answered, for the caller to answer (retireAll: a shard's instances, answered with
+//     one code). Its stored state stays; another grant loads it again.
+//   - poison: retire because the game's code panicked in it; the tick's commands are answered
+//     internal, and it stays out of service on this node.
+//   - giveUpLocked: retire without a flush when a write cannot be made.
+//   - stop (shardRun): a shard is out of service for good under this grant (lost, released,
+//     moved); pause (shardRun, Host.Pause): the node self-fenced, nothing ticks until a rotation
+//     re-validates the token; Host.Abandon: a dead session drops everything without writing.
+//
 // instance is the single owner of one instance's memory. Everything below mu is touched only under
 // it; the engine never runs two ticks of one instance at once.
 type instance struct {
@@ -112,8 +126,8 @@ func (in *instance) notePause(stoppedAt time.Time) {
 	}
 }
 
-// die takes the instance out of service and returns every command it had not answered.
-func (in *instance) die() []Command {
+// retire takes the instance out of service and returns every command it had not answered.
+func (in *instance) retire() []Command {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.dead = true
@@ -459,7 +473,7 @@ func (in *instance) written(w *write, err error) {
 			h.answer(a.c, a.reply, a.result)
 		}
 		if w.end {
-			for _, c := range in.die() {
+			for _, c := range in.retire() {
 				h.answerErr(c, wire.CodeRetry, "instance %s was removed; retry with the same request id", in.id)
 			}
 			in.sh.remove(in)
@@ -534,8 +548,8 @@ func (in *instance) poison(p any) []Command {
 	return cmds
 }
 
-// stopTicking makes the instance skip every tick from now on (one already running completes).
-func (in *instance) stopTicking() {
+// haltTicks makes the instance skip every tick from now on (one already running completes).
+func (in *instance) haltTicks() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.dead = true

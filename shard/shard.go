@@ -303,7 +303,7 @@ func (sh *shardRun) rebuild(cause string, adopt uint64) {
 	insts := sh.insts
 	sh.insts = map[string]*instance{}
 	sh.mu.Unlock()
-	sh.kill(insts, wire.CodeRetry, "shard %d is being rebuilt after an uncertain write; retry with the same request id", sh.id)
+	sh.retireAll(insts, wire.CodeRetry, "shard %d is being rebuilt after an uncertain write; retry with the same request id", sh.id)
 	sh.log.Warn("rebuilding shard", "token", old.Token, "cause", cause, "adopt", adopt)
 	sh.h.spawn(func() { sh.rotateAndLoad(old, adopt) })
 }
@@ -371,10 +371,10 @@ func (sh *shardRun) rotate(old store.Grant, adopt uint64) (store.Grant, bool) {
 
 var errLost = errors.New("the shard is assigned to someone else")
 
-// kill takes instances out of service and answers every command they still held.
-func (sh *shardRun) kill(insts map[string]*instance, code, format string, args ...any) {
+// retireAll retires instances and answers every command they still held.
+func (sh *shardRun) retireAll(insts map[string]*instance, code, format string, args ...any) {
 	for _, in := range insts {
-		for _, c := range in.die() {
+		for _, c := range in.retire() {
 			sh.h.answerErr(c, code, format, args...)
 		}
 	}
@@ -400,7 +400,7 @@ func (sh *shardRun) stop(reason string, attrs ...any) {
 	if stopServe != nil {
 		stopServe()
 	}
-	sh.kill(insts, wire.CodeNotOwner, "shard %d moved away from node %s", sh.id, sh.h.cfg.Node)
+	sh.retireAll(insts, wire.CodeNotOwner, "shard %d moved away from node %s", sh.id, sh.h.cfg.Node)
 	for _, waiting := range creating {
 		for _, c := range waiting {
 			sh.h.answerErr(c, wire.CodeNotOwner, "shard %d moved away from node %s", sh.id, sh.h.cfg.Node)
@@ -613,7 +613,7 @@ func (sh *shardRun) finishCreate(g store.Grant, id string, in *instance) {
 		sh.h.cfg.metrics.Instances.Inc()
 		in.schedule()
 	} else if in != nil {
-		for _, c := range in.die() { // loaded for nothing (the shard moved or was rebuilt)
+		for _, c := range in.retire() { // loaded for nothing (the shard moved or was rebuilt)
 			sh.h.answerErr(c, wire.CodeRetry, "shard %d changed while %s was created; retry with the same request id", sh.id, id)
 		}
 	}
@@ -680,7 +680,7 @@ func (sh *shardRun) flushThen(ctx context.Context, reason string, release func(g
 	}
 	var errs []error
 	for _, in := range insts {
-		in.stopTicking()
+		in.haltTicks()
 	}
 	stoppedAt := time.Now()
 	for _, in := range insts {
@@ -716,7 +716,7 @@ func (sh *shardRun) pause() {
 	insts := sh.insts
 	sh.insts = map[string]*instance{}
 	sh.mu.Unlock()
-	sh.kill(insts, wire.CodeRetry, "node %s is re-validating its lease; retry with the same request id", sh.h.cfg.Node)
+	sh.retireAll(insts, wire.CodeRetry, "node %s is re-validating its lease; retry with the same request id", sh.h.cfg.Node)
 }
 
 func writeResult(err error) string {
