@@ -283,7 +283,12 @@ func (sh *shardRun) writeFailed(in *instance, err error) {
 			sh.rebuild("shard key rewritten with this session's value", rev)
 			return
 		}
-		sh.stop("stale_owner", "instance", in.id, "revision", rev,
+		met := uint64(0) // the revision the store met, as it said
+		var stale *store.StaleOwnerError
+		if errors.As(err, &stale) {
+			met = stale.Revision
+		}
+		sh.stop("stale_owner", "instance", in.id, "revision", rev, "store_met_revision", met,
 			"new_owner", a.Owner, "new_session", a.Session, "read_err", rerr, "err", err)
 	default:
 		sh.rebuild("write outcome unknown: "+err.Error(), 0)

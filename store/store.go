@@ -98,6 +98,41 @@ type AssignmentEvent struct {
 	Assignment
 }
 
+// StaleOwnerError is a fenced write (Write, WriteAsync, End) the store refused: shard.<S> is no
+// longer at the grant's token. errors.Is(err, ErrStaleOwner) holds, and ErrSealed too if the
+// epoch was sealed by a restore. Revision is the revision of shard.<S> the store met (0 if it did
+// not say: a sealed epoch); the owner at that revision is Assignment(epoch, shard) or a
+// LatestAssignment read.
+type StaleOwnerError struct {
+	Op       string // what was refused, e.g. "write inst.3.x"
+	Grant    Grant  // the grant it was sent under
+	Revision uint64
+	Sealed   bool
+	Cause    error // the backend's own error, if any
+}
+
+func (e *StaleOwnerError) Error() string {
+	msg := fmt.Sprintf("%s under %s: %v", e.Op, e.Grant, ErrStaleOwner)
+	switch {
+	case e.Sealed:
+		msg += ": " + ErrSealed.Error()
+	case e.Revision != 0:
+		msg += fmt.Sprintf(" (shard.%d is at revision %d)", e.Grant.Shard, e.Revision)
+	}
+	if e.Cause != nil {
+		msg += ": " + e.Cause.Error()
+	}
+	return msg
+}
+
+// Is reports ErrStaleOwner, and ErrSealed for a sealed epoch.
+func (e *StaleOwnerError) Is(target error) bool {
+	return target == ErrStaleOwner || e.Sealed && target == ErrSealed
+}
+
+// Unwrap is the backend's own error.
+func (e *StaleOwnerError) Unwrap() error { return e.Cause }
+
 // Store is the persistence a node and the coordinator need. Write, WriteAsync and End are fenced
 // by their Grant: the store checks the grant's token against shard.<S> atomically with the write.
 // Register and Create take a Grant too but are compare-and-set on the instance key only (DESIGN

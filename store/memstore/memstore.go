@@ -57,17 +57,13 @@ func (b *bucket) putToken(key string, value []byte, deleted bool, token uint64) 
 	return b.seq
 }
 
-// refuse is the error of a write to a sealed bucket: ErrSealed, and for a fenced write also
-// ErrStaleOwner (what natskv makes of JetStream's 10109); nil if the bucket takes writes.
-func (b *bucket) refuse(op string, fenced bool) error {
-	switch {
-	case !b.sealed:
+// refuse is the error of an unfenced write to a sealed bucket (ErrSealed); nil if the bucket takes
+// writes. A fenced one gets a sealed *store.StaleOwnerError (fenced).
+func (b *bucket) refuse(op string) error {
+	if !b.sealed {
 		return nil
-	case fenced:
-		return fmt.Errorf("%s: %w: %w", op, store.ErrStaleOwner, store.ErrSealed)
-	default:
-		return fmt.Errorf("%s: %w", op, store.ErrSealed)
 	}
+	return fmt.Errorf("%s: %w", op, store.ErrSealed)
 }
 
 // lastRev is the sequence of the last message on a key, delete markers included (0: none).
@@ -247,7 +243,7 @@ func (s *Store) Assign(_ context.Context, epoch uint64, shard uint32, a store.As
 	if err != nil {
 		return 0, err
 	}
-	if err := b.refuse(fmt.Sprintf("assign shard %d", shard), false); err != nil {
+	if err := b.refuse(fmt.Sprintf("assign shard %d", shard)); err != nil {
 		return 0, err
 	}
 	key := store.ShardKey(shard)
@@ -328,7 +324,7 @@ func (s *Store) Rotate(_ context.Context, g store.Grant) (store.Grant, error) {
 	if err != nil {
 		return store.Grant{}, err
 	}
-	if err := b.refuse("rotate "+g.String(), false); err != nil {
+	if err := b.refuse("rotate " + g.String()); err != nil {
 		return store.Grant{}, err
 	}
 	key := store.ShardKey(g.Shard)
@@ -348,7 +344,7 @@ func (s *Store) ReleaseShard(_ context.Context, g store.Grant) error {
 	if err != nil {
 		return err
 	}
-	if err := b.refuse("release "+g.String(), false); err != nil {
+	if err := b.refuse("release " + g.String()); err != nil {
 		return err
 	}
 	key := store.ShardKey(g.Shard)
@@ -417,7 +413,7 @@ func (s *Store) Register(_ context.Context, g store.Grant, id string, rec store.
 	if err != nil {
 		return 0, err
 	}
-	if err := b.refuse("register "+id, false); err != nil {
+	if err := b.refuse("register " + id); err != nil {
 		return 0, err
 	}
 	key := store.InstanceKey(g.Shard, id)
@@ -443,7 +439,7 @@ func (s *Store) Create(_ context.Context, g store.Grant, id string, rec store.Re
 	if err != nil {
 		return 0, err
 	}
-	if err := b.refuse("create "+id, false); err != nil {
+	if err := b.refuse("create " + id); err != nil {
 		return 0, err
 	}
 	key := store.InstanceKey(g.Shard, id)
@@ -461,11 +457,11 @@ func (s *Store) fenced(g store.Grant, id string, v []byte, del bool) (uint64, er
 	if err != nil {
 		return 0, err
 	}
-	if err := b.refuse(fmt.Sprintf("write %s under %s", id, g), true); err != nil {
-		return 0, err
+	if b.sealed {
+		return 0, &store.StaleOwnerError{Op: "write " + store.InstanceKey(g.Shard, id), Grant: g, Sealed: true}
 	}
-	if b.lastRev(store.ShardKey(g.Shard)) != g.Token {
-		return 0, fmt.Errorf("write %s under %s: %w", id, g, store.ErrStaleOwner)
+	if rev := b.lastRev(store.ShardKey(g.Shard)); rev != g.Token {
+		return 0, &store.StaleOwnerError{Op: "write " + store.InstanceKey(g.Shard, id), Grant: g, Revision: rev}
 	}
 	tok := uint64(0)
 	if del {
@@ -560,7 +556,7 @@ func (s *Store) PutRaw(epoch uint64, shard uint32, id string, data []byte) {
 	defer s.mu.Unlock()
 	b, _, err := s.dataBucket(epoch, shard)
 	if err == nil {
-		err = b.refuse("put raw "+id, false)
+		err = b.refuse("put raw " + id)
 	}
 	if err != nil {
 		panic(err)

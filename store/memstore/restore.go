@@ -129,7 +129,7 @@ func (s *Store) PutData(ctx context.Context, epoch uint64, partition uint32, key
 	if err != nil {
 		return 0, err
 	}
-	if err := b.refuse("put "+key, false); err != nil {
+	if err := b.refuse("put " + key); err != nil {
 		return 0, err
 	}
 	v := append([]byte(nil), value...)

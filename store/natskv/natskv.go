@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -82,6 +83,7 @@ type Store struct {
 
 type pending struct {
 	fut  jetstream.PubAckFuture
+	g    store.Grant
 	id   string
 	done func(uint64, error)
 }
@@ -167,7 +169,7 @@ func (s *Store) settle() {
 					go s.retryBusy(p)
 					continue
 				}
-				p.done(0, classifyFenced("write "+p.id, err))
+				p.done(0, classifyFenced("write "+p.id, p.g, err))
 			case <-s.quit:
 				p.done(0, fmt.Errorf("write %s: store closed: %w", p.id, store.ErrUnknownOutcome))
 			}
@@ -181,7 +183,7 @@ func (s *Store) retryBusy(p pending) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.AckTimeout)
 	defer cancel()
-	rev, err := s.publishFenced(ctx, p.fut.Msg(), p.id)
+	rev, err := s.publishFenced(ctx, p.fut.Msg(), p.g, p.id)
 	p.done(rev, err)
 }
 
@@ -213,15 +215,22 @@ func classify(op string, err error) error {
 
 // classifyFenced maps an error of a fenced write: a wrong last sequence there is the fence, and a
 // sealed stream is an epoch that ended with a restore (DESIGN 6): no grant of it is valid any more.
-func classifyFenced(op string, err error) error {
+// The server says which revision it met: "wrong last sequence: N".
+func classifyFenced(op string, g store.Grant, err error) error {
 	switch apiCode(err) {
 	case codeWrongLast:
-		return fmt.Errorf("%s: %w: %v", op, store.ErrStaleOwner, err)
+		e := &store.StaleOwnerError{Op: op, Grant: g, Cause: err}
+		if m := wrongLastRE.FindStringSubmatch(err.Error()); m != nil {
+			e.Revision, _ = strconv.ParseUint(m[1], 10, 64)
+		}
+		return e
 	case codeSealed:
-		return fmt.Errorf("%s: %w: %w: %v", op, store.ErrStaleOwner, store.ErrSealed, err)
+		return &store.StaleOwnerError{Op: op, Grant: g, Sealed: true, Cause: err}
 	}
 	return classify(op, err)
 }
+
+var wrongLastRE = regexp.MustCompile(`wrong last sequence: (\d+)`)
 
 func (s *Store) kv(ctx context.Context, name string) (jetstream.KeyValue, error) {
 	s.mu.Lock()
@@ -697,14 +706,14 @@ func (s *Store) fencedMsg(ctx context.Context, g store.Grant, id string, rec *st
 }
 
 // publishFenced publishes and waits, resending on 10164 (subject busy on a replicated stream).
-func (s *Store) publishFenced(ctx context.Context, m *nats.Msg, id string) (uint64, error) {
+func (s *Store) publishFenced(ctx context.Context, m *nats.Msg, g store.Grant, id string) (uint64, error) {
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 50*time.Millisecond) {
 		ack, err := s.js.PublishMsg(ctx, m)
 		if err == nil {
 			return ack.Sequence, nil
 		}
 		if apiCode(err) != codeSubjectBusy {
-			return 0, classifyFenced("write "+id, err)
+			return 0, classifyFenced("write "+id, g, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -716,23 +725,24 @@ func (s *Store) publishFenced(ctx context.Context, m *nats.Msg, id string) (uint
 
 type heldWrite struct {
 	s  *Store
+	g  store.Grant
 	id string
 	m  *nats.Msg
 }
 
 func (h heldWrite) Instance() string { return h.id }
 func (h heldWrite) Deliver(ctx context.Context) error {
-	_, err := h.s.publishFenced(ctx, h.m, h.id)
+	_, err := h.s.publishFenced(ctx, h.m, h.g, h.id)
 	return err
 }
 
-func (s *Store) holdBack(id string, m *nats.Msg) bool {
+func (s *Store) holdBack(g store.Grant, id string, m *nats.Msg) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.hold == nil || !s.hold(id) {
 		return false
 	}
-	s.held = append(s.held, heldWrite{s: s, id: id, m: m})
+	s.held = append(s.held, heldWrite{s: s, g: g, id: id, m: m})
 	return true
 }
 
@@ -758,10 +768,10 @@ func (s *Store) Write(ctx context.Context, g store.Grant, id string, rec store.R
 	if err != nil {
 		return 0, err
 	}
-	if s.holdBack(id, m) {
+	if s.holdBack(g, id, m) {
 		return 0, fmt.Errorf("write %s: held by fault injection: %w", id, store.ErrUnknownOutcome)
 	}
-	return s.publishFenced(ctx, m, id)
+	return s.publishFenced(ctx, m, g, id)
 }
 
 // WriteAsync implements store.Store: the publish is pipelined; settle reports its outcome.
@@ -771,13 +781,13 @@ func (s *Store) WriteAsync(g store.Grant, id string, rec store.Record, done func
 		done(0, err)
 		return
 	}
-	if s.holdBack(id, m) {
+	if s.holdBack(g, id, m) {
 		done(0, fmt.Errorf("write %s: held by fault injection: %w", id, store.ErrUnknownOutcome))
 		return
 	}
 	fut, err := s.js.PublishMsgAsync(m)
 	if err != nil {
-		done(0, classifyFenced("write "+id, err))
+		done(0, classifyFenced("write "+id, g, err))
 		return
 	}
 	select {
@@ -787,7 +797,7 @@ func (s *Store) WriteAsync(g store.Grant, id string, rec store.Record, done func
 	default:
 	}
 	s.ackMu.Lock()
-	s.acks = append(s.acks, pending{fut: fut, id: id, done: done})
+	s.acks = append(s.acks, pending{fut: fut, g: g, id: id, done: done})
 	s.ackMu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -801,10 +811,10 @@ func (s *Store) End(ctx context.Context, g store.Grant, id string) (uint64, erro
 	if err != nil {
 		return 0, err
 	}
-	if s.holdBack(id, m) {
+	if s.holdBack(g, id, m) {
 		return 0, fmt.Errorf("end %s: held by fault injection: %w", id, store.ErrUnknownOutcome)
 	}
-	return s.publishFenced(ctx, m, id)
+	return s.publishFenced(ctx, m, g, id)
 }
 
 // PutRaw stores bytes as an instance record with no checks (a plain KV put): for tests that plant

@@ -292,8 +292,9 @@ func testSealed(t *testing.T, f *restoreFixture) {
 	rec, rev := f.mustLoad(3, f.id3)
 	fenced := func(name string, err error) {
 		t.Helper()
-		if !errors.Is(err, store.ErrStaleOwner) || !errors.Is(err, store.ErrSealed) {
-			t.Fatalf("%s into a sealed bucket: %v; want ErrStaleOwner and ErrSealed", name, err)
+		var stale *store.StaleOwnerError
+		if !errors.Is(err, store.ErrStaleOwner) || !errors.Is(err, store.ErrSealed) || !errors.As(err, &stale) || !stale.Sealed {
+			t.Fatalf("%s into a sealed bucket: %v; want a sealed *store.StaleOwnerError (ErrStaleOwner and ErrSealed)", name, err)
 		}
 	}
 	plain := func(name string, err error) {
