@@ -20,7 +20,8 @@
 // (its context cancelled, its client killed, an error) or is frozen or killed exactly as it sends
 // a write, and another operator's takeover. No restore passes FromEpoch: a retry whose first
 // attempt may have succeeded is the case issue 9.4 is about. The nodes follow the epoch as they
-// do in production; clients keep sending across it. Then the Net heals, the cluster settles,
+// do in production; clients keep sending across it (one of the three, g2, in the compact form of
+// a client session, the others with opaque request IDs). Then the Net heals, the cluster settles,
 // and the checks run:
 //
 //   - the stored history (internal/history) of every epoch that went live: no record under a
@@ -186,14 +187,15 @@ const firstEpoch = 1
 const tickPeriod = 100 * time.Millisecond
 
 type cluster struct {
-	cfg   Config
-	seed  uint64
-	grid  time.Time // every node's engine ticks at grid + k*tickPeriod
-	mem   *memstore.Store
-	audit *auditStore // mem as the Net sees it
-	net   *faultstore.Net
-	kinds *actor.Kinds
-	op    *faultstore.Client // the operator
+	sessions map[string]*session // compact-form clients (sessionOf)
+	cfg      Config
+	seed     uint64
+	grid     time.Time // every node's engine ticks at grid + k*tickPeriod
+	mem      *memstore.Store
+	audit    *auditStore // mem as the Net sees it
+	net      *faultstore.Net
+	kinds    *actor.Kinds
+	op       *faultstore.Client // the operator
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -977,7 +979,7 @@ func (c *cluster) create(client string, n int) {
 	c.insts = append(c.insts, in)
 	c.mu.Unlock()
 	reqID := fmt.Sprintf("%s-c%d", client, n)
-	r, ok := c.send(in, reqID, map[string]any{"type": "create", "kind": "ledger", "tag": in.tag})
+	r, ok := c.send(client, in, reqID, map[string]any{"type": "create", "kind": "ledger", "tag": in.tag})
 	if !ok {
 		return
 	}
@@ -1002,7 +1004,7 @@ func (c *cluster) end(client string, n int, in *inst) {
 	in.ending = true
 	c.mu.Unlock()
 	reqID := fmt.Sprintf("%s-e%d", client, n)
-	r, ok := c.send(in, reqID, map[string]any{"type": "end"})
+	r, ok := c.send(client, in, reqID, map[string]any{"type": "end"})
 	if !ok {
 		return
 	}
@@ -1035,7 +1037,7 @@ func (c *cluster) add(client string, n int, in *inst) {
 		in.inflight--
 		c.mu.Unlock()
 	}()
-	r, ok := c.send(in, op.id, map[string]any{"type": "add", "op": op.id})
+	r, ok := c.send(client, in, op.id, map[string]any{"type": "add", "op": op.id})
 	if !ok {
 		return
 	}
@@ -1098,6 +1100,35 @@ func toInt(v any) (int, bool) {
 	return 0, false
 }
 
+// session is a gateway client's session in the compact form (DESIGN 5): its ID and the last
+// sequence number it used. Only its own client goroutine touches it.
+type session struct {
+	id  string
+	seq uint64
+}
+
+// sessionClients send the compact form; the others send opaque request IDs. Both forms stay
+// under every fault.
+var sessionClients = map[string]bool{"g2": true}
+
+// sessionOf is client's session, nil for a client sending opaque request IDs.
+func (c *cluster) sessionOf(client string) *session {
+	if !sessionClients[client] {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sessions == nil {
+		c.sessions = map[string]*session{}
+	}
+	s := c.sessions[client]
+	if s == nil {
+		s = &session{id: fmt.Sprintf("nemesis-%s-%d", client, c.seed)}
+		c.sessions[client] = s
+	}
+	return s
+}
+
 func retryable(code string) bool {
 	return code == wire.CodeRetry || code == wire.CodeNotOwner || code == "busy"
 }
@@ -1105,7 +1136,7 @@ func retryable(code string) bool {
 // send delivers a command to every node whose host has its shard and returns the first final
 // answer, retransmitting with the same request ID (as natscmd's client does) on retry, not_owner,
 // busy, or no answer in time. false: no final answer by the deadline after healing (reported).
-func (c *cluster) send(in *inst, reqID string, cmd map[string]any) (wire.Reply, bool) {
+func (c *cluster) send(client string, in *inst, reqID string, cmd map[string]any) (wire.Reply, bool) {
 	body, err := wire.Canonical(cmd)
 	if err != nil {
 		panic(err)
@@ -1113,6 +1144,14 @@ func (c *cluster) send(in *inst, reqID string, cmd map[string]any) (wire.Reply, 
 	req, err := wire.DecodeRequest(wire.Subject(in.shard, in.id), reqID, "", body, c.cfg.Shards)
 	if err != nil {
 		panic(err)
+	}
+	if s := c.sessionOf(client); s != nil {
+		// The compact form (a client session, as the Go client sends it): a sequence number
+		// instead of the request ID. A client has one command in flight at a time, so every
+		// earlier one is settled: it acknowledges them all.
+		s.seq++
+		req.ID, req.Client, req.Seq, req.Ack = "", s.id, s.seq, s.seq-1
+		reqID += fmt.Sprintf(" (session %s seq %d)", s.id, s.seq)
 	}
 	var last string
 	for attempt := 0; ; attempt++ {
