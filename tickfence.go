@@ -115,7 +115,8 @@ type Node struct {
 	opt     Options
 	log     *slog.Logger
 	srv     *natsserver.Server
-	conns   []*nats.Conn
+	connsMu sync.Mutex
+	conns   []*nats.Conn // every connection opened, closed by Close
 	st      *natskv.Store
 	cluster store.Cluster
 	engine  *actor.Engine
@@ -270,50 +271,52 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 
 func (n *Node) openNATS() error {
 	o := n.opt
+	url, where := o.NATS, "at "+o.NATS
+	var base []nats.Option
 	if o.NATS != "" {
 		if o.Sync {
 			n.log.Warn("Options.Sync applies to the embedded server only; configure sync on the external server")
 		}
-		n.connect = func(purpose string) (*nats.Conn, error) {
-			opts := append([]nats.Option{nats.Name("tickfence " + o.NodeID + " " + purpose),
-				nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-					if err != nil {
-						n.log.Warn("NATS disconnected", "connection", purpose, "err", err)
-					}
-				}),
-				nats.ReconnectHandler(func(c *nats.Conn) {
-					n.log.Info("NATS reconnected", "connection", purpose, "url", c.ConnectedUrl())
-				})}, o.NATSOptions...)
-			nc, err := natskv.Connect(o.NATS, opts...)
-			if err != nil {
-				return nil, fmt.Errorf("connect to NATS at %s: %w", o.NATS, err)
-			}
-			n.conns = append(n.conns, nc)
-			return nc, nil
-		}
-		return nil
-	}
-	dir, _ := filepath.Abs(o.DataDir)
-	srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Listen: o.Listen, Sync: o.Sync, Name: o.NodeID})
-	if err != nil {
-		return err
-	}
-	n.srv = srv
-	attrs := []any{"data", dir, "sync_every_write", o.Sync}
-	if o.Listen != "" {
-		attrs = append(attrs, "listen", srv.ClientURL())
-	}
-	n.log.Info("embedded NATS JetStream server started", attrs...)
-	n.connect = func(purpose string) (*nats.Conn, error) {
-		opts := append([]nats.Option{srv.ConnectOption(), nats.Name("tickfence " + o.NodeID + " " + purpose)}, o.NATSOptions...)
-		nc, err := natskv.Connect("", opts...)
+	} else {
+		dir, _ := filepath.Abs(o.DataDir)
+		srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Listen: o.Listen, Sync: o.Sync, Name: o.NodeID})
 		if err != nil {
-			return nil, fmt.Errorf("connect to NATS: %w", err)
+			return err
 		}
-		n.conns = append(n.conns, nc)
+		n.srv = srv
+		attrs := []any{"data", dir, "sync_every_write", o.Sync}
+		if o.Listen != "" {
+			attrs = append(attrs, "listen", srv.ClientURL())
+		}
+		n.log.Info("embedded NATS JetStream server started", attrs...)
+		url, where = "", "(embedded)"
+		base = []nats.Option{srv.ConnectOption()}
+	}
+	n.connect = func(purpose string) (*nats.Conn, error) {
+		opts := append(append(base[:len(base):len(base)], nats.Name("tickfence "+o.NodeID+" "+purpose),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err != nil {
+					n.log.Warn("NATS disconnected", "connection", purpose, "err", err)
+				}
+			}),
+			nats.ReconnectHandler(func(c *nats.Conn) {
+				n.log.Info("NATS reconnected", "connection", purpose, "url", c.ConnectedUrl())
+			})), o.NATSOptions...)
+		nc, err := natskv.Connect(url, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("connect to NATS %s: %w", where, err)
+		}
+		n.keep(nc)
 		return nc, nil
 	}
 	return nil
+}
+
+// keep records a connection for Close (Client may be called from any goroutine).
+func (n *Node) keep(nc *nats.Conn) {
+	n.connsMu.Lock()
+	n.conns = append(n.conns, nc)
+	n.connsMu.Unlock()
 }
 
 // Client returns a command client on a connection of its own (closed by Close): the program's
@@ -373,9 +376,11 @@ func (n *Node) Close() {
 		if n.st != nil {
 			n.st.Close()
 		}
+		n.connsMu.Lock()
 		for i := len(n.conns) - 1; i >= 0; i-- {
 			n.conns[i].Close()
 		}
+		n.connsMu.Unlock()
 		if n.srv != nil {
 			n.srv.Stop()
 		}

@@ -163,11 +163,3 @@ func (a *admission) refusing(now time.Time) bool {
 	a.refused.Add(1)
 	return true
 }
-
-// admittedShare is the share of arrivals admitted now (1: all).
-func (a *admission) admittedShare() float64 {
-	if a == nil {
-		return 1
-	}
-	return float64(a.share.Load()) / shareOne
-}

@@ -140,3 +140,6 @@ func TestAdmissionShedsAShareOnAStandingQueue(t *testing.T) {
 		t.Fatal("admission control off refused a command")
 	}
 }
+
+// admittedShare is the share of arrivals admitted now (1: all).
+func (a *admission) admittedShare() float64 { return float64(a.share.Load()) / shareOne }

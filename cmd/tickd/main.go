@@ -185,6 +185,9 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if o.dataHistory < 1 {
+		return fmt.Errorf("--data-history must be at least 1, got %d", o.dataHistory)
+	}
 	if o.pprof && o.metricsAddr == "" {
 		return errors.New("--pprof serves the profiler on the --metrics listener: give --metrics an address")
 	}
@@ -203,9 +206,6 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 		os.Exit(1)
 	}()
 
-	if o.dataHistory < 1 {
-		return fmt.Errorf("--data-history must be at least 1, got %d", o.dataHistory)
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.For(reg) // the metrics the node, engine and coordinator share, read by the summary

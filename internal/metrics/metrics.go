@@ -48,7 +48,6 @@ type Node struct {
 	// Lateness feeds the summary log (p99 over the last interval).
 	Lateness Window
 	writes   atomic.Uint64
-	extra    atomic.Pointer[Window]
 	skipped  atomic.Pointer[func() uint64]
 }
 
@@ -63,14 +62,14 @@ var (
 // registerer lives as long as the process.
 func For(reg prometheus.Registerer) *Node {
 	if reg == nil {
-		return NewNode(prometheus.NewRegistry(), nil)
+		return newNode(prometheus.NewRegistry())
 	}
 	forMu.Lock()
 	defer forMu.Unlock()
 	if m := forM[reg]; m != nil {
 		return m
 	}
-	m := NewNode(reg, nil)
+	m := newNode(reg)
 	forM[reg] = m
 	return m
 }
@@ -78,9 +77,8 @@ func For(reg prometheus.Registerer) *Node {
 // CountSkipped makes f the source of tickfence_ticks_skipped_total (the engine's count).
 func (m *Node) CountSkipped(f func() uint64) { m.skipped.Store(&f) }
 
-// NewNode registers the node's metrics on reg (never the global registry). skipped, if not nil,
-// reports the engine's skipped-tick count (else CountSkipped sets it).
-func NewNode(reg prometheus.Registerer, skipped func() float64) *Node {
+// newNode registers the node's metrics on reg (never the global registry).
+func newNode(reg prometheus.Registerer) *Node {
 	m := &Node{
 		Ticks: prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_ticks_total",
 			Help: "Ticks run by this node's instances."}),
@@ -107,11 +105,7 @@ func NewNode(reg prometheus.Registerer, skipped func() float64) *Node {
 		WriteSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_state_write_seconds",
 			Help: "Fenced state write, sent to acknowledged by the store (accepted writes only).", Buckets: LatencyBuckets}),
 		Shedding: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_admission_shedding",
-			Help: "1 while the node refuses new commands with busy: answers took longer than the admission target for a whole interval."}),
-	}
-	if skipped != nil {
-		f := func() uint64 { return uint64(skipped()) }
-		m.skipped.Store(&f)
+			Help: "1 while the node refuses a share of new commands with busy: an answer slower than the admission target for a whole interval, or ticks running late, cut the share admitted."}),
 	}
 	m.TicksSkipped = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tickfence_ticks_skipped_total",
 		Help: "Ticks skipped by the overrun policy (a worker more than MaxCatchUp periods late)."}, func() float64 {
@@ -150,9 +144,6 @@ func (m *Node) ObserveTick(lateness, duration time.Duration) {
 	m.TickLateness.Observe(lateness.Seconds())
 	m.TickDuration.Observe(duration.Seconds())
 	m.Lateness.Observe(lateness)
-	if w := m.extra.Load(); w != nil {
-		w.Observe(lateness)
-	}
 }
 
 // StateWrite counts a write outcome.
@@ -221,7 +212,3 @@ func (w *Window) Quantile(q float64) (time.Duration, uint64) {
 	}
 	return upper(len(snap) - 1), n
 }
-
-// AlsoObserveLateness feeds every tick's lateness into a second window (the lease's load report
-// reads its own, independently of the summary log).
-func (m *Node) AlsoObserveLateness(w *Window) { m.extra.Store(w) }

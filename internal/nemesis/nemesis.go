@@ -309,7 +309,7 @@ func Run(seed uint64, cfg Config) Result {
 		net.Logf("seed %d: faults lag %.2f up to %v, lost answers %.3f (async %.3f)", seed, cfg.Faults.Lag, cfg.Faults.MaxLag,
 			cfg.Faults.LoseAnswer, cfg.Faults.LoseAsyncAnswer)
 	}
-	c := &cluster{cfg: cfg, seed: seed, mem: mem, audit: audit, net: net, kinds: kinds,
+	c := &cluster{cfg: cfg, seed: seed, mem: mem, audit: audit, net: net, kinds: kinds, sessions: map[string]*session{},
 		rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), coordSess: map[string]string{}, writeHooks: map[string]*writeHook{}, ackedGen: map[int]int{},
 		grid: time.Now()}
 	audit.c = c
@@ -1118,9 +1118,6 @@ func (c *cluster) sessionOf(client string) *session {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.sessions == nil {
-		c.sessions = map[string]*session{}
-	}
 	s := c.sessions[client]
 	if s == nil {
 		s = &session{id: fmt.Sprintf("nemesis-%s-%d", client, c.seed)}

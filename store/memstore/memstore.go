@@ -458,10 +458,10 @@ func (s *Store) fenced(g store.Grant, id string, v []byte, del bool) (uint64, er
 		return 0, err
 	}
 	if b.sealed {
-		return 0, &store.StaleOwnerError{Op: "write " + store.InstanceKey(g.Shard, id), Grant: g, Sealed: true}
+		return 0, &store.StaleOwnerError{Op: "write " + id, Grant: g, Sealed: true}
 	}
 	if rev := b.lastRev(store.ShardKey(g.Shard)); rev != g.Token {
-		return 0, &store.StaleOwnerError{Op: "write " + store.InstanceKey(g.Shard, id), Grant: g, Revision: rev}
+		return 0, &store.StaleOwnerError{Op: "write " + id, Grant: g, Revision: rev}
 	}
 	tok := uint64(0)
 	if del {
