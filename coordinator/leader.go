@@ -23,6 +23,9 @@ import (
 type Clock interface {
 	Now() time.Time
 	Monotonic() time.Duration
+	// After and AfterFunc wait on the monotonic clock (time.After, time.AfterFunc).
+	After(d time.Duration) <-chan time.Time
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
 // Config of a coordinator candidate.
@@ -119,7 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(cfg.Round):
+			case <-cfg.Clock.After(cfg.Round):
 			}
 			continue
 		}
@@ -136,9 +139,9 @@ func Run(ctx context.Context, cfg Config) error {
 			stepDown()
 		}()
 		for lost := 0; ; {
-			began := time.Now()
+			began := cfg.Clock.Monotonic()
 			err = lead(lctx, cfg, log, t, l.Remaining)
-			if time.Since(began) > 10*cfg.Round {
+			if cfg.Clock.Monotonic()-began > 10*cfg.Round {
 				lost = 0 // it worked for a while
 			}
 			if errors.Is(err, errViewLost) && lctx.Err() == nil && lost < 5 {
@@ -148,7 +151,7 @@ func Run(ctx context.Context, cfg Config) error {
 				log.Warn("rebuilding the coordinator's view", "err", err)
 				select {
 				case <-lctx.Done():
-				case <-time.After(cfg.Round):
+				case <-cfg.Clock.After(cfg.Round):
 				}
 				continue
 			}
@@ -178,7 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 			// Leave the role to the other candidates for a lease's time before standing again.
 			select {
 			case <-ctx.Done():
-			case <-time.After(cfg.TTL):
+			case <-cfg.Clock.After(cfg.TTL):
 			}
 		}
 	}
@@ -366,7 +369,7 @@ func lead(ctx context.Context, cfg Config, log *slog.Logger, t *term, remaining 
 	}()
 	r := &rounds{cfg: cfg, log: log, st: st, epoch: cl.Epoch, v: v, t: t, firstSeen: map[string]time.Duration{},
 		lastRebalance: cfg.Clock.Monotonic(), stuck: map[string]bool{}}
-	tick := time.NewTicker(cfg.Round)
+	tick := lease.NewTicker(cfg.Clock, cfg.Round)
 	defer tick.Stop()
 	for {
 		if d := remaining(); d > 0 {

@@ -23,6 +23,9 @@ import (
 type Clock interface {
 	Now() time.Time
 	Monotonic() time.Duration
+	// After and AfterFunc wait on the monotonic clock (time.After, time.AfterFunc).
+	After(d time.Duration) <-chan time.Time
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
 // NodeConfig configures a Node: a Host config (its Session is made by the node) plus the lease.
@@ -65,6 +68,9 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = lease.NewSystemClock()
 	}
 	cfg.metrics = metrics.For(cfg.Registerer)
 	return &Node{cfg: cfg, log: cfg.Logger, wake: make(chan struct{})}, nil
@@ -201,7 +207,7 @@ func (n *Node) retryLater(ctx context.Context, what string, err error) bool {
 	select {
 	case <-ctx.Done():
 		return false
-	case <-time.After(time.Second):
+	case <-n.cfg.Clock.After(time.Second):
 		return true
 	}
 }
@@ -350,7 +356,7 @@ func (n *Node) Leave(ctx context.Context) error {
 			fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			return host.Close(fctx)
-		case <-time.After(100 * time.Millisecond):
+		case <-n.cfg.Clock.After(100 * time.Millisecond):
 		}
 	}
 	if len(host.Shards()) == 0 { // all handed on (else no other node could take them: Close releases them)
@@ -377,7 +383,7 @@ func (n *Node) awaitRegrants(ctx context.Context, host *Host) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(50 * time.Millisecond):
+		case <-n.cfg.Clock.After(50 * time.Millisecond):
 		}
 	}
 }

@@ -19,17 +19,24 @@ import (
 // ErrLost: the key is no longer ours (it expired, or someone else holds it).
 var ErrLost = errors.New("lease lost")
 
-// Clock is the time source of leases. Every duration a lease measures comes from Monotonic; the
-// wall clock (Now) may jump an hour either way without changing anything.
+// Clock is the time source of leases. Every duration a lease measures or waits comes from
+// Monotonic, After and AfterFunc; the wall clock (Now) may jump an hour either way without
+// changing anything.
 type Clock interface {
 	// Now is the wall clock, for logs only.
 	Now() time.Time
 	// Monotonic is the time elapsed since a fixed point of this process, on a clock that only
 	// moves forward at a steady rate.
 	Monotonic() time.Duration
+	// After sends the time once d has passed on the monotonic clock.
+	After(d time.Duration) <-chan time.Time
+	// AfterFunc runs f on its own goroutine once d has passed on the monotonic clock; stop
+	// cancels it and reports whether it had not run yet.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
-// SystemClock is the real clock: time.Now, and time.Since a start for the monotonic reading.
+// SystemClock is the real clock: time.Now, time.Since a start for the monotonic reading, and the
+// time package's timers (which run on the monotonic clock).
 type SystemClock struct{ start time.Time }
 
 // NewSystemClock starts a system clock.
@@ -40,6 +47,67 @@ func (c SystemClock) Now() time.Time { return time.Now() }
 
 // Monotonic implements Clock (time.Since uses the monotonic reading of time.Now).
 func (c SystemClock) Monotonic() time.Duration { return time.Since(c.start) }
+
+// After implements Clock.
+func (c SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// AfterFunc implements Clock.
+func (c SystemClock) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
+}
+
+// Ticker is time.Ticker on a Clock: C receives at slots every period of monotonic time, however
+// long the work between them takes; a slot nobody was ready for is dropped, not made up later.
+type Ticker struct {
+	C <-chan time.Time
+
+	c      chan time.Time
+	clock  Clock
+	period time.Duration
+	mu     sync.Mutex
+	next   time.Duration
+	stop   func() bool
+	halted bool
+}
+
+// NewTicker starts a ticker whose first slot is one period from now.
+func NewTicker(c Clock, period time.Duration) *Ticker {
+	ch := make(chan time.Time, 1)
+	t := &Ticker{C: ch, c: ch, clock: c, period: period, next: c.Monotonic()}
+	t.mu.Lock()
+	t.armLocked()
+	t.mu.Unlock()
+	return t
+}
+
+func (t *Ticker) armLocked() {
+	now := t.clock.Monotonic()
+	for t.next <= now {
+		t.next += t.period
+	}
+	t.stop = t.clock.AfterFunc(t.next-now, t.fire)
+}
+
+func (t *Ticker) fire() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.halted {
+		return
+	}
+	select {
+	case t.c <- t.clock.Now():
+	default:
+	}
+	t.armLocked()
+}
+
+// Stop ends the ticker; no slot is sent after it returns (one already sent may wait in C).
+func (t *Ticker) Stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.halted = true
+	t.stop()
+}
 
 // Config of a lease.
 type Config struct {
@@ -79,8 +147,8 @@ type Lease struct {
 	firstUnacked time.Duration
 	unacked      bool
 	fenced       bool
-	lost         bool // the store showed the key is someone else's: never valid again
-	timer        *time.Timer
+	lost         bool        // the store showed the key is someone else's: never valid again
+	stopTimer    func() bool // cancels the fence timer
 	kick         chan struct{}
 
 	cbMu       sync.Mutex // serialises OnFenced and OnValid
@@ -123,7 +191,7 @@ func TryAcquire(ctx context.Context, cfg Config) (*Lease, error) {
 		return nil, err
 	}
 	l := &Lease{cfg: cfg, rev: rev, lastAcked: sent, lastAckedWall: cfg.Clock.Now(), kick: make(chan struct{}, 1)}
-	l.timer = time.AfterFunc(l.untilFence(sent), l.fence)
+	l.armFence(sent)
 	return l, nil
 }
 
@@ -140,9 +208,18 @@ func Acquire(ctx context.Context, cfg Config, waiting func(holder store.Entry)) 
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
+		case <-cfg.Clock.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// armFence (re)starts the fence timer for a lease last acknowledged for a write sent at sent.
+// Callers hold mu, or own the lease alone.
+func (l *Lease) armFence(sent time.Duration) {
+	if l.stopTimer != nil {
+		l.stopTimer()
+	}
+	l.stopTimer = l.cfg.Clock.AfterFunc(l.untilFence(sent), l.fence)
 }
 
 func (l *Lease) untilFence(sent time.Duration) time.Duration {
@@ -233,8 +310,12 @@ func (l *Lease) Renew() {
 
 // Run renews every TTL/3 until ctx ends (nil) or the key is no longer ours (ErrLost).
 func (l *Lease) Run(ctx context.Context) error {
-	defer l.timer.Stop()
-	t := time.NewTicker(l.cfg.TTL / 3)
+	defer func() {
+		l.mu.Lock()
+		l.stopTimer()
+		l.mu.Unlock()
+	}()
+	t := NewTicker(l.cfg.Clock, l.cfg.TTL/3)
 	defer t.Stop()
 	for {
 		select {
@@ -301,7 +382,7 @@ func (l *Lease) renew(ctx context.Context) error {
 	if wasFenced {
 		l.fenced = false
 	}
-	l.timer.Reset(l.untilFence(l.lastAcked))
+	l.armFence(l.lastAcked)
 	l.mu.Unlock()
 	if wasFenced {
 		l.cfg.Logger.Info("lease valid again", "key", l.cfg.Key, "revision", rev)
@@ -312,6 +393,8 @@ func (l *Lease) renew(ctx context.Context) error {
 
 // Release deletes the key if it is still at our revision (a compare-and-delete).
 func (l *Lease) Release(ctx context.Context) error {
-	l.timer.Stop()
+	l.mu.Lock()
+	l.stopTimer()
+	l.mu.Unlock()
 	return l.cfg.Store.ControlDelete(ctx, l.cfg.Key, l.Revision())
 }

@@ -41,7 +41,7 @@ func (s *Store) putControlLocked(key string, value []byte, deleted, expired bool
 	rev := s.control().put(key, value, deleted)
 	e := s.control().keys[key]
 	e.expired = expired
-	e.created = time.Now()
+	e.created = s.clock.Now()
 	s.control().keys[key] = e
 	ev := store.Entry{Key: key, Value: value, Revision: rev, Deleted: deleted, Expired: expired, Created: e.created}
 	for _, w := range s.ctlWatchers { // a watcher whose ctx ended is closed by its own goroutine
@@ -53,7 +53,7 @@ func (s *Store) putControlLocked(key string, value []byte, deleted, expired bool
 		}
 	}
 	if ttl > 0 {
-		time.AfterFunc(ttl, func() {
+		s.clock.AfterFunc(ttl, func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if cur := s.control().keys[key]; cur.rev == rev && !cur.deleted {

@@ -78,7 +78,21 @@ type Store struct {
 	hold        func(string) bool
 	held        []store.HeldWrite
 	history     bool
+	clock       Clock
 }
+
+// Clock is the store's time: Now stamps control entries, AfterFunc ends a control key's TTL.
+// Tests pass a hand-driven one (WithClock) to expire leases without sleeping.
+type Clock interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 
 type watcher struct {
 	bucket string
@@ -92,10 +106,19 @@ var (
 )
 
 // New returns an empty store.
-func New() *Store { return &Store{buckets: map[string]*bucket{}} }
+func New() *Store { return &Store{buckets: map[string]*bucket{}, clock: systemClock{}} }
 
 // NewWithHistory returns an empty store that keeps every message of every bucket, for History.
-func NewWithHistory() *Store { return &Store{buckets: map[string]*bucket{}, history: true} }
+func NewWithHistory() *Store {
+	return &Store{buckets: map[string]*bucket{}, history: true, clock: systemClock{}}
+}
+
+// WithClock makes the store keep time by c (TTLs and entry times) and returns it; call it before
+// the store is used.
+func (s *Store) WithClock(c Clock) *Store {
+	s.clock = c
+	return s
+}
 
 // History returns every message of a bucket in order (nil unless made with NewWithHistory).
 func (s *Store) History(bucket string) []Message {
