@@ -440,7 +440,8 @@ func (in *instance) written(w *write, err error) {
 	if in.inflight == w {
 		in.inflight = nil
 	}
-	if err != nil && !errors.Is(err, store.ErrTooLarge) { // too large: refused outright, nothing sent
+	refused := store.Refused(err) // a definite refusal: nothing stored, the token still good
+	if err != nil && !refused {
 		in.failed = err
 		in.sh.markUncertain(in.grant.Token)
 	}
@@ -462,7 +463,7 @@ func (in *instance) written(w *write, err error) {
 		if !in.dead {
 			next = in.takeSendable(in.pending)
 		}
-	} else if errors.Is(err, store.ErrTooLarge) && !in.dead {
+	} else if refused && !in.dead {
 		answers = in.revertLocked(answers)
 	}
 	in.mu.Unlock()
@@ -489,6 +490,12 @@ func (in *instance) written(w *write, err error) {
 			h.answerErr(a.c, wire.CodeTooLarge, "the instance's record would exceed %d bytes; the command was undone", store.MaxRecordBytes)
 		}
 		in.sh.log.Error("record too large: instance reverted to its last stored state", "instance", in.id, "token", in.grant.Token, "err", err)
+	case refused:
+		// Nothing was stored and the token is still ours: undo and go on, no rotation.
+		for _, a := range answers {
+			h.answerErr(a.c, wire.CodeRetry, "the store refused the write of instance %s, nothing was applied (%v); retry with the same request id", in.id, err)
+		}
+		in.sh.log.Error("write refused by the store: instance reverted to its last stored state", "instance", in.id, "token", in.grant.Token, "err", err)
 	default:
 		for _, a := range answers {
 			h.answerErr(a.c, wire.CodeRetry, "write of instance %s failed: %v", in.id, err)

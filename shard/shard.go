@@ -269,9 +269,21 @@ func (sh *shardRun) writeFailed(in *instance, err error) {
 		if ours { // a write that raced our own rotation: expected, the shard is being rebuilt
 			return
 		}
-		// From the stream leader: a lagging replica could show an older owner, and stopping a
-		// shard that still names this session would leave it unserved (DESIGN 4).
-		a, rev, rerr := sh.h.cfg.Store.LatestAssignment(sh.ctx, in.grant.Epoch, sh.id)
+		// Who holds it: as the store met it, when the error says (read from the stream leader);
+		// else from the stream leader now. A lagging replica could show an older owner, and
+		// stopping a shard that still names this session would leave it unserved (DESIGN 4).
+		var a store.Assignment
+		var rev uint64
+		var rerr error
+		var stale *store.StaleOwnerError
+		if errors.As(err, &stale) && stale.HolderKnown && !stale.Sealed {
+			a, rev = stale.Holder, stale.Revision
+			if a == (store.Assignment{}) {
+				rerr = store.ErrNotFound // released
+			}
+		} else {
+			a, rev, rerr = sh.h.cfg.Store.LatestAssignment(sh.ctx, in.grant.Epoch, sh.id)
+		}
 		if rerr != nil && !errors.Is(rerr, store.ErrNotFound) {
 			// Cannot tell whose it is now: the rotation settles it (adopt, or stop if lost).
 			sh.rebuild("stale-owner rejection, owner unknown: "+rerr.Error(), 0)
@@ -283,12 +295,7 @@ func (sh *shardRun) writeFailed(in *instance, err error) {
 			sh.rebuild("shard key rewritten with this session's value", rev)
 			return
 		}
-		met := uint64(0) // the revision the store met, as it said
-		var stale *store.StaleOwnerError
-		if errors.As(err, &stale) {
-			met = stale.Revision
-		}
-		sh.stop("stale_owner", "instance", in.id, "revision", rev, "store_met_revision", met,
+		sh.stop("stale_owner", "instance", in.id, "revision", rev,
 			"new_owner", a.Owner, "new_session", a.Session, "read_err", rerr, "err", err)
 	default:
 		sh.rebuild("write outcome unknown: "+err.Error(), 0)
@@ -591,10 +598,15 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 	_, err = st.Write(sh.ctx, g, c.Instance, rec)
 	sh.h.cfg.metrics.StateWrite(writeResult(err))
 	if err != nil {
-		sh.h.answerErr(c, wire.CodeRetry, "initial write of %s: %v", c.Instance, err)
-		if !errors.Is(err, store.ErrTooLarge) {
-			sh.markUncertain(g.Token)
+		code := wire.CodeRetry
+		if errors.Is(err, store.ErrTooLarge) {
+			code = wire.CodeTooLarge
 		}
+		sh.h.answerErr(c, code, "initial write of %s: %v", c.Instance, err)
+		if store.Refused(err) {
+			return // nothing stored, the token still good: the placeholder stays one
+		}
+		sh.markUncertain(g.Token)
 		probe := &instance{id: c.Instance, grant: g}
 		sh.writeFailed(probe, err)
 		return
@@ -732,6 +744,8 @@ func writeResult(err error) string {
 		return "stale_owner"
 	case errors.Is(err, store.ErrConflict):
 		return "conflict"
+	case store.Refused(err):
+		return "refused"
 	default:
 		return "error"
 	}

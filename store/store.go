@@ -37,7 +37,24 @@ var (
 	// Nothing was stored and nothing ever will be there: no grant of that epoch is valid any more.
 	// A fenced write's error wraps ErrStaleOwner too.
 	ErrSealed = errors.New("tickfence: its epoch is sealed")
+	// ErrRefused: the store answered that it did not store the write, for a reason other than the
+	// fence (out of space, a payload over the server's limit, a misconfigured stream). It is a
+	// definite outcome: nothing was stored and the token was not spent, so the writer undoes what
+	// the write carried and keeps its token (no rotation).
+	ErrRefused = errors.New("tickfence: refused by the store")
 )
+
+// Refused reports whether a write's error is a definite refusal that leaves the token valid:
+// nothing was stored, and nothing of it ever will be (ErrRefused, ErrTooLarge, and the input
+// errors found before sending). Stale-owner and sealed refusals are definite too but spend the
+// grant; everything else is an unknown outcome (DESIGN 4: rotate before reading back).
+func Refused(err error) bool {
+	if err == nil || errors.Is(err, ErrStaleOwner) || errors.Is(err, ErrSealed) || errors.Is(err, ErrUnknownOutcome) {
+		return false
+	}
+	return errors.Is(err, ErrRefused) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrInvalidID) ||
+		errors.Is(err, ErrWrongShard) || errors.Is(err, ErrBadRecord)
+}
 
 // Cluster is the `cluster` record of the control bucket. It is created once, by the first tickd.
 type Cluster struct {
@@ -106,9 +123,14 @@ type AssignmentEvent struct {
 type StaleOwnerError struct {
 	Op       string // what was refused, e.g. "write inst.3.x"
 	Grant    Grant  // the grant it was sent under
-	Revision uint64
+	Revision uint64 // the revision of shard.<S> the store met (0: not said)
 	Sealed   bool
-	Cause    error // the backend's own error, if any
+	// Holder is the value of shard.<S> at Revision — who the store found holding the shard —
+	// when the backend could read it exactly (HolderKnown; read from the stream leader on
+	// JetStream). A zero Holder that is known is a released (deleted) key.
+	Holder      Assignment
+	HolderKnown bool
+	Cause       error // the backend's own error, if any
 }
 
 func (e *StaleOwnerError) Error() string {
@@ -116,6 +138,8 @@ func (e *StaleOwnerError) Error() string {
 	switch {
 	case e.Sealed:
 		msg += ": " + ErrSealed.Error()
+	case e.Revision != 0 && e.HolderKnown && e.Holder.Owner != "":
+		msg += fmt.Sprintf(" (shard.%d is at revision %d, held by %s session %s)", e.Grant.Shard, e.Revision, e.Holder.Owner, e.Holder.Session)
 	case e.Revision != 0:
 		msg += fmt.Sprintf(" (shard.%d is at revision %d)", e.Grant.Shard, e.Revision)
 	}

@@ -70,8 +70,9 @@ import (
 // ErrKilled is returned by every call of a killed client.
 var ErrKilled = errors.New("faultstore: client killed")
 
-// errTransient marks a transient failure: nothing was stored.
-var errTransient = errors.New("faultstore: transient failure, nothing stored")
+// errTransient marks a transient failure: nothing was stored, and the store said so (a definite
+// refusal, store.ErrRefused: the writer keeps its token).
+var errTransient = fmt.Errorf("faultstore: transient failure, nothing stored: %w", store.ErrRefused)
 
 // Options are the probabilities of each fault (0 turns it off; the zero Options inject nothing)
 // and their bounds.

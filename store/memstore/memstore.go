@@ -483,8 +483,12 @@ func (s *Store) fenced(g store.Grant, id string, v []byte, del bool) (uint64, er
 	if b.sealed {
 		return 0, &store.StaleOwnerError{Op: "write " + id, Grant: g, Sealed: true}
 	}
-	if rev := b.lastRev(store.ShardKey(g.Shard)); rev != g.Token {
-		return 0, &store.StaleOwnerError{Op: "write " + id, Grant: g, Revision: rev}
+	if e := b.keys[store.ShardKey(g.Shard)]; e.rev != g.Token {
+		err := &store.StaleOwnerError{Op: "write " + id, Grant: g, Revision: e.rev, HolderKnown: e.rev != 0}
+		if !e.deleted && e.rev != 0 && json.Unmarshal(e.value, &err.Holder) != nil {
+			err.HolderKnown = false
+		}
+		return 0, err
 	}
 	tok := uint64(0)
 	if del {

@@ -14,6 +14,7 @@ import (
 
 // leaderMsg is the last message on a subject as the stream leader holds it.
 type leaderMsg struct {
+	subject string
 	seq     uint64
 	data    []byte
 	time    time.Time
@@ -25,7 +26,16 @@ type leaderMsg struct {
 // the jetstream package then uses them for every message get: any replica may answer those, so a
 // decision that must see every acknowledged write reads here instead (DESIGN 4).
 func (s *Store) leaderGet(ctx context.Context, bucket, key string) (leaderMsg, error) {
-	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + key})
+	return s.leaderGetBy(ctx, bucket, key, map[string]any{"last_by_subj": "$KV." + bucket + "." + key})
+}
+
+// leaderGetSeq reads the message at one sequence of a bucket's stream, from the stream leader.
+func (s *Store) leaderGetSeq(ctx context.Context, bucket string, seq uint64) (leaderMsg, error) {
+	return s.leaderGetBy(ctx, bucket, fmt.Sprintf("revision %d", seq), map[string]any{"seq": seq})
+}
+
+func (s *Store) leaderGetBy(ctx context.Context, bucket, key string, request map[string]any) (leaderMsg, error) {
+	req, _ := json.Marshal(request)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.opts.AckTimeout)
@@ -37,6 +47,7 @@ func (s *Store) leaderGet(ctx context.Context, bucket, key string) (leaderMsg, e
 	}
 	var r struct {
 		Message *struct {
+			Subj string    `json:"subject"`
 			Seq  uint64    `json:"seq"`
 			Time time.Time `json:"time"`
 			Hdrs []byte    `json:"hdrs"`
@@ -56,7 +67,7 @@ func (s *Store) leaderGet(ctx context.Context, bucket, key string) (leaderMsg, e
 	if r.Message == nil {
 		return leaderMsg{}, fmt.Errorf("leader read of %s: empty answer", key)
 	}
-	m := leaderMsg{seq: r.Message.Seq, data: r.Message.Data, time: r.Message.Time}
+	m := leaderMsg{subject: r.Message.Subj, seq: r.Message.Seq, data: r.Message.Data, time: r.Message.Time}
 	if len(r.Message.Hdrs) > 0 {
 		h, err := nats.DecodeHeadersMsg(r.Message.Hdrs)
 		if err != nil {

@@ -169,7 +169,12 @@ func (s *Store) settle() {
 					go s.retryBusy(p)
 					continue
 				}
-				p.done(0, classifyFenced("write "+p.id, p.g, err))
+				if err := classifyFenced("write "+p.id, p.g, err); errors.Is(err, store.ErrStaleOwner) {
+					s.wg.Add(1)
+					go s.staleDone(p, err) // reads who the store met, off the acknowledgement path
+				} else {
+					p.done(0, err)
+				}
 			case <-s.quit:
 				p.done(0, fmt.Errorf("write %s: store closed: %w", p.id, store.ErrUnknownOutcome))
 			}
@@ -185,6 +190,37 @@ func (s *Store) retryBusy(p pending) {
 	defer cancel()
 	rev, err := s.publishFenced(ctx, p.fut.Msg(), p.g, p.id)
 	p.done(rev, err)
+}
+
+// staleDone answers a pipelined write the fence refused, with the holder the store met.
+func (s *Store) staleDone(p pending, err error) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.AckTimeout)
+	defer cancel()
+	p.done(0, s.metHolder(ctx, err))
+}
+
+// metHolder fills in a stale-owner error the value of shard.<S> at the revision the store met,
+// read from the stream leader by sequence; if that read fails the holder stays unknown.
+func (s *Store) metHolder(ctx context.Context, err error) error {
+	var e *store.StaleOwnerError
+	if !errors.As(err, &e) || e.Sealed || e.Revision == 0 {
+		return err
+	}
+	_, bucket, derr := s.dataKV(ctx, e.Grant.Epoch, e.Grant.Shard)
+	if derr != nil {
+		return err
+	}
+	m, gerr := s.leaderGetSeq(ctx, bucket, e.Revision)
+	if gerr != nil || m.subject != "$KV."+bucket+"."+store.ShardKey(e.Grant.Shard) {
+		return err
+	}
+	if !m.deleted && json.Unmarshal(m.data, &e.Holder) != nil {
+		e.Holder = store.Assignment{}
+		return err
+	}
+	e.HolderKnown = true
+	return err
 }
 
 func apiCode(err error) jetstream.ErrorCode {
@@ -207,7 +243,7 @@ func classify(op string, err error) error {
 	case apiCode(err) == codeSealed:
 		return fmt.Errorf("%s: %w: %w", op, store.ErrSealed, err) // refused: nothing stored
 	case apiCode(err) != 0, errors.Is(err, nats.ErrMaxPayload):
-		return fmt.Errorf("%s: %w", op, err) // refused: nothing stored
+		return fmt.Errorf("%s: %w: %w", op, store.ErrRefused, err) // the server's answer: nothing stored
 	default:
 		return fmt.Errorf("%s: %w: %v", op, store.ErrUnknownOutcome, err)
 	}
@@ -713,7 +749,7 @@ func (s *Store) publishFenced(ctx context.Context, m *nats.Msg, g store.Grant, i
 			return ack.Sequence, nil
 		}
 		if apiCode(err) != codeSubjectBusy {
-			return 0, classifyFenced("write "+id, g, err)
+			return 0, s.metHolder(ctx, classifyFenced("write "+id, g, err))
 		}
 		select {
 		case <-ctx.Done():

@@ -186,17 +186,21 @@ func testFence(t *testing.T, f *fixture) {
 	}
 	// The refusal says what the store met: shard.3 at B's token, not A's (issue 11.7).
 	var stale *store.StaleOwnerError
-	if !errors.As(err, &stale) || stale.Revision != b.Token || stale.Grant.Token != f.a.Token || stale.Sealed {
-		t.Fatalf("zombie A Write: %v (%+v); want a *store.StaleOwnerError at revision %d for token %d", err, stale, b.Token, f.a.Token)
+	// ... and who holds it there: B's owner and session, so the refused owner needs no read.
+	metB := func(stale *store.StaleOwnerError) bool {
+		return stale.Revision == b.Token && stale.HolderKnown && stale.Holder == b.Assignment
+	}
+	if !errors.As(err, &stale) || !metB(stale) || stale.Grant.Token != f.a.Token || stale.Sealed {
+		t.Fatalf("zombie A Write: %v (%+v); want a *store.StaleOwnerError at revision %d held by %+v for token %d", err, stale, b.Token, b.Assignment, f.a.Token)
 	}
 	_, err = f.s.End(ctx, f.a, id)
-	if !errors.As(err, &stale) || stale.Revision != b.Token {
-		t.Fatalf("zombie A End: err = %v, want a *store.StaleOwnerError at revision %d", err, b.Token)
+	if !errors.As(err, &stale) || !metB(stale) {
+		t.Fatalf("zombie A End: err = %v, want a *store.StaleOwnerError at revision %d held by %+v", err, b.Token, b.Assignment)
 	}
 	done := make(chan error, 1)
 	f.s.WriteAsync(f.a, id, store.Record{Kind: "test", Tick: 3, State: []byte("a3-zombie")}, func(_ uint64, err error) { done <- err })
-	if err := <-done; !errors.As(err, &stale) || stale.Revision != b.Token || !errors.Is(err, store.ErrStaleOwner) {
-		t.Fatalf("zombie A WriteAsync: err = %v, want a *store.StaleOwnerError at revision %d", err, b.Token)
+	if err := <-done; !errors.As(err, &stale) || !metB(stale) || !errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("zombie A WriteAsync: err = %v, want a *store.StaleOwnerError at revision %d held by %+v", err, b.Token, b.Assignment)
 	}
 	f.wantState(3, id, "b2")
 	got, _ := f.mustLoad(3, id)
