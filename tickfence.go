@@ -40,7 +40,7 @@ import (
 
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/coordinator"
-	"github.com/tickfence/tickfence/internal/metrics"
+	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/natscmd"
@@ -224,9 +224,9 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 		return nil, err
 	}
 	// The lease reports the p99 tick lateness since its last renewal (operators' tools show it).
-	var late metrics.Window
+	late := hdr.NewWindow(7)
 	if n.engine, err = actor.NewEngine(actor.EngineConfig{Rate: opt.TickRate, Registerer: opt.Registerer,
-		Observe: func(lateness, _ time.Duration) { late.Observe(lateness) }}); err != nil {
+		Observe: func(lateness, _ time.Duration) { late.Record(lateness) }}); err != nil {
 		return nil, fmt.Errorf("tickfence: Options.TickRate: %w", err)
 	}
 	kinds, err := actor.NewKinds(opt.Kinds...)
@@ -239,7 +239,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 		Registerer: opt.Registerer, BeforeWrite: opt.BeforeWrite, MaxCommandDelay: opt.MaxCommandDelay,
 		MaxPendingCommands: opt.MaxPendingCommands},
 		BeforeRelease: opt.BeforeRelease, LeaseTTL: opt.LeaseTTL,
-		P99Lateness: func() time.Duration { d, _ := late.Quantile(0.99); return d }})
+		P99Lateness: func() time.Duration { return late.Take().Quantile(0.99) }})
 	if err != nil {
 		return nil, err
 	}

@@ -160,123 +160,193 @@ func TakeBackup(ctx context.Context, s EpochStore, progress func(done int)) (Bac
 // A restore that stops half way (an error, a crash, a lost answer) leaves its claim: a takeover
 // finishes it, AbandonRestore undoes it if it sealed nothing.
 func Restore(ctx context.Context, s EpochStore, b Backup, opt RestoreOptions) (Cluster, error) {
-	ce, err := s.LatestControl(ctx, ClusterKey)
+	ce, cur, err := restoreSource(ctx, s, b, opt)
 	if err != nil {
-		return Cluster{}, fmt.Errorf("cluster record: %w", err)
+		return Cluster{}, err
 	}
-	var cur Cluster
-	if err := json.Unmarshal(ce.Value, &cur); err != nil {
-		return Cluster{}, fmt.Errorf("cluster record: %w", err)
-	}
-	if b.Cluster.Shards != cur.Shards || b.Cluster.Partitions != cur.Partitions {
-		return Cluster{}, fmt.Errorf("backup of a cluster with %d shards/%d partitions; this one has %d/%d",
-			b.Cluster.Shards, b.Cluster.Partitions, cur.Shards, cur.Partitions)
-	}
-	if opt.FromEpoch != 0 && cur.Epoch != opt.FromEpoch {
-		return Cluster{}, fmt.Errorf("%w: it is at epoch %d, the restore was to replace epoch %d (did another restore finish?)",
-			ErrEpochMoved, cur.Epoch, opt.FromEpoch)
-	}
-	next := cur
-	next.Epoch++
-	var claimRev uint64
+	r := &restoreRun{s: s, opt: opt, cur: cur, next: cur, clusterRev: ce.Revision, total: len(b.Entries)}
+	r.next.Epoch++
 	if !opt.SkipClaim {
-		claimRev, next.Epoch, err = claimRestore(ctx, s, RestoreClaim{FromEpoch: cur.Epoch, Epoch: next.Epoch,
+		r.claimRev, r.next.Epoch, err = claimRestore(ctx, s, RestoreClaim{FromEpoch: cur.Epoch, Epoch: r.next.Epoch,
 			Operator: opt.Operator, Entries: len(b.Entries)}, opt.Takeover)
 		if err != nil {
 			return Cluster{}, err
 		}
 	}
-	// step checks, before each destructive step, that the claim and the epoch are still as taken.
-	step := func(name string) error {
-		if opt.Step != nil {
-			if err := opt.Step(name); err != nil {
-				return err
-			}
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("restore stopped before %s: %w", name, err)
-		}
-		if opt.SkipClaim {
-			return nil
-		}
-		return checkRestoreClaim(ctx, s, claimRev, ce.Revision)
+	if err := r.run(ctx, b.Entries); err != nil {
+		return Cluster{}, err
 	}
-	if !opt.SkipSeal {
-		if err := step("seal"); err != nil {
-			return Cluster{}, err
-		}
-		for p := uint32(0); p < cur.Partitions; p++ {
-			if err := s.SealPartition(ctx, cur.Epoch, p); err != nil {
-				return Cluster{}, fmt.Errorf("sealing epoch %d: %w", cur.Epoch, err)
-			}
+	return r.next, nil
+}
+
+// restoreSource reads the cluster record a restore replaces (epoch E) and checks that the backup
+// is of a cluster of the same shape and that E is the epoch opt.FromEpoch names, if it names one.
+func restoreSource(ctx context.Context, s EpochStore, b Backup, opt RestoreOptions) (Entry, Cluster, error) {
+	ce, err := s.LatestControl(ctx, ClusterKey)
+	if err != nil {
+		return Entry{}, Cluster{}, fmt.Errorf("cluster record: %w", err)
+	}
+	var cur Cluster
+	if err := json.Unmarshal(ce.Value, &cur); err != nil {
+		return Entry{}, Cluster{}, fmt.Errorf("cluster record: %w", err)
+	}
+	if b.Cluster.Shards != cur.Shards || b.Cluster.Partitions != cur.Partitions {
+		return Entry{}, Cluster{}, fmt.Errorf("backup of a cluster with %d shards/%d partitions; this one has %d/%d",
+			b.Cluster.Shards, b.Cluster.Partitions, cur.Shards, cur.Partitions)
+	}
+	if opt.FromEpoch != 0 && cur.Epoch != opt.FromEpoch {
+		return Entry{}, Cluster{}, fmt.Errorf("%w: it is at epoch %d, the restore was to replace epoch %d (did another restore finish?)",
+			ErrEpochMoved, cur.Epoch, opt.FromEpoch)
+	}
+	return ce, cur, nil
+}
+
+// restoreRun is one Restore under way: the epoch it replaces, the one it makes, and its claim.
+type restoreRun struct {
+	s          EpochStore
+	opt        RestoreOptions
+	cur        Cluster // the cluster record as read: epoch E
+	next       Cluster // the cluster record it commits: epoch E+1 (or later, after a takeover)
+	clusterRev uint64  // the revision of the cluster record as read
+	claimRev   uint64  // the revision of our claim of the restore key (none with SkipClaim)
+	done       int     // records put so far
+	total      int     // entries of the backup
+}
+
+// run takes the destructive steps in order: seal epoch E, make the new epoch's buckets, put the
+// backup's records, rewrite every shard.<S>, and commit the new epoch.
+func (r *restoreRun) run(ctx context.Context, entries []BackupEntry) error {
+	if !r.opt.SkipSeal {
+		if err := r.seal(ctx); err != nil {
+			return err
 		}
 	}
+	if err := r.resetBuckets(ctx); err != nil {
+		return err
+	}
+	if err := r.putRecords(ctx, entries); err != nil {
+		return err
+	}
+	if !r.opt.KeepShardRevision {
+		if err := r.rewriteShards(ctx); err != nil {
+			return err
+		}
+	}
+	return r.commit(ctx)
+}
+
+// step checks, before each destructive step, that the claim and the epoch are still as taken.
+func (r *restoreRun) step(ctx context.Context, name string) error {
+	if r.opt.Step != nil {
+		if err := r.opt.Step(name); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("restore stopped before %s: %w", name, err)
+	}
+	if r.opt.SkipClaim {
+		return nil
+	}
+	return checkRestoreClaim(ctx, r.s, r.claimRev, r.clusterRev)
+}
+
+// seal seals every data bucket of epoch E.
+func (r *restoreRun) seal(ctx context.Context) error {
+	if err := r.step(ctx, "seal"); err != nil {
+		return err
+	}
+	for p := uint32(0); p < r.cur.Partitions; p++ {
+		if err := r.s.SealPartition(ctx, r.cur.Epoch, p); err != nil {
+			return fmt.Errorf("sealing epoch %d: %w", r.cur.Epoch, err)
+		}
+	}
+	return nil
+}
+
+// resetBuckets makes the data buckets of the new epoch afresh.
+func (r *restoreRun) resetBuckets(ctx context.Context) error {
 	// Epoch E+1 is not recorded yet and the claim is ours: its buckets may be (re)created, e.g.
 	// after a restore that crashed and was abandoned. (Epoch E+1's buckets keep as many revisions
 	// per key as E's: fault tests keep them all.)
-	for p := uint32(0); p < next.Partitions; p++ {
-		if err := step("buckets"); err != nil {
-			return Cluster{}, err
-		}
-		if err := s.ResetPartition(ctx, next.Epoch, p, cur.Epoch); err != nil {
-			return Cluster{}, fmt.Errorf("making epoch %d: %w", next.Epoch, err)
-		}
-	}
-	done := 0
-	put := func(e BackupEntry) error {
-		if done%restoreCheckEvery == 0 {
-			if err := step("records"); err != nil {
-				return err
-			}
-		} else if err := ctx.Err(); err != nil {
-			return fmt.Errorf("restore stopped at %s: %w", e.Key, err)
-		}
-		p, err := partitionOf(e.Key, next.Partitions)
-		if err != nil {
+	for p := uint32(0); p < r.next.Partitions; p++ {
+		if err := r.step(ctx, "buckets"); err != nil {
 			return err
 		}
-		if _, err := s.PutData(ctx, next.Epoch, p, e.Key, e.Value); err != nil {
-			return fmt.Errorf("restore %s: %w", e.Key, err)
+		if err := r.s.ResetPartition(ctx, r.next.Epoch, p, r.cur.Epoch); err != nil {
+			return fmt.Errorf("making epoch %d: %w", r.next.Epoch, err)
 		}
-		done++
-		if opt.Progress != nil && done%500 == 0 {
-			opt.Progress(done, len(b.Entries))
-		}
-		return nil
 	}
-	for _, e := range b.Entries {
-		if strings.HasPrefix(e.Key, "shard.") && !opt.KeepShardRevision {
+	return nil
+}
+
+// putRecords puts the backup's records into the new epoch (its shard.<S> only with
+// KeepShardRevision: otherwise rewriteShards writes them afresh).
+func (r *restoreRun) putRecords(ctx context.Context, entries []BackupEntry) error {
+	for _, e := range entries {
+		if strings.HasPrefix(e.Key, "shard.") && !r.opt.KeepShardRevision {
 			continue
 		}
-		if err := put(e); err != nil {
-			return Cluster{}, err
+		if err := r.put(ctx, e); err != nil {
+			return err
 		}
 	}
-	if !opt.KeepShardRevision {
-		if err := step("shards"); err != nil {
-			return Cluster{}, err
+	return nil
+}
+
+// put writes one record into the new epoch, with a step before every restoreCheckEvery-th.
+func (r *restoreRun) put(ctx context.Context, e BackupEntry) error {
+	if r.done%restoreCheckEvery == 0 {
+		if err := r.step(ctx, "records"); err != nil {
+			return err
 		}
-		// Rewritten after every restored record, so every token of E+1 is above every restored
-		// revision; unassigned, so the coordinator grants each shard to a live session.
-		free, _ := json.Marshal(Assignment{})
-		for sh := uint32(0); sh < next.Shards; sh++ {
-			if err := put(BackupEntry{Key: ShardKey(sh), Value: free}); err != nil {
-				return Cluster{}, err
-			}
+	} else if err := ctx.Err(); err != nil {
+		return fmt.Errorf("restore stopped at %s: %w", e.Key, err)
+	}
+	p, err := partitionOf(e.Key, r.next.Partitions)
+	if err != nil {
+		return err
+	}
+	if _, err := r.s.PutData(ctx, r.next.Epoch, p, e.Key, e.Value); err != nil {
+		return fmt.Errorf("restore %s: %w", e.Key, err)
+	}
+	r.done++
+	if r.opt.Progress != nil && r.done%500 == 0 {
+		r.opt.Progress(r.done, r.total)
+	}
+	return nil
+}
+
+// rewriteShards writes every shard.<S> of the new epoch unassigned.
+func (r *restoreRun) rewriteShards(ctx context.Context) error {
+	if err := r.step(ctx, "shards"); err != nil {
+		return err
+	}
+	// Rewritten after every restored record, so every token of E+1 is above every restored
+	// revision; unassigned, so the coordinator grants each shard to a live session.
+	free, _ := json.Marshal(Assignment{})
+	for sh := uint32(0); sh < r.next.Shards; sh++ {
+		if err := r.put(ctx, BackupEntry{Key: ShardKey(sh), Value: free}); err != nil {
+			return err
 		}
 	}
-	if err := step("epoch"); err != nil {
-		return Cluster{}, err
+	return nil
+}
+
+// commit sets cluster.epoch to the new epoch (compare-on-revision) and releases the claim.
+func (r *restoreRun) commit(ctx context.Context) error {
+	if err := r.step(ctx, "epoch"); err != nil {
+		return err
 	}
-	v, _ := json.Marshal(next)
-	if _, err := s.ControlUpdate(ctx, ClusterKey, v, ce.Revision, 0); err != nil {
-		return Cluster{}, fmt.Errorf("set epoch %d: %w", next.Epoch, err)
+	v, _ := json.Marshal(r.next)
+	if _, err := r.s.ControlUpdate(ctx, ClusterKey, v, r.clusterRev, 0); err != nil {
+		return fmt.Errorf("set epoch %d: %w", r.next.Epoch, err)
 	}
 	// The epoch is the commit point: a claim left behind is finished, whoever sees it.
-	if !opt.SkipClaim {
-		_ = s.ControlDelete(ctx, RestoreKey, claimRev)
+	if !r.opt.SkipClaim {
+		_ = r.s.ControlDelete(ctx, RestoreKey, r.claimRev)
 	}
-	return next, nil
+	return nil
 }
 
 // partitionOf is the partition of a data key: shard.<S> and inst.<S>.<id> live in S mod P.

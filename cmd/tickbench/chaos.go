@@ -20,9 +20,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/tickfence/tickfence/cmd/tickbench/internal/proc"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/history"
+	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/store"
 )
 
@@ -119,7 +119,66 @@ type chaosReport struct {
 // errChaosFailed makes the exit status non-zero after the report is printed.
 var errChaosFailed = errors.New("chaos: checks failed")
 
+// runChaos is the chaos scenario: faults injected into a cluster under load, then every instance
+// and the whole stored history checked.
 func runChaos(args []string) error {
+	cfg, fl, err := parseChaosFlags(args)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep := &chaosReport{Machine: thisMachine(), Config: cfg, Faults: map[string]int{}}
+	fmt.Printf("tickbench chaos on %s\n", rep.Machine)
+	fmt.Printf("%d nodes + tickd server, %d instances on %d shards, lease %v, %g attacks/s, nemesis for %v (a fault every ~%v: %s)\nseed %d\n\n",
+		cfg.Nodes, cfg.Instances, cfg.Shards, cfg.Lease, cfg.Rate, cfg.Duration, cfg.FaultEvery, strings.Join(fl.picks, ", "), cfg.Seed)
+	fmt.Fprintf(os.Stderr, "seed %d\n", cfg.Seed)
+
+	p := newProgress()
+	// Every revision is kept, so the whole stored history can be checked afterwards.
+	b, err := startBenchCluster(ctx, p, fl.tickd, proc.ClusterConfig{Lease: cfg.Lease, Shards: cfg.Shards, History: 100_000_000,
+		FaultHooks: true}, nodeIDs(cfg.Nodes))
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	gen, err := b.newLoad(cfg.Seed, cfg.Rate, cfg.GiveUp, false)
+	if err != nil {
+		return err
+	}
+	defer gen.nc.Close()
+	if err := gen.setup(ctx, p, cfg.Instances); err != nil {
+		return err
+	}
+	c := &chaos{b: b, cfg: cfg, rep: rep, p: p, rng: mrand.New(mrand.NewPCG(cfg.Seed, cfg.Seed+1)), picks: fl.picks,
+		cur: map[string]*life{}, t0: time.Now()}
+	for _, id := range b.ids {
+		c.newLife(id, b.Node(id))
+	}
+
+	if err := c.runNemesis(ctx, gen); err != nil {
+		return err
+	}
+	c.checkRun(ctx, gen)
+	printChaos(rep)
+	if err := writeJSON(fl.jsonOut, rep); err != nil {
+		return err
+	}
+	if !rep.Pass {
+		return fmt.Errorf("%w (seed %d): %s", errChaosFailed, cfg.Seed, strings.Join(rep.Failures, "; "))
+	}
+	return nil
+}
+
+// chaosFlags are the chaos flags that are not part of the report's configuration.
+type chaosFlags struct {
+	picks   []string // the fault kinds the nemesis picks from
+	tickd   string   // a tickd binary to use instead of building one
+	jsonOut string   // where to write the report as JSON ("": nowhere)
+}
+
+// parseChaosFlags reads and checks the chaos flags; a --seed of 0 becomes a random seed.
+func parseChaosFlags(args []string) (chaosConfig, chaosFlags, error) {
 	fs := flag.NewFlagSet("chaos", flag.ExitOnError)
 	nodes := fs.Int("nodes", 3, "tickd node processes")
 	instances := fs.Int("instances", 100, "dungeons created by tickbench (boss HP 1e9, one joined player)")
@@ -135,60 +194,45 @@ func runChaos(args []string) error {
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	_ = fs.Parse(args)
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+		return chaosConfig{}, chaosFlags{}, fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
 	}
 	if *nodes < 2 || *instances < 1 || *rate <= 0 || *duration <= 0 || *every <= 0 {
-		return errors.New("--nodes must be at least 2; --instances, --rate, --duration and --fault-every positive")
+		return chaosConfig{}, chaosFlags{}, errors.New("--nodes must be at least 2; --instances, --rate, --duration and --fault-every positive")
 	}
 	if *seed == 0 {
 		*seed = mrand.Uint64()
 	}
+	picks, err := parseFaultKinds(*kinds)
+	if err != nil {
+		return chaosConfig{}, chaosFlags{}, err
+	}
+	cfg := chaosConfig{Nodes: *nodes, Instances: *instances, Shards: *shards, Lease: *lease, Rate: *rate,
+		Duration: *duration, FaultEvery: *every, GiveUp: *giveUp, Seed: *seed}
+	return cfg, chaosFlags{picks: picks, tickd: *bin, jsonOut: *jsonOut}, nil
+}
+
+// parseFaultKinds reads the --faults list: known fault kinds, at least one.
+func parseFaultKinds(list string) ([]string, error) {
 	var picks []string
-	for _, k := range parseList(*kinds) {
+	for _, k := range parseList(list) {
 		found := false
 		for _, f := range faultKinds {
 			found = found || f == k
 		}
 		if !found {
-			return fmt.Errorf("--faults: unknown kind %q (%s)", k, strings.Join(faultKinds, ", "))
+			return nil, fmt.Errorf("--faults: unknown kind %q (%s)", k, strings.Join(faultKinds, ", "))
 		}
 		picks = append(picks, k)
 	}
 	if len(picks) == 0 {
-		return errors.New("--faults: none")
+		return nil, errors.New("--faults: none")
 	}
-	cfg := chaosConfig{Nodes: *nodes, Instances: *instances, Shards: *shards, Lease: *lease, Rate: *rate,
-		Duration: *duration, FaultEvery: *every, GiveUp: *giveUp, Seed: *seed}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rep := &chaosReport{Machine: thisMachine(), Config: cfg, Faults: map[string]int{}}
-	fmt.Printf("tickbench chaos on %s\n", rep.Machine)
-	fmt.Printf("%d nodes + tickd server, %d instances on %d shards, lease %v, %g attacks/s, nemesis for %v (a fault every ~%v: %s)\nseed %d\n\n",
-		cfg.Nodes, cfg.Instances, cfg.Shards, cfg.Lease, cfg.Rate, cfg.Duration, cfg.FaultEvery, strings.Join(picks, ", "), cfg.Seed)
-	fmt.Fprintf(os.Stderr, "seed %d\n", cfg.Seed)
+	return picks, nil
+}
 
-	p := newProgress()
-	// Every revision is kept, so the whole stored history can be checked afterwards.
-	b, err := startBenchCluster(ctx, p, *bin, proc.ClusterConfig{Lease: *lease, Shards: *shards, History: 100_000_000,
-		FaultHooks: true}, nodeIDs(*nodes))
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	gen, err := b.newLoad(*seed, *rate, *giveUp, false)
-	if err != nil {
-		return err
-	}
-	defer gen.nc.Close()
-	if err := gen.setup(ctx, p, *instances); err != nil {
-		return err
-	}
-	c := &chaos{b: b, cfg: cfg, rep: rep, p: p, rng: mrand.New(mrand.NewPCG(*seed, *seed+1)), picks: picks,
-		cur: map[string]*life{}, t0: time.Now()}
-	for _, id := range b.ids {
-		c.newLife(id, b.Node(id))
-	}
-
+// runNemesis runs the load and the sampler while it injects faults for the configured duration,
+// then heals the cluster and makes the final write; an interrupt stops it with ctx's error.
+func (c *chaos) runNemesis(ctx context.Context, gen *loadGen) error {
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	go gen.run(loadCtx)
@@ -199,13 +243,7 @@ func runChaos(args []string) error {
 	samWG.Add(1)
 	go func() { defer samWG.Done(); c.sample(samCtx, gen) }()
 
-	end := c.t0.Add(cfg.Duration)
-	for time.Now().Before(end) && ctx.Err() == nil {
-		c.reapUnexpected()
-		c.inject(ctx, picks[c.rng.IntN(len(picks))])
-		gap := time.Duration((0.5 + c.rng.Float64()) * float64(cfg.FaultEvery))
-		_ = sleepCtx(ctx, min(gap, time.Until(end)))
-	}
+	c.injectFaults(ctx)
 	if ctx.Err() != nil {
 		stopSam()
 		samWG.Wait()
@@ -213,27 +251,49 @@ func runChaos(args []string) error {
 	}
 	stopLoad()
 	c.event("nemesis", "", "stopped; healing")
+	c.healAndFinalWrite(ctx, gen)
+	stopSam()
+	samWG.Wait()
+	c.scrapeAll() // the last counters of every process still running
+	c.p.done()
+	return nil
+}
 
-	// Heal, then the answers still under way, then one more acknowledged attack per instance.
+// injectFaults injects a fault of a random picked kind every 0.5–1.5 × --fault-every until the
+// duration is over or ctx ends, restarting first any node that exited on its own.
+func (c *chaos) injectFaults(ctx context.Context) {
+	end := c.t0.Add(c.cfg.Duration)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		c.reapUnexpected()
+		c.inject(ctx, c.picks[c.rng.IntN(len(c.picks))])
+		gap := time.Duration((0.5 + c.rng.Float64()) * float64(c.cfg.FaultEvery))
+		_ = sleepCtx(ctx, min(gap, time.Until(end)))
+	}
+}
+
+// healAndFinalWrite heals the cluster, waits for the answers still under way, then sends one more
+// attack per instance, each of which must be acknowledged; what fails goes into the report.
+func (c *chaos) healAndFinalWrite(ctx context.Context, gen *loadGen) {
+	rep := c.rep
 	healStart := time.Now()
 	if err := c.heal(ctx, gen.ids); err != nil {
 		rep.Failures = append(rep.Failures, "heal: "+err.Error())
 	}
 	rep.HealSeconds = time.Since(healStart).Seconds()
-	p.line("healed in %.1fs; waiting for %d attacks in flight", rep.HealSeconds, gen.inflight.Load())
+	c.p.line("healed in %.1fs; waiting for %d attacks in flight", rep.HealSeconds, gen.inflight.Load())
 	gen.wait()
-	p.line("final write: one attack per instance")
+	c.p.line("final write: one attack per instance")
 	rep.Damage.FinalWriteAcked, rep.Damage.FinalWriteFailed = finalWrite(gen)
 	if rep.Damage.FinalWriteFailed > 0 {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("final write: %d of %d instances did not acknowledge one more attack",
 			rep.Damage.FinalWriteFailed, len(gen.ids)))
 	}
-	stopSam()
-	samWG.Wait()
-	c.scrapeAll() // the last counters of every process still running
-	p.done()
+}
 
-	// Checks.
+// checkRun fills the report with the run's figures, checks every instance's damage and the stored
+// history, and judges the result.
+func (c *chaos) checkRun(ctx context.Context, gen *loadGen) {
+	rep := c.rep
 	rep.Commands = gen.result()
 	c.mu.Lock()
 	rep.Lives = c.lives
@@ -241,11 +301,16 @@ func runChaos(args []string) error {
 		rep.StaleRejected += l.StaleRejected
 	}
 	c.mu.Unlock()
-	p.line("checking every instance against the acknowledged attacks")
-	checkDamage(ctx, b, gen, rep)
-	p.line("checking the stored history, message by message")
-	checkHistory(ctx, b, rep)
-	p.done()
+	c.p.line("checking every instance against the acknowledged attacks")
+	checkDamage(ctx, c.b, gen, rep)
+	c.p.line("checking the stored history, message by message")
+	checkHistory(ctx, c.b, rep)
+	c.p.done()
+	rep.judge()
+}
+
+// judge adds a failure for every check the figures fail and sets Pass (no failure, a pass).
+func (rep *chaosReport) judge() {
 	if rep.History.Incomplete != "" {
 		rep.Failures = append(rep.Failures, "history incomplete: "+rep.History.Incomplete)
 	}
@@ -271,14 +336,6 @@ func runChaos(args []string) error {
 	if rep.Failures == nil {
 		rep.Failures = []string{}
 	}
-	printChaos(rep)
-	if err := writeJSON(*jsonOut, rep); err != nil {
-		return err
-	}
-	if !rep.Pass {
-		return fmt.Errorf("%w (seed %d): %s", errChaosFailed, cfg.Seed, strings.Join(rep.Failures, "; "))
-	}
-	return nil
 }
 
 // chaos is the nemesis and its bookkeeping. Only the nemesis goroutine starts, kills and

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tickfence/tickfence/cmd/tickbench/internal/proc"
+	"github.com/tickfence/tickfence/internal/proc"
 )
 
 // optionalNode is a flag that may be given bare (--kill-node: the node with most instances) or
@@ -125,7 +125,53 @@ type clusterReport struct {
 	RoundTr  []rttPoint            `json:"round_trip_series,omitempty"`
 }
 
+// runCluster is the cluster scenario: several tickd processes under load, at most one fault at the
+// middle of the measurement window, and what it cost.
 func runCluster(args []string) error {
+	cfg, fl, err := parseClusterFlags(args)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep := clusterReport{Machine: thisMachine(), Config: cfg}
+	fmt.Printf("tickbench cluster on %s\n", rep.Machine)
+	fmt.Printf("%d nodes + tickd server, %d instances on %d shards, lease %v, %g attacks/s, window %v after %v warm-up; %s; seed %d\n\n",
+		cfg.Nodes, cfg.Instances, cfg.Shards, cfg.Lease, cfg.Rate, cfg.Duration, cfg.Warmup, describeFault(cfg), cfg.Seed)
+
+	p := newProgress()
+	b, err := startBenchCluster(ctx, p, fl.tickd, proc.ClusterConfig{Lease: cfg.Lease, Shards: cfg.Shards}, nodeIDs(cfg.Nodes))
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	gen, err := b.newLoad(cfg.Seed, cfg.Rate, fl.giveUp, true)
+	if err != nil {
+		return err
+	}
+	defer gen.nc.Close()
+	if err := gen.setup(ctx, p, cfg.Instances); err != nil {
+		return err
+	}
+	sam, fres, err := measureWindow(ctx, p, b, gen, cfg, fl)
+	if err != nil {
+		return err
+	}
+	return reportCluster(rep, gen, sam, fres, fl)
+}
+
+// clusterFlags are the cluster flags that are not part of the report's configuration.
+type clusterFlags struct {
+	target   string        // the node of --kill-node or --pause-node ("": the one with most instances)
+	pauseFor time.Duration // how long --pause-node freezes the node
+	giveUp   time.Duration // a command with no answer after this long counts as unknown
+	tickd    string        // a tickd binary to use instead of building one
+	jsonOut  string        // where to write the report as JSON ("": nowhere)
+	plotOut  string        // where to write the HTML plot ("": nowhere)
+}
+
+// parseClusterFlags reads and checks the cluster flags; a --seed of 0 becomes a random seed.
+func parseClusterFlags(args []string) (clusterConfig, clusterFlags, error) {
 	fs := flag.NewFlagSet("cluster", flag.ExitOnError)
 	nodes := fs.Int("nodes", 3, "tickd node processes")
 	instances := fs.Int("instances", 300, "dungeons created by tickbench (boss HP 1e9: bosses never die)")
@@ -145,16 +191,16 @@ func runCluster(args []string) error {
 	plotOut := fs.String("plot", "", "write an HTML page with lateness and round trip over time to this file")
 	_ = fs.Parse(args)
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%s: unexpected argument %q (a node for --kill-node or --pause-node goes after =, e.g. --kill-node=n2)", fs.Name(), fs.Arg(0))
+		return clusterConfig{}, clusterFlags{}, fmt.Errorf("%s: unexpected argument %q (a node for --kill-node or --pause-node goes after =, e.g. --kill-node=n2)", fs.Name(), fs.Arg(0))
 	}
 	if *nodes < 1 || *instances < 1 || *rate <= 0 || *duration <= 0 {
-		return errors.New("--nodes, --instances, --rate and --duration must be positive")
+		return clusterConfig{}, clusterFlags{}, errors.New("--nodes, --instances, --rate and --duration must be positive")
 	}
 	if kill.set && pause.set {
-		return errors.New("--kill-node and --pause-node: one fault per run")
+		return clusterConfig{}, clusterFlags{}, errors.New("--kill-node and --pause-node: one fault per run")
 	}
 	if (kill.set || pause.set) && *nodes < 2 {
-		return errors.New("a fault needs at least 2 nodes: another must take the shards over")
+		return clusterConfig{}, clusterFlags{}, errors.New("a fault needs at least 2 nodes: another must take the shards over")
 	}
 	if *pauseFor == 0 {
 		*pauseFor = 3 * *lease
@@ -170,10 +216,15 @@ func runCluster(args []string) error {
 	case pause.set:
 		cfg.Fault, cfg.Pause = "pause", *pauseFor
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rep := clusterReport{Machine: thisMachine(), Config: cfg}
-	fmt.Printf("tickbench cluster on %s\n", rep.Machine)
+	target := kill.node
+	if pause.set {
+		target = pause.node
+	}
+	return cfg, clusterFlags{target: target, pauseFor: *pauseFor, giveUp: *giveUp, tickd: *bin, jsonOut: *jsonOut, plotOut: *plotOut}, nil
+}
+
+// describeFault says in words which fault a run injects, for the heading.
+func describeFault(cfg clusterConfig) string {
 	fault := "no fault"
 	switch cfg.Fault {
 	case "kill":
@@ -181,30 +232,18 @@ func runCluster(args []string) error {
 	case "pause":
 		fault = fmt.Sprintf("SIGSTOP of a node for %v at the middle of the window", cfg.Pause)
 	}
-	fmt.Printf("%d nodes + tickd server, %d instances on %d shards, lease %v, %g attacks/s, window %v after %v warm-up; %s; seed %d\n\n",
-		cfg.Nodes, cfg.Instances, cfg.Shards, cfg.Lease, cfg.Rate, cfg.Duration, cfg.Warmup, fault, cfg.Seed)
+	return fault
+}
 
-	p := newProgress()
-	b, err := startBenchCluster(ctx, p, *bin, proc.ClusterConfig{Lease: *lease, Shards: *shards}, nodeIDs(*nodes))
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	gen, err := b.newLoad(*seed, *rate, *giveUp, true)
-	if err != nil {
-		return err
-	}
-	defer gen.nc.Close()
-	if err := gen.setup(ctx, p, *instances); err != nil {
-		return err
-	}
-
+// measureWindow runs the load through the warm-up and the window, scraping every node, with the
+// fault (if any) at the middle of the window; it returns once the commands in flight are answered.
+func measureWindow(ctx context.Context, p *progress, b *benchCluster, gen *loadGen, cfg clusterConfig, fl clusterFlags) (*sampler, *faultResult, error) {
 	// Load, warm-up, then the window: one scrape of every node at its start and every second.
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	go gen.run(loadCtx)
-	if err := sleepCtx(ctx, *warmup); err != nil {
-		return err
+	if err := sleepCtx(ctx, cfg.Warmup); err != nil {
+		return nil, nil, err
 	}
 	sam := newSampler(b)
 	t0 := time.Now()
@@ -213,24 +252,20 @@ func runCluster(args []string) error {
 
 	var fres *faultResult
 	faultDone := make(chan struct{})
-	faultAt := t0.Add(*duration / 2)
-	end := t0.Add(*duration)
+	faultAt := t0.Add(cfg.Duration / 2)
+	end := t0.Add(cfg.Duration)
 	go func() {
 		defer close(faultDone)
 		if cfg.Fault == "" || sleepCtx(ctx, time.Until(faultAt)) != nil {
 			return
 		}
-		target := kill.node
-		if pause.set {
-			target = pause.node
-		}
-		fres = b.inject(ctx, p, sam, cfg.Fault, target, *pauseFor, t0)
+		fres = b.inject(ctx, p, sam, cfg.Fault, fl.target, fl.pauseFor, t0)
 	}()
 	for time.Now().Before(end) {
 		if err := sleepCtx(ctx, min(time.Second, time.Until(end))); err != nil {
-			return err
+			return nil, nil, err
 		}
-		p.line("%5.1fs/%.0fs  %s  %s", time.Since(t0).Seconds(), duration.Seconds(), gen.status(), sam.status())
+		p.line("%5.1fs/%.0fs  %s  %s", time.Since(t0).Seconds(), cfg.Duration.Seconds(), gen.status(), sam.status())
 	}
 	sam.stop()
 	stopLoad()
@@ -238,8 +273,12 @@ func runCluster(args []string) error {
 	gen.wait()
 	<-faultDone
 	p.done()
+	return sam, fres, nil
+}
 
-	// Figures.
+// reportCluster adds the run's figures to the report, prints it, and writes it as JSON and as a
+// plot where the flags ask for them.
+func reportCluster(rep clusterReport, gen *loadGen, sam *sampler, fres *faultResult, fl clusterFlags) error {
 	rep.Commands = gen.result()
 	rep.Nodes = sam.results()
 	rep.Fault = fres
@@ -249,16 +288,16 @@ func runCluster(args []string) error {
 		fres.RttMaxDuring, fres.CommandsDuring = gen.maxDuring(from, to)
 	}
 	rep.Lateness = sam.series()
-	rep.RoundTr = gen.series(*duration)
+	rep.RoundTr = gen.series(rep.Config.Duration)
 	printCluster(rep)
-	if err := writeJSON(*jsonOut, rep); err != nil {
+	if err := writeJSON(fl.jsonOut, rep); err != nil {
 		return err
 	}
-	if *plotOut != "" {
-		if err := writeClusterPlot(*plotOut, rep); err != nil {
+	if fl.plotOut != "" {
+		if err := writeClusterPlot(fl.plotOut, rep); err != nil {
 			return err
 		}
-		fmt.Printf("plot: %s\n", *plotOut)
+		fmt.Printf("plot: %s\n", fl.plotOut)
 	}
 	return nil
 }

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tickfence/tickfence/cmd/tickbench/internal/proc"
 	"github.com/tickfence/tickfence/coordinator"
+	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/store"
 )
 

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tickfence/tickfence/cmd/tickbench/internal/proc"
+	"github.com/tickfence/tickfence/internal/proc"
 )
 
 // sampler scrapes every node once a second (concurrently, with a short deadline: a stopped node

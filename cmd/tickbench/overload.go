@@ -17,8 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tickfence/tickfence/cmd/tickbench/internal/proc"
 	"github.com/tickfence/tickfence/internal/hdr"
+	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 )

@@ -326,7 +326,7 @@ func summarize(ctx context.Context, every time.Duration, node *shard.Node, engin
 	defer t.Stop()
 	lastTicks, lastWrites, lastAt := engine.Ticks(), m.WritesOK(), time.Now()
 	var lastSent uint64
-	m.Lateness.Quantile(0.99) // start a fresh window
+	m.Lateness.Take() // start a fresh window
 	for {
 		select {
 		case <-ctx.Done():
@@ -336,7 +336,7 @@ func summarize(ctx context.Context, every time.Duration, node *shard.Node, engin
 		now := time.Now()
 		secs := now.Sub(lastAt).Seconds()
 		ticks, writes := engine.Ticks(), m.WritesOK()
-		p99, _ := m.Lateness.Quantile(0.99)
+		p99 := m.Lateness.Take().Quantile(0.99)
 		instances, shards := 0, 0
 		if h := node.Host(); h != nil {
 			instances, shards = h.Instances(), len(h.Shards())

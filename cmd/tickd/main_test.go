@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tickfence/tickfence/internal/proc"
 )
 
 // TestTickdRunsAndRestarts runs the real binary as a newcomer would: it starts, ticks demo
@@ -20,12 +21,13 @@ import (
 // data directory finds the same dungeons at a later tick.
 func TestTickdRunsAndRestarts(t *testing.T) {
 	dir := t.TempDir()
-	tickd := filepath.Join(dir, "tickd")
+	tickd, err := proc.Build(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tickctl := filepath.Join(dir, "tickctl")
-	for bin, pkg := range map[string]string{tickd: ".", tickctl: "../tickctl"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
+	if out, err := exec.Command("go", "build", "-o", tickctl, "../tickctl").CombinedOutput(); err != nil {
+		t.Fatalf("build tickctl: %v\n%s", err, out)
 	}
 	data := filepath.Join(dir, "data")
 	firstTick := runTickd(t, tickd, tickctl, data, 0)
@@ -36,71 +38,56 @@ func runTickd(t *testing.T, tickd, tickctl, data string, atLeast uint64) uint64 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, tickd, "--data", data, "--demo", "10", "--shards", "16",
+	p, err := proc.Start(tickd, "tickd", nil, "--data", data, "--demo", "10", "--shards", "16",
 		"--nats-listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--pprof", "--summary-every", "1s", "--log-json")
-	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan map[string]any, 1000)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
-				lines <- m
-			}
+	t.Cleanup(p.Kill)
+	// Two summaries of ten ticking dungeons, and no error logged before them.
+	from := 0
+	for summaries := 0; summaries < 2; summaries++ {
+		i, m, err := p.WaitLog(ctx, from, func(m map[string]any) bool {
+			tps, _ := m["ticks_per_s"].(float64)
+			return m["level"] == "ERROR" || m["msg"] == "summary" && m["instances"] == float64(10) && tps > 0
+		})
+		if err != nil {
+			t.Fatalf("no summary from tickd: %v", err)
 		}
-	}()
-	var natsURL, metricsURL string
-	var summaries int
-	for summaries < 2 {
-		select {
-		case m, ok := <-lines:
-			if !ok {
-				t.Fatal("tickd exited early")
-			}
-			switch m["msg"] {
-			case "embedded NATS JetStream server started":
-				natsURL, _ = m["listen"].(string)
-			case "metrics":
-				metricsURL, _ = m["url"].(string)
-			case "summary":
-				if m["instances"] == float64(10) && m["ticks_per_s"].(float64) > 0 {
-					summaries++
-				}
-			}
-			if m["level"] == "ERROR" {
-				t.Fatalf("tickd logged an error: %v", m)
-			}
-		case <-ctx.Done():
-			t.Fatal("no summary from tickd")
+		if m["level"] == "ERROR" {
+			t.Fatalf("tickd logged an error: %v", m)
 		}
+		from = i + 1
 	}
-	resp, err := http.Get(metricsURL)
+	_, started := p.Find(0, proc.Msg("embedded NATS JetStream server started"))
+	natsURL, _ := started["listen"].(string)
+	metricsURL := p.MetricsURL()
+	m, err := p.Scrape(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, name := range []string{"tickfence_ticks_total", "tickfence_tick_lateness_seconds_bucket", "tickfence_tick_duration_seconds_bucket",
-		`tickfence_state_writes_total{result="ok"}`, "tickfence_instances 10", "tickfence_shards_owned 16",
-		`tickfence_commands_total{result="ok"}`, "tickfence_command_seconds_bucket"} {
-		if !strings.Contains(string(body), name) {
-			t.Errorf("metrics lack %s", name)
+	for _, sample := range []string{"tickfence_ticks_total", `tickfence_state_writes_total{result="ok"}`, `tickfence_commands_total{result="ok"}`} {
+		if _, ok := m[sample]; !ok {
+			t.Errorf("metrics lack %s", sample)
+		}
+	}
+	for _, h := range []string{"tickfence_tick_lateness_seconds", "tickfence_tick_duration_seconds", "tickfence_command_seconds"} {
+		if len(m.Histogram(h)) == 0 {
+			t.Errorf("metrics lack the histogram %s", h)
+		}
+	}
+	for sample, want := range map[string]float64{"tickfence_instances": 10, "tickfence_shards_owned": 16} {
+		if got, ok := m[sample]; !ok || got != want {
+			t.Errorf("metrics: %s = %v (present %v), want %v", sample, got, ok, want)
 		}
 	}
 	// --pprof: the profiler is on the metrics listener.
 	pprofURL := strings.TrimSuffix(metricsURL, "/metrics") + "/debug/pprof/goroutine?debug=1"
-	resp, err = http.Get(pprofURL)
+	resp, err := http.Get(pprofURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ = io.ReadAll(resp.Body)
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile:") {
 		t.Errorf("GET %s: %s, want 200 and a goroutine profile; got %.200q", pprofURL, resp.Status, body)
@@ -120,15 +107,17 @@ func runTickd(t *testing.T, tickd, tickctl, data string, atLeast uint64) uint64 
 	if rec.Tick <= atLeast {
 		t.Fatalf("demo-3 at tick %d, want past %d (restart lost progress)", rec.Tick, atLeast)
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := p.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	flushed := false
-	for m := range lines {
-		flushed = flushed || strings.HasPrefix(fmt.Sprint(m["msg"]), "left the cluster")
+	select {
+	case <-p.Exited():
+	case <-ctx.Done():
+		t.Fatal("tickd did not exit after SIGINT")
 	}
-	if err := cmd.Wait(); err != nil || !flushed {
-		t.Fatalf("tickd exit: %v, flushed %v", err, flushed)
+	flushed, _ := p.Find(from, func(m map[string]any) bool { return strings.HasPrefix(fmt.Sprint(m["msg"]), "left the cluster") })
+	if err := p.ExitErr(); err != nil || flushed < 0 {
+		t.Fatalf("tickd exit: %v, flushed %v", err, flushed >= 0)
 	}
 	return rec.Tick
 }
@@ -137,9 +126,9 @@ func runTickd(t *testing.T, tickd, tickctl, data string, atLeast uint64) uint64 
 // with a message naming the flag, before anything starts.
 func TestTickdRefusesBadFlags(t *testing.T) {
 	dir := t.TempDir()
-	tickd := filepath.Join(dir, "tickd")
-	if out, err := exec.Command("go", "build", "-o", tickd, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	tickd, err := proc.Build(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		args []string

@@ -14,6 +14,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tickfence/tickfence/coordinator"
+	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"
 )
@@ -39,18 +40,18 @@ func TestKillNodeFailover(t *testing.T) {
 	var took []time.Duration
 	for run := 0; run < runs; run++ {
 		victim := c.node(fmt.Sprintf("v%d", run), "--demo", "0")
-		s := c.waitState("the victim owns instances", 60*time.Second, owns(victim.name, 1))
-		insts := c.instancesOf(s, victim.name)
+		s := c.waitState("the victim owns instances", 60*time.Second, owns(victim.Name, 1))
+		insts := c.instancesOf(s, victim.Name)
 		if len(insts) == 0 {
 			t.Fatal("victim owns no instance")
 		}
 		time.Sleep(500 * time.Millisecond) // let it write under its own token
 		before := map[string]store.Record{}
 		for id, sh := range insts {
-			before[id], _ = c.load(id, sh)
+			before[id] = c.load(id, sh)
 		}
 		t0 := time.Now()
-		victim.signal(syscall.SIGKILL)
+		signal(t, victim, syscall.SIGKILL)
 		// Ticking elsewhere: a record written under another token, beyond the last stored tick.
 		pending := maps(insts)
 		for len(pending) > 0 {
@@ -58,7 +59,7 @@ func TestKillNodeFailover(t *testing.T) {
 				t.Fatalf("run %d: %d of %d instances not ticking elsewhere %v after kill -9", run, len(pending), len(insts), time.Since(t0))
 			}
 			for id, sh := range pending {
-				r, _ := c.load(id, sh)
+				r := c.load(id, sh)
 				if r.Token != before[id].Token && r.Tick > before[id].Tick {
 					delete(pending, id)
 				}
@@ -67,9 +68,9 @@ func TestKillNodeFailover(t *testing.T) {
 		}
 		d := time.Since(t0)
 		took = append(took, d)
-		t.Logf("run %d: kill -9 of %s → its %d instances ticking elsewhere after %v", run, victim.name, len(insts), d.Round(time.Millisecond))
+		t.Logf("run %d: kill -9 of %s → its %d instances ticking elsewhere after %v", run, victim.Name, len(insts), d.Round(time.Millisecond))
 		for id, sh := range insts {
-			r, _ := c.load(id, sh)
+			r := c.load(id, sh)
 			if r.Tick < before[id].Tick {
 				t.Fatalf("%s: tick went back from %d to %d", id, before[id].Tick, r.Tick)
 			}
@@ -99,14 +100,12 @@ func TestFrozenNodeWakesFenced(t *testing.T) {
 	n2 := c.node("n2", "--demo", "0")
 	s := c.waitState("n2 owns instances", 60*time.Second, owns("n2", 1))
 	session := s.Nodes[slices.IndexFunc(s.Nodes, func(n coordinator.NodeView) bool { return n.ID == "n2" })].Record.Session
-	mark := n2.lineCount()
-	rejected := n2.metric(`tickfence_state_writes_total{result="stale_owner"}`)
-	n2.signal(syscall.SIGUSR1) // freeze before the next write
-	i := n2.waitLog("freeze before a write", mark, 15*time.Second, msgIs("fault hook: frozen before a write"))
-	n2.mu.Lock()
-	frozenID, _ := n2.lines[i]["instance"].(string)
-	frozenShard, _ := toInt(n2.lines[i]["shard"])
-	n2.mu.Unlock()
+	mark := n2.LineCount()
+	rejected := metric(t, n2, `tickfence_state_writes_total{result="stale_owner"}`)
+	signal(t, n2, syscall.SIGUSR1) // freeze before the next write
+	frozen := waitLog(t, n2, "freeze before a write", mark, 15*time.Second, proc.Msg("fault hook: frozen before a write"))
+	frozenID, _ := frozen["instance"].(string)
+	frozenShard, _ := toInt(frozen["shard"])
 	waitStopped(t, n2)
 	time.Sleep(3 * lease)
 	s = c.state()
@@ -114,17 +113,17 @@ func TestFrozenNodeWakesFenced(t *testing.T) {
 		t.Fatalf("shard %d of %s still assigned to the frozen session after 3 leases", frozenShard, frozenID)
 	}
 	// Wait for the new owner to write the instance, so the zombie's save would overwrite it.
-	before, _ := c.load(frozenID, uint32(frozenShard))
+	before := c.load(frozenID, uint32(frozenShard))
 	c.waitWrite(frozenID, uint32(frozenShard), before)
-	n2.signal(syscall.SIGCONT)
-	n2.waitLog("rejoin under a new session", mark, 15*time.Second, func(m map[string]any) bool {
+	signal(t, n2, syscall.SIGCONT)
+	waitLog(t, n2, "rejoin under a new session", mark, 15*time.Second, func(m map[string]any) bool {
 		return m["msg"] == "node joined" && m["session"] != session
 	})
 	c.checkHistory() // no record under a stale token, message by message
-	for i := 0; i < 100 && n2.metric(`tickfence_state_writes_total{result="stale_owner"}`) <= rejected; i++ {
+	for i := 0; i < 100 && metric(t, n2, `tickfence_state_writes_total{result="stale_owner"}`) <= rejected; i++ {
 		time.Sleep(20 * time.Millisecond) // the rejection may be settled just after the rejoin
 	}
-	if got := n2.metric(`tickfence_state_writes_total{result="stale_owner"}`); got <= rejected {
+	if got := metric(t, n2, `tickfence_state_writes_total{result="stale_owner"}`); got <= rejected {
 		t.Fatalf("stale-owner rejections on n2: %v before waking, %v after; want its save rejected by the store", rejected, got)
 	}
 	c.waitState("n2 owns shards again", 60*time.Second, func(s *coordinator.State) bool {
@@ -134,26 +133,11 @@ func TestFrozenNodeWakesFenced(t *testing.T) {
 	c.checkHistory()
 }
 
-// waitStopped waits until the process is in the stopped state.
-func waitStopped(t *testing.T, p *proc) {
-	t.Helper()
-	for i := 0; i < 500; i++ {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-		if err == nil {
-			if f := strings.Fields(string(b)); len(f) > 2 && f[2] == "T" {
-				return
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s did not stop", p.name)
-}
-
 // waitWrite waits until an instance's record changes from before.
 func (c *cluster) waitWrite(id string, shard uint32, before store.Record) {
 	c.t.Helper()
 	for i := 0; i < 500; i++ {
-		if r, _ := c.load(id, shard); r.Token != before.Token || r.Tick != before.Tick {
+		if r := c.load(id, shard); r.Token != before.Token || r.Tick != before.Tick {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -170,9 +154,9 @@ func TestLeaderFrozen(t *testing.T) {
 	c.node("n2", "--demo", "0")
 	n3 := c.node("n3", "--demo", "0")
 	c.waitState("n3 owns instances", 60*time.Second, owns("n3", 1))
-	n1.signal(syscall.SIGSTOP)
+	signal(t, n1, syscall.SIGSTOP)
 	c.waitState("another leader", 15*time.Second, func(s *coordinator.State) bool { return s.Leader != nil && s.Leader.Node != "n1" })
-	n3.signal(syscall.SIGKILL)
+	signal(t, n3, syscall.SIGKILL)
 	s := c.waitState("every shard on n2", 20*time.Second, func(s *coordinator.State) bool {
 		for _, sh := range s.Shards {
 			if sh.Owner.Owner != "n2" {
@@ -182,16 +166,16 @@ func TestLeaderFrozen(t *testing.T) {
 		return true
 	})
 	leader := *s.Leader
-	mark := n1.lineCount()
-	n1.signal(syscall.SIGCONT)
-	n1.waitLog("the old leader steps down", mark, 15*time.Second, func(m map[string]any) bool {
+	mark := n1.LineCount()
+	signal(t, n1, syscall.SIGCONT)
+	waitLog(t, n1, "the old leader steps down", mark, 15*time.Second, func(m map[string]any) bool {
 		return m["msg"] == "stepped down as coordinator leader"
 	})
 	time.Sleep(3 * time.Second)
 	if s := c.state(); s.Leader == nil || *s.Leader != leader {
 		t.Fatalf("leader changed from %+v to %+v after the old leader woke", leader, s.Leader)
 	}
-	if v := n1.metric("tickfence_coordinator_leader"); v != 0 {
+	if v := metric(t, n1, "tickfence_coordinator_leader"); v != 0 {
 		t.Fatalf("old leader reports tickfence_coordinator_leader %v", v)
 	}
 	c.checkHistory()
@@ -207,7 +191,7 @@ func TestDrainUnderLoad(t *testing.T) {
 	n2 := c.node("n2", "--demo", "0", "--rebalance-every", "1h")
 	l.waitSent(200, 30*time.Second)
 	start := time.Now()
-	if _, err := c.st.ControlCreate(context.Background(), store.DrainKey("n1"), []byte(`{}`), 0); err != nil {
+	if _, err := c.Store.ControlCreate(context.Background(), store.DrainKey("n1"), []byte(`{}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	c.waitState("n1 drained", 60*time.Second, func(s *coordinator.State) bool {
@@ -217,8 +201,8 @@ func TestDrainUnderLoad(t *testing.T) {
 	drained := time.Since(start)
 	l.waitSent(200, 30*time.Second)
 	l.finish()
-	count := n2.metric("tickfence_handoff_pause_seconds_count")
-	sum := n2.metric("tickfence_handoff_pause_seconds_sum")
+	count := metric(t, n2, "tickfence_handoff_pause_seconds_count")
+	sum := metric(t, n2, "tickfence_handoff_pause_seconds_sum")
 	if count < 100 {
 		t.Fatalf("hand-off pauses reported for %v instances, want 100", count)
 	}
@@ -258,19 +242,19 @@ func TestSigtermHandsOff(t *testing.T) {
 	c.waitState("n1 leads", 30*time.Second, func(s *coordinator.State) bool { return s.Leader != nil && s.Leader.Node == "n1" })
 	n2 := c.node("n2", "--demo", "0")
 	c.waitState("n2 owns instances", 60*time.Second, owns("n2", 1))
-	failovers := n1.metric("tickfence_failovers_total")
-	handoffs := n1.metric(`tickfence_handoffs_total{result="ok"}`)
+	failovers := metric(t, n1, "tickfence_failovers_total")
+	handoffs := metric(t, n1, `tickfence_handoffs_total{result="ok"}`)
 	start := time.Now()
-	n2.signal(syscall.SIGTERM)
+	signal(t, n2, syscall.SIGTERM)
 	select {
-	case <-n2.exited:
+	case <-n2.Exited():
 	case <-time.After(30 * time.Second):
 		t.Fatal("n2 did not exit within 30 s of SIGTERM")
 	}
-	if code := n2.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("n2 exited with %d", code)
+	if err := n2.ExitErr(); err != nil {
+		t.Fatalf("n2 exited: %v", err)
 	}
-	n2.waitLog("a clean leave", 0, time.Second, func(m map[string]any) bool {
+	waitLog(t, n2, "a clean leave", 0, time.Second, func(m map[string]any) bool {
 		return strings.HasPrefix(fmt.Sprint(m["msg"]), "left the cluster")
 	})
 	s := c.state()
@@ -279,10 +263,10 @@ func TestSigtermHandsOff(t *testing.T) {
 			t.Fatalf("shard %d owned by %q after n2 left", sh, st.Owner.Owner)
 		}
 	}
-	if got := n1.metric("tickfence_failovers_total"); got != failovers {
+	if got := metric(t, n1, "tickfence_failovers_total"); got != failovers {
 		t.Fatalf("failovers went from %v to %v: n2's shards were not handed off gracefully", failovers, got)
 	}
-	if got := n1.metric(`tickfence_handoffs_total{result="ok"}`); got <= handoffs {
+	if got := metric(t, n1, `tickfence_handoffs_total{result="ok"}`); got <= handoffs {
 		t.Fatalf("hand-offs completed: %v before, %v after", handoffs, got)
 	}
 	t.Logf("SIGTERM → every shard handed off and the process exited in %v", time.Since(start).Round(time.Millisecond))
@@ -298,11 +282,11 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	c.node("n2", "--demo", "0")
 	l := c.startLoad("keep", 40, 6)
 	l.waitSent(200, 30*time.Second)
-	c.server.signal(syscall.SIGKILL)
-	<-c.server.exited
+	signal(t, c.Server, syscall.SIGKILL)
+	<-c.Server.Exited()
 	time.Sleep(3 * time.Second)
 	restarted := time.Now()
-	c.startServer()
+	c.restartServer()
 	l.waitSent(200, 60*time.Second)
 	t.Logf("commands flowing again %v after the restart", time.Since(restarted).Round(10*time.Millisecond))
 	l.finish()
@@ -318,13 +302,13 @@ func TestKillMidWrite(t *testing.T) {
 	l := c.startLoad("mid", 40, 6)
 	c.waitState("n2 owns instances", 60*time.Second, owns("n2", 1))
 	l.waitSent(100, 30*time.Second)
-	n2.signal(syscall.SIGUSR2) // crash before the next write
+	signal(t, n2, syscall.SIGUSR2) // crash before the next write
 	select {
-	case <-n2.exited:
+	case <-n2.Exited():
 	case <-time.After(15 * time.Second):
 		t.Fatal("n2 did not crash")
 	}
-	n2.waitLog("the crash", 0, time.Second, msgIs("fault hook: crashing before a write"))
+	waitLog(t, n2, "the crash", 0, time.Second, proc.Msg("fault hook: crashing before a write"))
 	l.waitSent(200, 60*time.Second)
 	l.finish()
 }
@@ -338,23 +322,23 @@ func TestKillDuringHandOff(t *testing.T) {
 	l := c.startLoad("ho", 40, 6)
 	n2 := c.nodeEnv("n2", []string{"TICKFENCE_FAULT_CRASH_HANDOFF=1"}, "--demo", "0", "--rebalance-every", "1h")
 	// Every shard is on n1 (no rebalancing): move them all to n2 first, then drain n2.
-	if _, err := c.st.ControlCreate(context.Background(), store.DrainKey("n1"), []byte(`{}`), 0); err != nil {
+	if _, err := c.Store.ControlCreate(context.Background(), store.DrainKey("n1"), []byte(`{}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	c.waitState("n1 drained", 60*time.Second, func(s *coordinator.State) bool { n, ok := s.Live("n1"); return ok && n.Owned == 0 })
-	if err := c.st.ControlDelete(context.Background(), store.DrainKey("n1"), 0); err != nil {
+	if err := c.Store.ControlDelete(context.Background(), store.DrainKey("n1"), 0); err != nil {
 		t.Fatal(err)
 	}
 	l.waitSent(100, 30*time.Second)
-	if _, err := c.st.ControlCreate(context.Background(), store.DrainKey("n2"), []byte(`{}`), 0); err != nil {
+	if _, err := c.Store.ControlCreate(context.Background(), store.DrainKey("n2"), []byte(`{}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-n2.exited:
+	case <-n2.Exited():
 	case <-time.After(30 * time.Second):
 		t.Fatal("n2 did not crash during its hand-off")
 	}
-	n2.waitLog("the crash", 0, time.Second, msgIs("fault hook: crashing in a hand-off before its release"))
+	waitLog(t, n2, "the crash", 0, time.Second, proc.Msg("fault hook: crashing in a hand-off before its release"))
 	c.waitState("every shard on n1", 30*time.Second, func(s *coordinator.State) bool {
 		for _, sh := range s.Shards {
 			if sh.Owner.Owner != "n1" {
@@ -380,7 +364,7 @@ func TestRestoreFromBackup(t *testing.T) {
 	c.waitState("n2 owns instances", 60*time.Second, owns("n2", 1))
 	l.waitSent(100, 30*time.Second)
 	ctx := context.Background()
-	b, err := c.st.Backup(ctx, nil)
+	b, err := c.Store.Backup(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,14 +382,14 @@ func TestRestoreFromBackup(t *testing.T) {
 		hp, _ := toInt(st["hp"])
 		backupHP[e.Key[strings.LastIndexByte(e.Key, '.')+1:]] = hp
 	}
-	rejected := n2.metric(`tickfence_state_writes_total{result="stale_owner"}`)
-	mark := n2.lineCount()
-	n2.signal(syscall.SIGUSR1)
-	n2.waitLog("freeze before a write", mark, 15*time.Second, msgIs("fault hook: frozen before a write"))
+	rejected := metric(t, n2, `tickfence_state_writes_total{result="stale_owner"}`)
+	mark := n2.LineCount()
+	signal(t, n2, syscall.SIGUSR1)
+	waitLog(t, n2, "freeze before a write", mark, 15*time.Second, proc.Msg("fault hook: frozen before a write"))
 	waitStopped(t, n2)
 	close(l.stop) // the load stops: acknowledged effects after the backup are rolled back by design
 	l.wg.Wait()
-	if _, err := c.st.Restore(ctx, b, natskv.RestoreOptions{}); err != nil {
+	if _, err := c.Store.Restore(ctx, b, natskv.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	c.waitState("every shard granted in epoch 2", 30*time.Second, func(s *coordinator.State) bool {
@@ -419,14 +403,14 @@ func TestRestoreFromBackup(t *testing.T) {
 		}
 		return true
 	})
-	n2.signal(syscall.SIGCONT)
-	n2.waitLog("rejoin in epoch 2", mark, 20*time.Second, func(m map[string]any) bool { return m["msg"] == "node joined" })
-	for i := 0; i < 100 && n2.metric(`tickfence_state_writes_total{result="stale_owner"}`) <= rejected; i++ {
+	signal(t, n2, syscall.SIGCONT)
+	waitLog(t, n2, "rejoin in epoch 2", mark, 20*time.Second, func(m map[string]any) bool { return m["msg"] == "node joined" })
+	for i := 0; i < 100 && metric(t, n2, `tickfence_state_writes_total{result="stale_owner"}`) <= rejected; i++ {
 		time.Sleep(20 * time.Millisecond) // the rejection may be settled just after the rejoin
 	}
-	if got := n2.metric(`tickfence_state_writes_total{result="stale_owner"}`); got <= rejected {
+	if got := metric(t, n2, `tickfence_state_writes_total{result="stale_owner"}`); got <= rejected {
 		t.Fatalf("the frozen node's save was not rejected (stale-owner rejections %v → %v; errors %v, ok %v)", rejected, got,
-			n2.metric(`tickfence_state_writes_total{result="error"}`), n2.metric(`tickfence_state_writes_total{result="ok"}`))
+			metric(t, n2, `tickfence_state_writes_total{result="error"}`), metric(t, n2, `tickfence_state_writes_total{result="ok"}`))
 	}
 	// Epoch 2 starts from the backup and ticks on.
 	cl := c.state().Cluster
@@ -438,7 +422,7 @@ func TestRestoreFromBackup(t *testing.T) {
 		if got, _ := toInt(r.Result.(map[string]any)["hp"]); got != hp {
 			t.Fatalf("%s: hp %d after the restore, backup had %d", id, got, hp)
 		}
-		if _, _, err := c.st.Load(ctx, 2, store.ShardOf(id, cl.Shards), id); err != nil {
+		if _, _, err := c.Store.Load(ctx, 2, store.ShardOf(id, cl.Shards), id); err != nil {
 			t.Fatalf("%s in epoch 2: %v", id, err)
 		}
 	}

@@ -1,33 +1,24 @@
 package clustertest_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/history"
 	"github.com/tickfence/tickfence/internal/linear"
+	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/store"
-	"github.com/tickfence/tickfence/store/natskv"
 )
 
 var tickd string
@@ -38,10 +29,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	tickd = filepath.Join(dir, "tickd")
 	// Built once, without -race, so a server and three nodes fit on two cores.
-	if out, err := exec.Command("go", "build", "-o", tickd, "github.com/tickfence/tickfence/cmd/tickd").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build tickd: %v\n%s", err, out)
+	if tickd, err = proc.Build(context.Background(), dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -51,205 +41,107 @@ func TestMain(m *testing.M) {
 
 const lease = 2 * time.Second
 
-// proc is one tickd process with its JSON log lines.
-type proc struct {
-	t       *testing.T
-	name    string
-	cmd     *exec.Cmd
-	mu      sync.Mutex
-	lines   []map[string]any
-	exited  chan struct{}
-	metrics string
-}
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-func start(t *testing.T, name string, args ...string) *proc {
-	return startEnv(t, name, nil, args...)
-}
-
-func startEnv(t *testing.T, name string, env []string, args ...string) *proc {
+// waitLog waits for a log line of p matching match (searching from line from) and returns it.
+func waitLog(t *testing.T, p *proc.Proc, what string, from int, timeout time.Duration, match func(map[string]any) bool) map[string]any {
 	t.Helper()
-	p := &proc{t: t, name: name, cmd: exec.Command(tickd, args...), exited: make(chan struct{})}
-	p.cmd.Env = append(append(os.Environ(), "TICKFENCE_FAULT_HOOKS=1"), env...)
-	stderr, err := p.cmd.StderrPipe()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_, m, err := p.WaitLog(ctx, from, match)
+	if err != nil {
+		t.Fatalf("waiting for %s: %v (%d log lines)", what, err, p.LineCount())
+	}
+	return m
+}
+
+func signal(t *testing.T, p *proc.Proc, sig syscall.Signal) {
+	t.Helper()
+	if err := p.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// metric reads one sample of the node's Prometheus metrics (0 if absent), e.g.
+// `tickfence_state_writes_total{result="ok"}`.
+func metric(t *testing.T, p *proc.Proc, sample string) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a frozen process never answers
+	defer cancel()
+	m, err := p.Scrape(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
+	return m[sample]
+}
+
+// waitStopped waits until the process is in the stopped state.
+func waitStopped(t *testing.T, p *proc.Proc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.WaitStopped(ctx); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		defer close(p.exited)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) != nil {
-				m = map[string]any{"msg": sc.Text()}
-			}
-			p.mu.Lock()
-			p.lines = append(p.lines, m)
-			p.mu.Unlock()
-		}
-		_ = p.cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		if t.Failed() {
-			p.dump(40)
-		}
-	})
-	return p
 }
 
-func (p *proc) dump(n int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	lines := p.lines
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	for _, l := range lines {
-		b, _ := json.Marshal(l)
-		p.t.Logf("%s: %s", p.name, b)
-	}
-}
-
-// waitLog waits for a log line matching pred (searching from line `from`) and returns its index.
-func (p *proc) waitLog(what string, from int, timeout time.Duration, pred func(map[string]any) bool) int {
-	p.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		p.mu.Lock()
-		for i := from; i < len(p.lines); i++ {
-			if pred(p.lines[i]) {
-				p.mu.Unlock()
-				return i
-			}
-		}
-		n := len(p.lines)
-		p.mu.Unlock()
-		select {
-		case <-p.exited:
-			p.t.Fatalf("%s exited while waiting for %s", p.name, what)
-		default:
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s: no %s within %v (%d log lines)", p.name, what, timeout, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (p *proc) lineCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.lines)
-}
-
-func msgIs(msg string) func(map[string]any) bool {
-	return func(m map[string]any) bool { return m["msg"] == msg }
-}
-
-func (p *proc) signal(sig syscall.Signal) {
-	p.t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		p.t.Fatalf("signal %v to %s: %v", sig, p.name, err)
-	}
-}
-
-// metric reads one sample of the node's Prometheus metrics (0 if absent).
-func (p *proc) metric(sample string) float64 {
-	p.t.Helper()
-	client := http.Client{Timeout: 5 * time.Second} // a frozen process never answers
-	resp, err := client.Get(p.metrics)
-	if err != nil {
-		p.t.Fatalf("%s metrics: %v", p.name, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, sample+" "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
-		}
-	}
-	return 0
-}
-
-// cluster is a `tickd server` process and the test's own client of it.
+// cluster is a `tickd server` process, its nodes and the test's own client of its store.
 type cluster struct {
-	t          *testing.T
-	url        string
-	addr, dir  string
-	serverArgs []string
-	server     *proc
-	st         *natskv.Store
-	nc         *nats.Conn
-}
-
-// startServer starts (or restarts, on the same address and data) the `tickd server` process.
-func (c *cluster) startServer() {
-	c.t.Helper()
-	c.server = start(c.t, "server", append([]string{"server", "--listen", c.addr, "--data", c.dir}, c.serverArgs...)...)
-	c.server.waitLog("server ready", 0, 30*time.Second, func(m map[string]any) bool {
-		return strings.Contains(fmt.Sprint(m["msg"]), "server ready")
-	})
+	*proc.Cluster
+	t *testing.T
 }
 
 func newCluster(t *testing.T, serverArgs ...string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), dir: t.TempDir(), serverArgs: serverArgs}
-	c.url = "nats://" + c.addr
-	c.startServer()
-	var err error
-	if c.nc, err = natskv.Connect(c.url); err != nil {
+	pc, err := proc.StartCluster(context.Background(), proc.ClusterConfig{Bin: tickd, DataDir: t.TempDir(),
+		Lease: lease, Shards: 32, History: 1_000_000, FaultHooks: true, ServerArgs: serverArgs})
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.nc.Close)
-	if c.st, err = natskv.Open(c.nc, natskv.Options{}); err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() {
+		pc.Close()
+		if t.Failed() {
+			for _, p := range pc.Procs() {
+				for _, l := range p.Lines(max(p.LineCount()-40, 0)) {
+					b, _ := json.Marshal(l)
+					t.Logf("%s: %s", p.Name, b)
+				}
+			}
+		}
+	})
+	return &cluster{Cluster: pc, t: t}
+}
+
+// restartServer starts the `tickd server` process again, on the same address and data.
+func (c *cluster) restartServer() {
+	c.t.Helper()
+	if err := c.RestartServer(context.Background()); err != nil {
+		c.t.Fatal(err)
 	}
-	t.Cleanup(func() { c.st.Close() })
-	return c
 }
 
 // node starts a tickd node and waits until it has joined.
-func (c *cluster) node(name string, extra ...string) *proc {
+func (c *cluster) node(name string, extra ...string) *proc.Proc {
 	c.t.Helper()
 	return c.nodeEnv(name, nil, extra...)
 }
 
 // nodeEnv is node with extra environment variables.
-func (c *cluster) nodeEnv(name string, env []string, extra ...string) *proc {
+func (c *cluster) nodeEnv(name string, env []string, extra ...string) *proc.Proc {
 	c.t.Helper()
-	args := append([]string{"--nats", c.url, "--node-id", name, "--metrics", fmt.Sprintf("127.0.0.1:%d", freePort(c.t)),
-		"--log-json", "--lease", lease.String(), "--summary-every", "1s", "--shards", "32",
-		"--data-history", "1000000"}, extra...)
-	p := startEnv(c.t, name, env, args...)
-	i := p.waitLog("metrics address", 0, 30*time.Second, msgIs("metrics"))
-	p.mu.Lock()
-	p.metrics, _ = p.lines[i]["url"].(string)
-	p.mu.Unlock()
-	p.waitLog("node joined", 0, 30*time.Second, msgIs("node joined"))
+	p, err := c.StartNodeEnv(name, env, extra...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := proc.WaitJoined(ctx, p); err != nil {
+		c.t.Fatalf("%s did not join: %v", name, err)
+	}
 	return p
 }
 
 func (c *cluster) state() *coordinator.State {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := coordinator.ReadState(ctx, c.st)
+	s, err := c.State(context.Background())
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -259,46 +151,37 @@ func (c *cluster) state() *coordinator.State {
 // waitState polls the cluster state until cond holds.
 func (c *cluster) waitState(what string, timeout time.Duration, cond func(*coordinator.State) bool) *coordinator.State {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		s := c.state()
-		if cond(s) {
-			return s
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	s, err := c.WaitState(ctx, what, cond)
+	if err != nil {
+		var nodes []byte
+		if s != nil {
+			nodes, _ = json.Marshal(s.Nodes)
 		}
-		if time.Now().After(deadline) {
-			b, _ := json.Marshal(s.Nodes)
-			c.t.Fatalf("timed out after %v waiting until %s; nodes %s", timeout, what, b)
-		}
-		time.Sleep(100 * time.Millisecond)
+		c.t.Fatalf("%v (after %v); nodes %s", err, timeout, nodes)
 	}
+	return s
 }
 
 // instancesOf lists the instances in shards owned by a node.
 func (c *cluster) instancesOf(s *coordinator.State, node string) map[string]uint32 {
 	c.t.Helper()
-	out := map[string]uint32{}
-	for sh, st := range s.Shards {
-		if st.Owner.Owner != node {
-			continue
-		}
-		ids, err := c.st.Instances(context.Background(), s.Cluster.Epoch, uint32(sh))
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		for _, id := range ids {
-			out[id] = uint32(sh)
-		}
+	out, err := c.InstancesOf(context.Background(), s, node)
+	if err != nil {
+		c.t.Fatal(err)
 	}
 	return out
 }
 
-func (c *cluster) load(id string, shard uint32) (store.Record, uint64) {
+// load reads an instance's record in epoch 1.
+func (c *cluster) load(id string, shard uint32) store.Record {
 	c.t.Helper()
-	r, rev, err := c.st.Load(context.Background(), 1, shard, id)
+	r, err := c.Load(context.Background(), 1, shard, id)
 	if err != nil {
 		c.t.Fatalf("load %s: %v", id, err)
 	}
-	return r, rev
+	return r
 }
 
 // checkHistory verifies every stored record against the fence, message by message.
@@ -309,7 +192,7 @@ func (c *cluster) checkHistory() history.Report {
 
 func (c *cluster) checkHistoryOf(bucket string) history.Report {
 	c.t.Helper()
-	js, err := jetstream.New(c.nc)
+	js, err := jetstream.New(c.NC)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -346,11 +229,11 @@ const bossHP = 1_000_000_000
 func (c *cluster) startLoad(prefix string, instances, workers int) *load {
 	c.t.Helper()
 	ctx := context.Background()
-	cl, err := c.st.Cluster(ctx)
+	cl, err := c.Store.Cluster(ctx)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	l := &load{c: c, client: natscmd.NewClient(c.nc, cl.Shards), acked: make([]atomic.Int64, instances), stop: make(chan struct{})}
+	l := &load{c: c, client: natscmd.NewClient(c.NC, cl.Shards), acked: make([]atomic.Int64, instances), stop: make(chan struct{})}
 	for i := 0; i < instances; i++ {
 		id := fmt.Sprintf("%s-%d", prefix, i)
 		l.ids = append(l.ids, id)

@@ -127,3 +127,25 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	}
 	return h.Max()
 }
+
+// Window is a Histogram read and restarted once per interval (a summary line, a lease renewal):
+// Record from any goroutine, lock-free; Take returns what was recorded since the previous Take
+// and starts a fresh histogram. A Record racing a Take lands in one interval or the next.
+type Window struct {
+	precision uint
+	cur       atomic.Pointer[Histogram]
+}
+
+// NewWindow makes a window of histograms of the given precision (see New).
+func NewWindow(precision uint) *Window {
+	w := &Window{precision: precision}
+	w.cur.Store(New(precision))
+	return w
+}
+
+// Record counts one duration in the current interval.
+func (w *Window) Record(d time.Duration) { w.cur.Load().Record(d) }
+
+// Take returns the values recorded since the previous Take (or since NewWindow) and starts a new
+// interval.
+func (w *Window) Take() *Histogram { return w.cur.Swap(New(w.precision)) }

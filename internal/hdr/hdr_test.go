@@ -63,3 +63,31 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 		t.Fatalf("Record allocates %v times, want 0", a)
 	}
 }
+
+func TestWindowTakesEachIntervalOnce(t *testing.T) {
+	w := NewWindow(7)
+	if h := w.Take(); h.Count() != 0 || h.Quantile(0.99) != 0 {
+		t.Fatalf("empty interval: count %d p99 %v, want 0 0", h.Count(), h.Quantile(0.99))
+	}
+	for i := 1; i <= 100; i++ {
+		w.Record(time.Duration(i) * time.Millisecond)
+	}
+	h := w.Take()
+	if h.Count() != 100 || h.Max() != 100*time.Millisecond {
+		t.Fatalf("count %d max %v, want 100 100ms", h.Count(), h.Max())
+	}
+	if p := h.Quantile(0.99); p < 99*time.Millisecond || p > 101*time.Millisecond {
+		t.Fatalf("p99 %v, want about 99ms", p)
+	}
+	w.Record(time.Microsecond)
+	if h := w.Take(); h.Count() != 1 || h.Max() != time.Microsecond {
+		t.Fatalf("next interval: count %d max %v, want 1 1µs", h.Count(), h.Max())
+	}
+}
+
+func TestWindowRecordDoesNotAllocate(t *testing.T) {
+	w := NewWindow(7)
+	if a := testing.AllocsPerRun(1000, func() { w.Record(1234 * time.Microsecond) }); a != 0 {
+		t.Fatalf("Record allocates %v times, want 0", a)
+	}
+}

@@ -1,14 +1,15 @@
 // Package metrics holds tickfence's Prometheus metrics (names are a contract with dashboards) and
-// a small lock-free latency window for the periodic summary log.
+// the tick lateness window of the periodic summary log.
 package metrics
 
 import (
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tickfence/tickfence/internal/hdr"
 )
 
 // LatencyBuckets run from 50 µs to 1 s, fine enough around 1–5 ms that a 2 ms p99 is visible.
@@ -45,8 +46,8 @@ type Node struct {
 	LeaseRenewal      prometheus.Histogram
 	SelfFenced        prometheus.Counter
 
-	// Lateness feeds the summary log (p99 over the last interval).
-	Lateness Window
+	// Lateness feeds the summary log (p99 over the last interval: Take it once per interval).
+	Lateness *hdr.Window
 	writes   atomic.Uint64
 	skipped  atomic.Pointer[func() uint64]
 }
@@ -80,6 +81,7 @@ func (m *Node) CountSkipped(f func() uint64) { m.skipped.Store(&f) }
 // newNode registers the node's metrics on reg (never the global registry).
 func newNode(reg prometheus.Registerer) *Node {
 	m := &Node{
+		Lateness: hdr.NewWindow(7),
 		Ticks: prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_ticks_total",
 			Help: "Ticks run by this node's instances."}),
 		TickLateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_tick_lateness_seconds",
@@ -143,7 +145,7 @@ func (m *Node) ObserveTick(lateness, duration time.Duration) {
 	m.Ticks.Inc()
 	m.TickLateness.Observe(lateness.Seconds())
 	m.TickDuration.Observe(duration.Seconds())
-	m.Lateness.Observe(lateness)
+	m.Lateness.Record(lateness)
 }
 
 // StateWrite counts a write outcome.
@@ -156,59 +158,3 @@ func (m *Node) StateWrite(result string) {
 
 // WritesOK is the number of successful writes so far (for the summary log).
 func (m *Node) WritesOK() uint64 { return m.writes.Load() }
-
-// Window is a lock-free latency histogram (10 µs steps to 10 ms, 1 ms steps to 1 s) that is read
-// and reset once per summary interval.
-type Window struct {
-	counts [2001]atomic.Uint64
-}
-
-func bucket(d time.Duration) int {
-	switch {
-	case d < 0:
-		return 0
-	case d < 10*time.Millisecond:
-		return int(d / (10 * time.Microsecond))
-	case d < time.Second:
-		return 1000 + int((d-10*time.Millisecond)/time.Millisecond)
-	default:
-		return 2000
-	}
-}
-
-func upper(i int) time.Duration {
-	switch {
-	case i < 1000:
-		return time.Duration(i+1) * 10 * time.Microsecond
-	case i < 2000:
-		return 10*time.Millisecond + time.Duration(i-1000+1)*time.Millisecond
-	default:
-		return time.Duration(math.MaxInt64)
-	}
-}
-
-// Observe records one value.
-func (w *Window) Observe(d time.Duration) { w.counts[bucket(d)].Add(1) }
-
-// Quantile returns the q-quantile (upper bucket bound) of the values since the last reset, and the
-// count, and resets.
-func (w *Window) Quantile(q float64) (time.Duration, uint64) {
-	var snap [2001]uint64
-	var n uint64
-	for i := range w.counts {
-		snap[i] = w.counts[i].Swap(0)
-		n += snap[i]
-	}
-	if n == 0 {
-		return 0, 0
-	}
-	rank := uint64(math.Ceil(q * float64(n)))
-	var seen uint64
-	for i, c := range snap {
-		seen += c
-		if seen >= rank {
-			return upper(i), n
-		}
-	}
-	return upper(len(snap) - 1), n
-}

@@ -36,7 +36,7 @@ type Driver struct {
 	progress atomic.Int64
 	// rtt holds the round trips (retries included) of the commands answered since the last
 	// RoundTrips call.
-	rtt atomic.Pointer[hdr.Histogram]
+	rtt *hdr.Window
 }
 
 // ID names the i-th demo dungeon.
@@ -50,8 +50,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Second
 	}
-	d := &Driver{cfg: cfg}
-	d.rtt.Store(hdr.New(4))
+	d := &Driver{cfg: cfg, rtt: hdr.NewWindow(4)}
 	if err := d.create(ctx); err != nil {
 		return nil, err
 	}
@@ -125,7 +124,7 @@ func (d *Driver) play(ctx context.Context, i int) {
 		d.sent.Add(1)
 		switch {
 		case err == nil:
-			d.rtt.Load().Record(time.Since(start))
+			d.rtt.Record(time.Since(start))
 		case ctx.Err() == nil:
 			d.failed.Add(1)
 		}
@@ -153,7 +152,7 @@ func (d *Driver) Sent() (sent, failed uint64) { return d.sent.Load(), d.failed.L
 // RoundTrips returns the round trips, as a player sees them (every retransmission of the client
 // included), of the commands answered since the previous call.
 func (d *Driver) RoundTrips() *hdr.Histogram {
-	return d.rtt.Swap(hdr.New(4))
+	return d.rtt.Take()
 }
 
 // Stop stops the players and waits for their last commands.

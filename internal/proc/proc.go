@@ -1,6 +1,8 @@
-// Package proc runs tickd as real processes for tools that measure or attack a cluster
-// (tickbench cluster, tickbench chaos): it builds the binary, starts `tickd server` and nodes,
-// keeps their JSON log lines, scrapes their Prometheus metrics and sends them signals.
+// Package proc runs tickd as real processes, for the tools that measure or attack a cluster
+// (tickbench cluster, tickbench chaos) and for the tests that do (internal/clustertest,
+// cmd/tickd's): it builds the binary, starts `tickd server` and nodes, keeps their JSON log
+// lines, scrapes their Prometheus metrics (parsed with prometheus/common's expfmt) and sends
+// them signals.
 package proc
 
 import (
@@ -56,9 +58,10 @@ func moduleRoot() string {
 // Proc is one running process and the log lines it wrote to stderr. JSON lines are decoded;
 // any other line is kept as {"msg": line}.
 type Proc struct {
-	Name string
-	cmd  *exec.Cmd
-	done chan struct{}
+	Name   string
+	cmd    *exec.Cmd
+	done   chan struct{}
+	server bool // a life of a Cluster's server
 
 	mu      sync.Mutex
 	lines   []map[string]any

@@ -29,13 +29,16 @@ type ClusterConfig struct {
 	NodeArgs []string
 	// FaultHooks sets TICKFENCE_FAULT_HOOKS=1 for the nodes (SIGUSR1 freezes before a write).
 	FaultHooks bool
+	// ServerArgs are appended to the server's arguments (e.g. --sync).
+	ServerArgs []string
 }
 
 // Cluster is a running server, its nodes and a client of its store.
 type Cluster struct {
 	cfg    ClusterConfig
+	addr   string
 	URL    string
-	Server *Proc
+	Server *Proc // the current server process (RestartServer replaces it)
 	NC     *nats.Conn
 	Store  *natskv.Store
 
@@ -60,21 +63,12 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	c := &Cluster{cfg: cfg, URL: "nats://" + addr, nodes: map[string]*Proc{}}
-	c.Server, err = Start(cfg.Bin, "server", nil, "server", "--listen", addr, "--data", cfg.DataDir)
-	if err != nil {
+	c := &Cluster{cfg: cfg, addr: addr, URL: "nats://" + addr, nodes: map[string]*Proc{}}
+	if err := c.startServer(ctx); err != nil {
+		c.Close()
 		return nil, err
 	}
-	c.all = append(c.all, c.Server)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if _, _, err := c.Server.WaitLog(wctx, 0, func(m map[string]any) bool {
-		return strings.Contains(fmt.Sprint(m["msg"]), "server ready")
-	}); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("tickd server: %w", err)
-	}
-	if c.NC, err = natskv.Connect(c.URL, nats.Name("tickbench store")); err != nil {
+	if c.NC, err = natskv.Connect(c.URL, nats.Name("tickfence proc store")); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -84,6 +78,36 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// startServer starts `tickd server` on the cluster's address and data directory and waits until
+// it is ready.
+func (c *Cluster) startServer(ctx context.Context) error {
+	args := append([]string{"server", "--listen", c.addr, "--data", c.cfg.DataDir}, c.cfg.ServerArgs...)
+	p, err := Start(c.cfg.Bin, "server", nil, args...)
+	if err != nil {
+		return err
+	}
+	p.server = true
+	c.mu.Lock()
+	c.Server = p
+	c.all = append(c.all, p)
+	c.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, _, err := p.WaitLog(wctx, 0, func(m map[string]any) bool {
+		return strings.Contains(fmt.Sprint(m["msg"]), "server ready")
+	}); err != nil {
+		return fmt.Errorf("tickd server: %w", err)
+	}
+	return nil
+}
+
+// RestartServer kills the server if it still runs and starts it again on the same address and
+// data directory (clients reconnect); not concurrently with readers of Server.
+func (c *Cluster) RestartServer(ctx context.Context) error {
+	c.Server.Kill()
+	return c.startServer(ctx)
 }
 
 func freePort() (int, error) {
@@ -99,17 +123,22 @@ func freePort() (int, error) {
 func (c *Cluster) Lease() time.Duration { return c.cfg.Lease }
 
 // StartNode starts node id (replacing a dead process of the same ID: a new session) without
-// waiting for it; WaitJoined waits.
-func (c *Cluster) StartNode(id string) (*Proc, error) {
-	args := []string{"--nats", c.URL, "--node-id", id, "--metrics", "127.0.0.1:0", "--log-json",
+// waiting for it; WaitJoined waits. args follow NodeArgs (a flag given again wins, e.g.
+// --demo 30 over the default --demo 0).
+func (c *Cluster) StartNode(id string, args ...string) (*Proc, error) {
+	return c.StartNodeEnv(id, nil, args...)
+}
+
+// StartNodeEnv is StartNode with extra environment variables for this process.
+func (c *Cluster) StartNodeEnv(id string, env []string, args ...string) (*Proc, error) {
+	all := []string{"--nats", c.URL, "--node-id", id, "--metrics", "127.0.0.1:0", "--log-json",
 		"--lease", c.cfg.Lease.String(), "--summary-every", "1s", "--shards", fmt.Sprint(c.cfg.Shards),
 		"--data-history", fmt.Sprint(c.cfg.History), "--demo", "0"}
-	args = append(args, c.cfg.NodeArgs...)
-	var env []string
+	all = append(append(all, c.cfg.NodeArgs...), args...)
 	if c.cfg.FaultHooks {
-		env = append(env, "TICKFENCE_FAULT_HOOKS=1")
+		env = append([]string{"TICKFENCE_FAULT_HOOKS=1"}, env...)
 	}
-	p, err := Start(c.cfg.Bin, id, env, args...)
+	p, err := Start(c.cfg.Bin, id, env, all...)
 	if err != nil {
 		return nil, err
 	}
@@ -136,13 +165,24 @@ func (c *Cluster) Node(id string) *Proc {
 	return c.nodes[id]
 }
 
+// Procs is every process started so far (the server's lives and the nodes' lives), in order.
+func (c *Cluster) Procs() []*Proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Proc(nil), c.all...)
+}
+
 // Close kills every process (resuming stopped ones first) and closes the client.
 func (c *Cluster) Close() {
 	c.mu.Lock()
 	all := append([]*Proc(nil), c.all...)
 	c.mu.Unlock()
-	for i := len(all) - 1; i >= 0; i-- { // nodes first, the server last
-		all[i].Kill()
+	for _, server := range []bool{false, true} { // nodes first, the server's lives last
+		for i := len(all) - 1; i >= 0; i-- {
+			if all[i].server == server {
+				all[i].Kill()
+			}
+		}
 	}
 	if c.Store != nil {
 		c.Store.Close()
