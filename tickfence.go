@@ -43,6 +43,7 @@ import (
 	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/shard/node"
 	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"
@@ -105,7 +106,7 @@ type Options struct {
 	// Logger receives structured logs (default: none).
 	Logger *slog.Logger
 
-	// BeforeWrite and BeforeRelease are fault-test hooks (see shard.Config, shard.NodeConfig);
+	// BeforeWrite and BeforeRelease are fault-test hooks (see shard.Config, node.Config);
 	// leave them nil.
 	BeforeWrite, BeforeRelease func(shard uint32, id string)
 }
@@ -120,7 +121,7 @@ type Node struct {
 	st      *natskv.Store
 	cluster store.Cluster
 	engine  *actor.Engine
-	node    *shard.Node
+	node    *node.Node
 	connect func(purpose string) (*nats.Conn, error)
 
 	stopRun context.CancelFunc
@@ -234,7 +235,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 		return nil, fmt.Errorf("tickfence: Options.Kinds: %w", err)
 	}
 	cmds := natscmd.NewServer(cmdConn, n.cluster.Shards, opt.Registerer)
-	n.node, err = shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: opt.NodeID, Store: n.st,
+	n.node, err = node.New(node.Config{Config: shard.Config{Node: opt.NodeID, Store: n.st,
 		Commands: cmds, Kinds: kinds, Engine: n.engine, CheckpointEvery: opt.CheckpointEvery, Logger: n.log,
 		Registerer: opt.Registerer, BeforeWrite: opt.BeforeWrite, MaxCommandDelay: opt.MaxCommandDelay,
 		MaxPendingCommands: opt.MaxPendingCommands},
@@ -344,7 +345,7 @@ func (n *Node) Cluster() store.Cluster { return n.cluster }
 func (n *Node) Engine() *actor.Engine { return n.engine }
 
 // Shard is the node runtime (its current host: instances, shards, admission).
-func (n *Node) Shard() *shard.Node { return n.node }
+func (n *Node) Shard() *node.Node { return n.node }
 
 // Session is the node's current lease session.
 func (n *Node) Session() string { return n.node.Session() }

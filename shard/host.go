@@ -19,6 +19,7 @@ import (
 
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/internal/metrics"
+	"github.com/tickfence/tickfence/internal/watch"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 )
@@ -218,6 +219,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 // Cluster is the cluster record the host runs under.
 func (h *Host) Cluster() store.Cluster { return h.cluster }
 
+// Session is the session this host serves (Config.Session).
+func (h *Host) Session() string { return h.cfg.Session }
+
 // Watch follows the assignments of the cluster's epoch and applies them until ctx ends. A watch
 // that fails to start or ends is logged and opened again after a backoff, and every
 // ReconcileEvery all shard keys are compared with what runs here: a shard must never sit
@@ -233,7 +237,7 @@ func (h *Host) Watch(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); h.reconcileLoop(rctx) }()
 	// Whatever changed while no watch was open is caught by the replay and a reconcile.
-	keepWatching(ctx, h.log.With("epoch", h.cluster.Epoch), "shard assignment watch",
+	watch.Keep(ctx, h.log.With("epoch", h.cluster.Epoch), "shard assignment watch",
 		func() (<-chan store.AssignmentEvent, error) {
 			return h.cfg.Store.WatchAssignments(ctx, h.cluster.Epoch)
 		},

@@ -584,10 +584,26 @@ func (in *instance) giveUpLocked(msg string) {
 
 // flush stops ticking, waits for the write in flight, and writes the latest state synchronously.
 func (in *instance) flush(ctx context.Context) error {
+	if err := in.awaitInflight(ctx); err != nil {
+		return err
+	}
+	f, err := in.takeFinalLocked() // unlocks in.mu
+	for _, c := range f.cmds {
+		in.sh.h.answerErr(c, f.code, f.why, f.args...)
+	}
+	if err != nil {
+		return err
+	}
+	return in.writeFinal(ctx, f)
+}
+
+// awaitInflight waits until no write of the instance is in flight and returns holding in.mu, or
+// gives the instance up when ctx ends first (then in.mu is released).
+func (in *instance) awaitInflight(ctx context.Context) error {
 	for {
 		in.mu.Lock()
 		if in.inflight == nil {
-			break
+			return nil
 		}
 		in.mu.Unlock()
 		select {
@@ -601,7 +617,22 @@ func (in *instance) flush(ctx context.Context) error {
 		case <-time.After(time.Millisecond):
 		}
 	}
-	// in.mu held
+}
+
+// finalWrite is what a flush still has to do once the instance stopped ticking: the commands to
+// answer at once (code, why), and the write (a record, or the tombstone's delete marker) whose
+// outcome answers the rest.
+type finalWrite struct {
+	cmds      []Command
+	code, why string
+	args      []any
+	answers   []answer
+	rec       store.Record
+	end, put  bool
+}
+
+// takeFinalLocked takes the instance out of service and decides its last write; it releases in.mu.
+func (in *instance) takeFinalLocked() (finalWrite, error) {
 	if in.failed == nil && in.sh.uncertain(in.grant.Token) {
 		in.failed = errShardUncertain
 	}
@@ -609,53 +640,47 @@ func (in *instance) flush(ctx context.Context) error {
 		// A write of this instance may still land: writing again under the same token could be
 		// overtaken by it. Give up the flush; the owner takes the shard back under a new token.
 		err := in.failed
-		in.giveUpLocked("instance %s cannot be flushed; retry with the same request id")
-		return fmt.Errorf("flush %s: an earlier write's outcome is unknown: %w", in.id, err)
+		in.giveUpLocked("instance %s cannot be flushed; retry with the same request id") // unlocks
+		return finalWrite{}, fmt.Errorf("flush %s: an earlier write's outcome is unknown: %w", in.id, err)
 	}
+	defer in.mu.Unlock()
 	in.dead = true
 	in.sh.h.cfg.Engine.Remove(in.handle)
-	cmds := in.mailbox
+	f := finalWrite{cmds: in.mailbox, code: wire.CodeRetry, why: "node %s is shutting down; retry with the same request id",
+		args: []any{in.sh.h.cfg.Node}, rec: in.rec}
 	in.mailbox = nil
 	var w *write
 	if in.pending != nil {
 		w, in.pending = in.pending, nil
+		f.answers = w.answers
 	}
-	expiring := in.expiring
-	rec := in.rec
-	needWrite := !expiring && (w != nil || rec.Tick > in.lastWrite || in.forceWrite)
-	if needWrite && !rec.Ended {
+	f.end = in.expiring && w != nil // else the delete marker is already stored
+	f.put = !in.expiring && (w != nil || f.rec.Tick > in.lastWrite || in.forceWrite)
+	if f.put && !f.rec.Ended {
 		state, err := in.logic.MarshalState()
 		if err != nil {
-			in.mu.Unlock()
-			if w != nil {
-				for _, a := range w.answers {
-					cmds = append(cmds, a.c)
-				}
+			for _, a := range f.answers {
+				f.cmds = append(f.cmds, a.c)
 			}
-			for _, c := range cmds {
-				in.sh.h.answerErr(c, wire.CodeInternal, "instance %s: its state cannot be encoded: %v", in.id, err)
-			}
-			return fmt.Errorf("flush %s: %w", in.id, err)
+			f.code, f.why, f.args = wire.CodeInternal, "instance %s: its state cannot be encoded: %v", []any{in.id, err}
+			return f, fmt.Errorf("flush %s: %w", in.id, err)
 		}
-		rec.State = state
+		f.rec.State = state
 	}
-	in.mu.Unlock()
-	for _, c := range cmds {
-		in.sh.h.answerErr(c, wire.CodeRetry, "node %s is shutting down; retry with the same request id", in.sh.h.cfg.Node)
-	}
-	var answers []answer
-	if w != nil {
-		answers = w.answers
-	}
+	return f, nil
+}
+
+// writeFinal makes the flush's last write and answers the commands that waited for it.
+func (in *instance) writeFinal(ctx context.Context, f finalWrite) error {
 	var err error
 	switch {
-	case expiring && w != nil: // else the delete marker is already stored
+	case f.end:
 		_, err = in.sh.h.cfg.Store.End(ctx, in.grant, in.id)
-	case needWrite:
-		_, err = in.sh.h.cfg.Store.Write(ctx, in.grant, in.id, rec)
+	case f.put:
+		_, err = in.sh.h.cfg.Store.Write(ctx, in.grant, in.id, f.rec)
 	}
 	in.sh.h.cfg.metrics.StateWrite(writeResult(err))
-	for _, a := range answers {
+	for _, a := range f.answers {
 		if err == nil {
 			in.sh.h.answer(a.c, a.reply, a.result)
 		} else {

@@ -31,7 +31,7 @@ import (
 	"github.com/tickfence/tickfence/cmd/tickd/internal/demo"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/internal/natsserver"
-	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/shard/node"
 	"github.com/tickfence/tickfence/store"
 )
 
@@ -321,7 +321,7 @@ func servePprof(mux *http.ServeMux) {
 	runtime.SetBlockProfileRate(int(100 * time.Microsecond))
 }
 
-func summarize(ctx context.Context, every time.Duration, node *shard.Node, engine *actor.Engine, m *metrics.Node, d *demo.Driver, log *slog.Logger) {
+func summarize(ctx context.Context, every time.Duration, nd *node.Node, engine *actor.Engine, m *metrics.Node, d *demo.Driver, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	lastTicks, lastWrites, lastAt := engine.Ticks(), m.WritesOK(), time.Now()
@@ -338,7 +338,7 @@ func summarize(ctx context.Context, every time.Duration, node *shard.Node, engin
 		ticks, writes := engine.Ticks(), m.WritesOK()
 		p99 := m.Lateness.Take().Quantile(0.99)
 		instances, shards := 0, 0
-		if h := node.Host(); h != nil {
+		if h := nd.Host(); h != nil {
 			instances, shards = h.Instances(), len(h.Shards())
 		}
 		attrs := []any{"instances", instances, "shards", shards,

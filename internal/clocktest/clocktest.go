@@ -1,7 +1,7 @@
 // Package clocktest is a hand-driven clock for tests of what decides by time (leases, coordinator
 // rounds, TTLs): its monotonic time moves only when the test calls Advance, its wall time can be
 // jumped apart from it, and BlockUntil waits until the code under test is parked on its timers.
-// It satisfies lease.Clock, coordinator.Clock, shard.Clock and memstore.Clock.
+// It satisfies lease.Clock, coordinator.Clock, node.Clock and memstore.Clock.
 package clocktest
 
 import (

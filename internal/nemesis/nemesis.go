@@ -77,6 +77,7 @@ import (
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/history"
 	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/shard/node"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/faultstore"
@@ -229,7 +230,7 @@ type proc struct {
 	mu       sync.Mutex
 	life     int
 	alive    bool
-	node     *shard.Node
+	node     *node.Node
 	nodeC    *faultstore.Client
 	coordC   *faultstore.Client
 	cancel   context.CancelFunc
@@ -525,27 +526,27 @@ func (p *proc) start() {
 		panic(err)
 	}
 	log := slog.New(&logHandler{net: c.net, name: name, node: p.id, onStale: c.staleStop, onAdopt: c.adopted})
-	node, err := shard.NewNode(shard.NodeConfig{Config: shard.Config{Node: p.id, Store: p.nodeC, Kinds: c.kinds,
+	nd, err := node.New(node.Config{Config: shard.Config{Node: p.id, Store: p.nodeC, Kinds: c.kinds,
 		Engine: engine, Registerer: reg, Logger: log, CheckpointEvery: 5}, LeaseTTL: 2 * time.Second})
 	if err != nil {
 		panic(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	p.node, p.cancel, p.done, p.alive = node, cancel, done, true
+	p.node, p.cancel, p.done, p.alive = nd, cancel, done, true
 	c.net.Logf("start %s (coordinator session %s)", name, sess)
 	go func() {
 		defer close(done)
 		var wg sync.WaitGroup
 		wg.Add(2)
-		go func() { defer wg.Done(); _ = node.Run(ctx) }()
+		go func() { defer wg.Done(); _ = nd.Run(ctx) }()
 		go func() {
 			defer wg.Done()
 			_ = coordinator.Run(ctx, coordinator.Config{Store: p.coordC, Node: p.id, Session: sess, Registerer: reg,
 				Logger: log, HandOffTimeout: c.cfg.HandOffTimeout})
 		}()
 		wg.Wait()
-		if h := node.Host(); h != nil {
+		if h := nd.Host(); h != nil {
 			if p.nodeC.Killed() {
 				h.Abandon("killed")
 			} else {

@@ -1,4 +1,9 @@
-package shard
+// Package node is a tickfence node: it holds the node's lease (node.<id>) for a session, runs a
+// shard.Host for that session, follows its grants and hand-off requests, self-fences when its
+// lease cannot be trusted, and rejoins with a new session if the lease is lost. The shards
+// themselves (load, register, rotate, rebuild) and their single-owner instances are package
+// shard; the coordinator that assigns them is package coordinator.
+package node
 
 import (
 	"context"
@@ -14,6 +19,8 @@ import (
 
 	"github.com/tickfence/tickfence/internal/lease"
 	"github.com/tickfence/tickfence/internal/metrics"
+	"github.com/tickfence/tickfence/internal/watch"
+	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/store"
 )
 
@@ -28,9 +35,9 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
-// NodeConfig configures a Node: a Host config (its Session is made by the node) plus the lease.
-type NodeConfig struct {
-	Config
+// Config configures a Node: a Host config (its Session is made by the node) plus the lease.
+type Config struct {
+	shard.Config
 	// LeaseTTL (whole seconds, default 2s) and LeaseMargin (default 500ms) of node.<id>.
 	LeaseTTL    time.Duration
 	LeaseMargin time.Duration
@@ -47,19 +54,20 @@ type NodeConfig struct {
 // rejoins with a new session if the lease is lost. A restarted node is a new session too: it never
 // adopts the tokens of a previous life.
 type Node struct {
-	cfg     NodeConfig
+	cfg     Config
 	log     *slog.Logger
+	metrics *metrics.Node
 	leaving atomic.Bool
 
 	mu      sync.Mutex
-	host    *Host
+	host    *shard.Host
 	lease   *lease.Lease
 	session string
 	wake    chan struct{}
 }
 
-// NewNode validates the config.
-func NewNode(cfg NodeConfig) (*Node, error) {
+// New validates the config.
+func New(cfg Config) (*Node, error) {
 	if cfg.Node == "" || cfg.Store == nil {
 		return nil, errors.New("node: node ID and store are required")
 	}
@@ -72,8 +80,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = lease.NewSystemClock()
 	}
-	cfg.metrics = metrics.For(cfg.Registerer)
-	return &Node{cfg: cfg, log: cfg.Logger, wake: make(chan struct{})}, nil
+	return &Node{cfg: cfg, log: cfg.Logger, metrics: metrics.For(cfg.Registerer), wake: make(chan struct{})}, nil
 }
 
 func newSession() string {
@@ -83,7 +90,7 @@ func newSession() string {
 }
 
 // Host is the host of the current session (nil before the first lease).
-func (n *Node) Host() *Host {
+func (n *Node) Host() *shard.Host {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.host
@@ -101,7 +108,7 @@ func (n *Node) Ready() <-chan struct{} { return n.wake }
 
 func (n *Node) record(session string) []byte {
 	r := store.NodeRecord{Session: session, Leaving: n.leaving.Load()}
-	if h := n.Host(); h != nil && h.cfg.Session == session {
+	if h := n.Host(); h != nil && h.Session() == session {
 		l := h.Load()
 		r.Shards, r.Instances, r.TickCPU = l.Shards, l.Instances, l.TickCPU
 	}
@@ -117,84 +124,95 @@ func (n *Node) Run(ctx context.Context) error {
 	first := true
 	for ctx.Err() == nil {
 		session := newSession()
-		cfg := n.cfg.Config
-		cfg.Session = session
-		cfg.Logger = n.log
-		host, err := New(ctx, cfg)
+		host, l, err := n.join(ctx, session)
 		if err != nil {
-			if n.retryLater(ctx, "cannot start a session", err) {
+			if n.retryLater(ctx, "cannot join", err) {
 				continue
 			}
 			return nil
 		}
-		var waitedSince time.Time
-		l, err := lease.Acquire(ctx, lease.Config{Store: n.cfg.Store, Key: store.NodeKey(n.cfg.Node),
-			TTL: n.cfg.LeaseTTL, Margin: n.cfg.LeaseMargin, Clock: n.cfg.Clock, Logger: n.log,
-			Value: func() []byte { return n.record(session) },
-			Mine: func(v []byte) bool {
-				var r store.NodeRecord
-				return json.Unmarshal(v, &r) == nil && r.Session == session
-			},
-			OnFenced:       func() { n.cfg.metrics.SelfFenced.Inc(); host.Pause() },
-			OnValid:        host.Resume,
-			ObserveRenewal: func(d time.Duration) { n.cfg.metrics.LeaseRenewal.Observe(d.Seconds()) },
-		}, func(holder store.Entry) {
-			if waitedSince.IsZero() || time.Since(waitedSince) > 5*time.Second {
-				n.log.Info("waiting for the live lease of this node ID to expire", "key", holder.Key, "revision", holder.Revision)
-				waitedSince = time.Now()
-			}
-		})
-		if err != nil {
-			host.Abandon("shutdown")
-			if n.retryLater(ctx, "cannot take the node lease", err) {
-				continue
-			}
-			return nil
-		}
-		n.mu.Lock()
-		n.host, n.lease, n.session = host, l, session
-		n.mu.Unlock()
-		n.log.Info("node joined", "session", session, "lease_revision", l.Revision())
-		wctx, stop := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		var newEpoch atomic.Bool
-		wg.Add(3)
-		go func() { defer wg.Done(); _ = host.Watch(wctx) }()
-		go func() { defer wg.Done(); n.followMoves(wctx, host, session) }()
-		go func() {
-			defer wg.Done()
-			if n.followEpoch(wctx, host.Cluster().Epoch) {
-				newEpoch.Store(true)
-				stop()
-			}
-		}()
 		if first {
 			close(n.wake)
 			first = false
 		}
-		err = l.Run(wctx)
-		stop()
-		wg.Wait()
-		if ctx.Err() != nil || newEpoch.Load() {
-			if newEpoch.Load() {
-				// A restore sealed this epoch: nothing of this session can be written any more.
-				n.log.Warn("the cluster moved to a new epoch: stopping every shard and rejoining", "session", session)
-				host.Abandon("new_epoch")
-			}
-			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if rerr := l.Release(rctx); rerr != nil {
-				n.log.Warn("node lease not released", "err", rerr)
-			}
-			cancel()
-			if ctx.Err() != nil {
-				return nil
-			}
+		newEpoch, err := n.serve(ctx, host, l, session)
+		if ctx.Err() == nil && !newEpoch {
+			n.log.Error("node lease lost: stopping every shard and rejoining with a new session", "session", session, "err", err)
+			host.Abandon("lease_lost")
 			continue
 		}
-		n.log.Error("node lease lost: stopping every shard and rejoining with a new session", "session", session, "err", err)
-		host.Abandon("lease_lost")
+		if newEpoch {
+			// A restore sealed this epoch: nothing of this session can be written any more.
+			n.log.Warn("the cluster moved to a new epoch: stopping every shard and rejoining", "session", session)
+			host.Abandon("new_epoch")
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if rerr := l.Release(rctx); rerr != nil {
+			n.log.Warn("node lease not released", "err", rerr)
+		}
+		cancel()
 	}
 	return nil
+}
+
+// join starts a session: a Host for it, then the lease node.<id> naming it (waiting out the lease
+// of an earlier life of this node ID). The lease pauses the host when it self-fences.
+func (n *Node) join(ctx context.Context, session string) (*shard.Host, *lease.Lease, error) {
+	cfg := n.cfg.Config
+	cfg.Session = session
+	cfg.Logger = n.log
+	host, err := shard.New(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot start a session: %w", err)
+	}
+	waited, waitedAt := false, time.Duration(0)
+	l, err := lease.Acquire(ctx, lease.Config{Store: n.cfg.Store, Key: store.NodeKey(n.cfg.Node),
+		TTL: n.cfg.LeaseTTL, Margin: n.cfg.LeaseMargin, Clock: n.cfg.Clock, Logger: n.log,
+		Value: func() []byte { return n.record(session) },
+		Mine: func(v []byte) bool {
+			var r store.NodeRecord
+			return json.Unmarshal(v, &r) == nil && r.Session == session
+		},
+		OnFenced:       func() { n.metrics.SelfFenced.Inc(); host.Pause() },
+		OnValid:        host.Resume,
+		ObserveRenewal: func(d time.Duration) { n.metrics.LeaseRenewal.Observe(d.Seconds()) },
+	}, func(holder store.Entry) {
+		if now := n.cfg.Clock.Monotonic(); !waited || now-waitedAt > 5*time.Second {
+			n.log.Info("waiting for the live lease of this node ID to expire", "key", holder.Key, "revision", holder.Revision)
+			waited, waitedAt = true, now
+		}
+	})
+	if err != nil {
+		host.Abandon("shutdown")
+		return nil, nil, fmt.Errorf("cannot take the node lease: %w", err)
+	}
+	n.mu.Lock()
+	n.host, n.lease, n.session = host, l, session
+	n.mu.Unlock()
+	n.log.Info("node joined", "session", session, "lease_revision", l.Revision())
+	return host, l, nil
+}
+
+// serve follows the session's grants, hand-off requests and the cluster's epoch while renewing the
+// lease; it returns when ctx ends, the lease is lost (its error), or a restore started a new epoch.
+func (n *Node) serve(ctx context.Context, host *shard.Host, l *lease.Lease, session string) (newEpoch bool, err error) {
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var moved atomic.Bool
+	wg.Add(3)
+	go func() { defer wg.Done(); _ = host.Watch(wctx) }()
+	go func() { defer wg.Done(); n.followMoves(wctx, host, session) }()
+	go func() {
+		defer wg.Done()
+		if n.followEpoch(wctx, host.Cluster().Epoch) {
+			moved.Store(true)
+			stop()
+		}
+	}()
+	err = l.Run(wctx)
+	stop()
+	wg.Wait()
+	return moved.Load(), err
 }
 
 // retryLater waits a moment after a failure to (re)join — the store may be briefly unreachable —
@@ -216,50 +234,13 @@ func (n *Node) retryLater(ctx context.Context, what string, err error) bool {
 // logged and opened again after a backoff (a node that silently stopped following hand-offs or
 // epochs would keep its lease while ignoring the coordinator). handle returns true to stop.
 func (n *Node) follow(ctx context.Context, filter string, handle func(store.Entry) bool) {
-	keepWatching(ctx, n.log.With("filter", filter), "control watch",
+	watch.Keep(ctx, n.log.With("filter", filter), "control watch",
 		func() (<-chan store.Entry, error) { return n.cfg.Store.ControlWatch(ctx, filter) }, handle, nil)
-}
-
-// keepWatching feeds every event of a watch to handle until ctx ends or handle returns true. A
-// watch that fails to start or ends is logged and opened again after a backoff that grows while
-// watches keep failing quickly (reset once one lived 10 s); ended runs after each watch that ended.
-func keepWatching[T any](ctx context.Context, log *slog.Logger, what string, open func() (<-chan T, error),
-	handle func(T) bool, ended func()) {
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		opened := time.Now()
-		ch, err := open()
-		if err != nil {
-			log.Warn("cannot open the "+what+"; retrying", "err", err, "backoff", backoff)
-		} else {
-			for ev := range ch {
-				if handle(ev) {
-					return
-				}
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			log.Warn("the "+what+" ended; reopening it", "backoff", backoff)
-			if ended != nil {
-				ended()
-			}
-			if time.Since(opened) > 10*time.Second {
-				backoff = 50 * time.Millisecond // it worked for a while: reopen at once
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
 }
 
 // followMoves hands off the shards the coordinator moves away from this session, and notes the
 // ones arriving so their pause is measured.
-func (n *Node) followMoves(ctx context.Context, host *Host, session string) {
+func (n *Node) followMoves(ctx context.Context, host *shard.Host, session string) {
 	handled := map[string]bool{} // move key@revision: a reopened watch replays them
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -301,7 +282,7 @@ func (n *Node) followMoves(ctx context.Context, host *Host, session string) {
 	})
 }
 
-func (n *Node) handOff(ctx context.Context, host *Host, s uint32, e store.Entry, rec store.MoveRecord) {
+func (n *Node) handOff(ctx context.Context, host *shard.Host, s uint32, e store.Entry, rec store.MoveRecord) {
 	start := time.Now()
 	err := host.HandOff(ctx, s, func(stoppedAt time.Time) error {
 		if n.cfg.BeforeRelease != nil {
@@ -318,11 +299,11 @@ func (n *Node) handOff(ctx context.Context, host *Host, s uint32, e store.Entry,
 	}
 	// Not handed on (the move was withdrawn, or the flush failed): if the shard is still ours,
 	// take it back under a rotated token — some of its writes may have landed.
-	a, rev, rerr := n.cfg.Store.LatestAssignment(ctx, host.cluster.Epoch, s)
-	if rerr != nil || a.Owner != n.cfg.Node || a.Session != host.cfg.Session {
+	a, rev, rerr := n.cfg.Store.LatestAssignment(ctx, host.Cluster().Epoch, s)
+	if rerr != nil || a.Owner != n.cfg.Node || a.Session != host.Session() {
 		return
 	}
-	g, rerr := n.cfg.Store.Rotate(ctx, store.Grant{Epoch: host.cluster.Epoch, Shard: s, Token: rev, Assignment: a})
+	g, rerr := n.cfg.Store.Rotate(ctx, store.Grant{Epoch: host.Cluster().Epoch, Shard: s, Token: rev, Assignment: a})
 	if rerr != nil {
 		n.log.Warn("shard not taken back after a failed hand-off", "shard", s, "err", rerr)
 		return
@@ -368,14 +349,14 @@ func (n *Node) Leave(ctx context.Context) error {
 // awaitRegrants keeps the lease (up to 5 s) until no shard key names this session any more: the
 // shards it handed on are granted elsewhere by then. Exiting at once would drop the lease while
 // the coordinator is still settling those hand-offs, and they would count as failovers.
-func (n *Node) awaitRegrants(ctx context.Context, host *Host) {
+func (n *Node) awaitRegrants(ctx context.Context, host *shard.Host) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for {
-		evs, err := n.cfg.Store.ListAssignments(ctx, host.cluster.Epoch)
+		evs, err := n.cfg.Store.ListAssignments(ctx, host.Cluster().Epoch)
 		named := false
 		for _, ev := range evs {
-			named = named || !ev.Deleted && ev.Owner == n.cfg.Node && ev.Session == host.cfg.Session
+			named = named || !ev.Deleted && ev.Owner == n.cfg.Node && ev.Session == host.Session()
 		}
 		if err == nil && !named {
 			return
