@@ -43,8 +43,8 @@ import (
 	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/shard"
-	"github.com/tickfence/tickfence/shard/node"
 	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/shard/node"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"
 )
@@ -116,6 +116,7 @@ type Node struct {
 	opt     Options
 	log     *slog.Logger
 	srv     *natsserver.Server
+	frames  *natscmd.FramePublisher
 	connsMu sync.Mutex
 	conns   []*nats.Conn // every connection opened, closed by Close
 	st      *natskv.Store
@@ -216,6 +217,11 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	frameConn, err := n.connect("frames")
+	if err != nil {
+		return nil, err
+	}
+	n.frames = natscmd.NewFramePublisher(frameConn, 0, opt.Registerer)
 	if n.st, err = natskv.Open(nc, natskv.Options{History: opt.DataHistory}); err != nil {
 		return nil, err
 	}
@@ -236,7 +242,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	}
 	cmds := natscmd.NewServer(cmdConn, n.cluster.Shards, opt.Registerer)
 	n.node, err = node.New(node.Config{Config: shard.Config{Node: opt.NodeID, Store: n.st,
-		Commands: cmds, Kinds: kinds, Engine: n.engine, CheckpointEvery: opt.CheckpointEvery, Logger: n.log,
+		Commands: cmds, Frames: n.frames, Kinds: kinds, Engine: n.engine, CheckpointEvery: opt.CheckpointEvery, Logger: n.log,
 		Registerer: opt.Registerer, BeforeWrite: opt.BeforeWrite, MaxCommandDelay: opt.MaxCommandDelay,
 		MaxPendingCommands: opt.MaxPendingCommands},
 		BeforeRelease: opt.BeforeRelease, LeaseTTL: opt.LeaseTTL,
@@ -373,6 +379,9 @@ func (n *Node) Close() {
 		n.wg.Wait()
 		if n.engine != nil {
 			n.engine.Stop()
+		}
+		if n.frames != nil {
+			n.frames.Close() // no tick runs any more
 		}
 		if n.st != nil {
 			n.st.Close()

@@ -139,6 +139,7 @@ type nodeOpt struct {
 	checkpointEvery uint64
 	tombstoneTTL    time.Duration
 	maxCmdDelay     time.Duration
+	frames          func(reg prometheus.Registerer) shard.FramePublisher
 }
 
 func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
@@ -153,13 +154,16 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{}, bomb{})
+	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{}, bomb{}, shower{})
 	n := &node{t: t, name: name, st: st, engine: e, metrics: m, freeze: &freezer{}}
 	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Registerer: reg,
 		CheckpointEvery: opt.checkpointEvery, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL, MaxCommandDelay: opt.maxCmdDelay,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)}
 	if opt.commands != nil {
 		cfg.Commands = opt.commands(reg)
+	}
+	if opt.frames != nil {
+		cfg.Frames = opt.frames(reg)
 	}
 	if n.host, err = shard.New(ctx, cfg); err != nil {
 		t.Fatal(err)

@@ -40,6 +40,24 @@ type Commands interface {
 	Serve(shard uint32, handle func(Command)) (stop func(), err error)
 }
 
+// Frame is an instance's frame on its way out, stamped with the grant it was made under and
+// its tick, so watchers drop what a zombie sends (DESIGN 8).
+type Frame struct {
+	Shard    uint32
+	Instance string
+	Topic    string // "" for the instance's main subject
+	Epoch    uint64
+	Token    uint64
+	Tick     uint64
+	Payload  []byte
+}
+
+// FramePublisher sends frames to their watchers (natscmd.FramePublisher over NATS). Publish is
+// called on the tick path right after a tick: it must not block (drop and count instead).
+type FramePublisher interface {
+	Publish(f Frame)
+}
+
 // Config of a Host.
 type Config struct {
 	Node    string
@@ -47,8 +65,11 @@ type Config struct {
 	Store   store.Store
 	// Commands may be nil: then commands only arrive through Host.Submit.
 	Commands Commands
-	Kinds    *actor.Kinds
-	Engine   *actor.Engine
+	// Frames publishes the frames of instances whose Logic is an actor.Framer (nil: they are
+	// taken and dropped).
+	Frames FramePublisher
+	Kinds  *actor.Kinds
+	Engine *actor.Engine
 	// CheckpointEvery: an instance with no command is still written every this many ticks.
 	CheckpointEvery uint64
 	Logger          *slog.Logger

@@ -149,6 +149,7 @@ func (in *instance) retire() []Command {
 func (in *instance) Tick(time.Time) {
 	var w *write
 	var failed []Command
+	var frames []actor.Frame
 	start := time.Now()
 	in.mu.Lock()
 	if in.firstTick.IsZero() {
@@ -165,14 +166,38 @@ func (in *instance) Tick(time.Time) {
 			}
 		}()
 		w = in.tickLocked()
+		if f, ok := in.logic.(actor.Framer); ok && !in.dead {
+			frames = f.TakeFrames()
+		}
 	}()
+	tick := in.rec.Tick
 	in.mu.Unlock()
+	if len(frames) > 0 {
+		in.publish(tick, frames)
+	}
 	in.sh.cpu.Add(int64(time.Since(start)))
 	for _, c := range failed {
 		in.sh.h.answerErr(c, wire.CodeInternal, "instance %s failed; it is stopped on this node", in.id)
 	}
 	if w != nil {
 		in.sh.h.enqueueWrite(in, w)
+	}
+}
+
+// publish hands a tick's frames to the host's publisher, stamped with this instance's grant; a
+// frame that breaks the limits is refused whole, logged and counted.
+func (in *instance) publish(tick uint64, frames []actor.Frame) {
+	h := in.sh.h
+	for _, f := range frames {
+		if err := actor.ValidFrame(f); err != nil {
+			h.cfg.metrics.FramesRefused.Inc()
+			in.sh.log.Error("frame refused", "instance", in.id, "token", in.grant.Token, "tick", tick, "err", err)
+			continue
+		}
+		if h.cfg.Frames != nil {
+			h.cfg.Frames.Publish(Frame{Shard: in.grant.Shard, Instance: in.id, Topic: f.Topic,
+				Epoch: in.grant.Epoch, Token: in.grant.Token, Tick: tick, Payload: f.Payload})
+		}
 	}
 }
 

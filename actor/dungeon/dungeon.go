@@ -35,13 +35,17 @@ const (
 var lootTable = []string{"sword of embers", "frost helm", "gilded boots", "ring of echoes", "tome of tides", "dragon scale"}
 
 // Kind is the dungeon kind. Its name is "dungeon".
-type Kind struct{}
+type Kind struct {
+	// FrameEvery, if not 0, makes every dungeon publish a frame every this many ticks (see
+	// Frame): its boss's HP and phase and its players, for the players watching it.
+	FrameEvery uint64
+}
 
 // Name implements actor.Kind.
 func (Kind) Name() string { return "dungeon" }
 
 // New implements actor.Kind. The create command may carry "boss_hp".
-func (Kind) New(id string, create actor.Command) (actor.Logic, error) {
+func (k Kind) New(id string, create actor.Command) (actor.Logic, error) {
 	var args struct {
 		BossHP int64 `msgpack:"boss_hp"`
 	}
@@ -58,13 +62,13 @@ func (Kind) New(id string, create actor.Command) (actor.Logic, error) {
 	}
 	h := fnv.New64a()
 	h.Write([]byte(id))
-	s := &State{Run: 1, MaxHP: args.BossHP, HP: args.BossHP, Phase: Phase1, RNG: h.Sum64() | 1}
+	s := &State{Run: 1, MaxHP: args.BossHP, HP: args.BossHP, Phase: Phase1, RNG: h.Sum64() | 1, frameEvery: k.FrameEvery}
 	return s, nil
 }
 
 // Restore implements actor.Kind.
-func (Kind) Restore(id string, b []byte) (actor.Logic, error) {
-	s := &State{}
+func (k Kind) Restore(id string, b []byte) (actor.Logic, error) {
+	s := &State{frameEvery: k.FrameEvery}
 	if err := msgpack.Unmarshal(b, s); err != nil {
 		return nil, fmt.Errorf("dungeon %s: %w", id, err)
 	}
@@ -88,6 +92,9 @@ type State struct {
 	LastTick  uint64   `msgpack:"last_tick"`
 	TotalDmg  int64    `msgpack:"total_damage"`
 	LootGiven int      `msgpack:"loot_given"` // run whose loot was granted: loot is granted once per run
+
+	actor.Frames        // this tick's frames (never stored)
+	frameEvery   uint64 // Kind.FrameEvery
 }
 
 // Player is a member of the raid.
@@ -121,6 +128,9 @@ func (s *State) player(name string) (int, bool) {
 // Tick implements actor.Logic.
 func (s *State) Tick(tick uint64) {
 	s.LastTick = tick
+	if s.frameEvery > 0 && tick%s.frameEvery == 0 {
+		defer func() { s.Publish("", s.Frame()) }()
+	}
 	switch s.Phase {
 	case Dead:
 		if tick-s.DiedAt >= RespawnTicks {

@@ -58,6 +58,35 @@ func (s *State) MarshalState() ([]byte, error) {
 	return b, nil
 }
 
+// Frame is what a dungeon shows its watchers: a msgpack map {tick, run, hp, max_hp, phase,
+// players: [{name, hp, damage}]} (about 190 bytes with four players).
+func (s *State) Frame() []byte {
+	b := make([]byte, 0, 64+len(s.Players)*40)
+	b = appendMapLen(b, 6)
+	b = appendStr(b, "tick")
+	b = appendUint(b, s.LastTick)
+	b = appendStr(b, "run")
+	b = appendInt(b, int64(s.Run))
+	b = appendStr(b, "hp")
+	b = appendInt(b, s.HP)
+	b = appendStr(b, "max_hp")
+	b = appendInt(b, s.MaxHP)
+	b = appendStr(b, "phase")
+	b = appendStr(b, s.Phase)
+	b = appendStr(b, "players")
+	b = appendArrayLen(b, len(s.Players), false)
+	for _, p := range s.Players {
+		b = appendMapLen(b, 3)
+		b = appendStr(b, "name")
+		b = appendStr(b, p.Name)
+		b = appendStr(b, "hp")
+		b = appendInt(b, p.HP)
+		b = appendStr(b, "damage")
+		b = appendInt(b, p.Damage)
+	}
+	return b
+}
+
 func appendMapLen(b []byte, n int) []byte {
 	if n < 16 {
 		return append(b, 0x80|byte(n))

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"
 )
@@ -34,6 +37,8 @@ Usage:
   tickctl instance create <id> --kind dungeon     create an instance (through its owner)
   tickctl instance end <id>                       end an instance (a fenced tombstone by its owner)
   tickctl instance send <id> '<json command>'     send a command, e.g. '{"type":"attack","player":"p1"}'
+  tickctl instance watch <id> [--count N]         print the instance's frames live (until Ctrl-C, --count
+                                                  frames or --timeout if given), zombies' frames dropped
   tickctl move <shard> <node>                     hand a shard off to a node, and wait until it runs there
   tickctl drain <node>                            move every shard off a node (waits, with progress)
   tickctl undrain <node>                          let the coordinator place shards on it again
@@ -50,7 +55,8 @@ Flags (before or after the arguments):
                       --nats-listen 127.0.0.1:4222 to expose its embedded server)
   --json              JSON output for scripts
   --request-id ID     request ID of create/end/send (default: a new random one; reuse one to retry)
-  --timeout D         give up after D (default 10s; drain and rebalance: 2m)
+  --timeout D         give up after D (default 10s; drain and rebalance: 2m; watch: none)
+  --count N           watch: stop after N frames
   --dry-run           rebalance: print the plan and the imbalance before/after, change nothing
   --yes               restore: really replace the cluster's state
   --takeover          restore: take over the claim of a restore that crashed, and finish it
@@ -73,6 +79,7 @@ type globals struct {
 	undo      bool
 	maxMoves  int
 	tolerance float64
+	count     int
 }
 
 func main() {
@@ -112,6 +119,7 @@ func parse(args []string) (globals, []string, error) {
 	fs.BoolVar(&g.undo, "undo", false, "")
 	fs.IntVar(&g.maxMoves, "max-moves", 8, "")
 	fs.Float64Var(&g.tolerance, "tolerance", 0.05, "")
+	fs.IntVar(&g.count, "count", 0, "")
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -141,7 +149,17 @@ func run(args []string, out io.Writer) error {
 	if !timeoutSet(args) && len(pos) > 0 && (pos[0] == "drain" || pos[0] == "rebalance" || pos[0] == "move" || pos[0] == "backup" || pos[0] == "restore") {
 		g.timeout = 2 * time.Minute
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	watching := len(pos) > 1 && pos[0] == "instance" && pos[1] == "watch"
+	if watching && !timeoutSet(args) {
+		g.timeout = 100 * 365 * 24 * time.Hour // until Ctrl-C or --count
+	}
+	base := context.Background()
+	if watching { // Ctrl-C ends a watch cleanly; other commands keep the default (exit at once)
+		var stop context.CancelFunc
+		base, stop = signal.NotifyContext(base, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+	}
+	ctx, cancel := context.WithTimeout(base, g.timeout)
 	defer cancel()
 	nc, err := natskv.Connect(g.natsURL, nats.Name("tickctl"), nats.Timeout(3*time.Second))
 	if err != nil {
@@ -207,6 +225,8 @@ func run(args []string, out io.Writer) error {
 			return c.send(ctx, id, []byte(`{"type":"end"}`))
 		case pos[1] == "send" && len(pos) == 4:
 			return c.send(ctx, id, []byte(pos[3]))
+		case pos[1] == "watch" && len(pos) == 3:
+			return c.watch(ctx, id)
 		}
 	}
 	return usageError{fmt.Sprintf("unknown command %q", strings.Join(pos, " "))}
@@ -415,6 +435,74 @@ func (c *cli) send(ctx context.Context, id string, body []byte) error {
 	res, _ := json.Marshal(r.Result)
 	fmt.Fprintf(c.out, "ok (request id %s): %s\n", reqID, res)
 	return nil
+}
+
+// watch prints an instance's frames as they come: one line each (tick, grant, the payload as
+// JSON), or with --json a JSON object per line.
+func (c *cli) watch(ctx context.Context, id string) error {
+	client := natscmd.NewClient(c.nc, c.cl.Shards)
+	w, err := client.Watch(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !c.g.json {
+		fmt.Fprintf(os.Stderr, "watching %s on %s[.<topic>] (Ctrl-C to stop)\n", id, wire.FrameSubject(store.ShardOf(id, c.cl.Shards), id, ""))
+	}
+	n := 0
+	for f := range w.C {
+		var payload any
+		if err := msgpack.Unmarshal(f.Payload, &payload); err != nil {
+			payload = fmt.Sprintf("%d bytes, not msgpack", len(f.Payload))
+		}
+		if c.g.json {
+			if err := json.NewEncoder(c.out).Encode(map[string]any{"instance": id, "topic": f.Topic, "epoch": f.Epoch,
+				"token": f.Token, "tick": f.Tick, "frame": jsonable(payload)}); err != nil {
+				return err
+			}
+		} else {
+			b, _ := json.Marshal(jsonable(payload))
+			topic := ""
+			if f.Topic != "" {
+				topic = " [" + f.Topic + "]"
+			}
+			fmt.Fprintf(c.out, "tick %d  epoch %d token %d%s  %s\n", f.Tick, f.Epoch, f.Token, topic, b)
+		}
+		if n++; c.g.count > 0 && n >= c.g.count {
+			return nil
+		}
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && timeoutSet(os.Args[1:]) {
+		return nil // --timeout was the intended end
+	}
+	if c.g.count > 0 && n < c.g.count {
+		return fmt.Errorf("watch ended after %d of %d frames: %w", n, c.g.count, ctx.Err())
+	}
+	return nil
+}
+
+// jsonable turns what msgpack decodes (maps with any keys) into what encoding/json takes.
+func jsonable(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			t[k] = jsonable(x)
+		}
+		return t
+	case map[any]any:
+		m := make(map[string]any, len(t))
+		for k, x := range t {
+			m[fmt.Sprint(k)] = jsonable(x)
+		}
+		return m
+	case []any:
+		for i, x := range t {
+			t[i] = jsonable(x)
+		}
+		return t
+	case []byte:
+		return fmt.Sprintf("%x", t)
+	}
+	return v
 }
 
 func timeoutSet(args []string) bool {

@@ -46,6 +46,10 @@ type Node struct {
 	LeaseRenewal      prometheus.Histogram
 	SelfFenced        prometheus.Counter
 
+	FramesPublished prometheus.Counter
+	FramesDropped   prometheus.Counter
+	FramesRefused   prometheus.Counter
+
 	// Lateness feeds the summary log (p99 over the last interval: Take it once per interval).
 	Lateness *hdr.Window
 	writes   atomic.Uint64
@@ -131,8 +135,15 @@ func newNode(reg prometheus.Registerer) *Node {
 	for _, r := range []string{"ok", "timeout", "aborted"} {
 		m.Handoffs.WithLabelValues(r)
 	}
-	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.LeaseRenewal, m.SelfFenced)
-	for _, r := range []string{"ok", "stale_owner", "conflict", "error"} {
+	m.FramesPublished = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_frames_published_total",
+		Help: "Frames of this node's instances handed to NATS."})
+	m.FramesDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_frames_dropped_total",
+		Help: "Frames dropped because the publisher's queue was full or NATS refused them (frames are not durable)."})
+	m.FramesRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_frames_refused_total",
+		Help: "Frames a game made that break the limits (topic, size): logged and not published."})
+	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.LeaseRenewal, m.SelfFenced,
+		m.FramesPublished, m.FramesDropped, m.FramesRefused)
+	for _, r := range []string{"ok", "stale_owner", "conflict", "refused", "error"} {
 		m.StateWrites.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Ticks, m.TicksSkipped, m.TickLateness, m.TickDuration, m.StateWrites, m.Instances,

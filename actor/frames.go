@@ -1,0 +1,59 @@
+package actor
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// Frame is a message for the players watching an instance — a boss's HP bar, positions, a phase
+// change. Frames are for display: the node publishes them right after the tick (or command) that
+// made them, without waiting for the state to be stored, and never stores them (DESIGN 8).
+type Frame struct {
+	// Topic, if not empty, narrows who receives it (one NATS subject token: letters, digits, _
+	// and -, at most 32); watchers of the instance get every topic.
+	Topic string
+	// Payload is the game's bytes (msgpack is conventional), at most MaxFrameBytes.
+	Payload []byte
+}
+
+// MaxFrameBytes bounds a frame's payload. A bigger frame is refused: logged with the instance and
+// counted (tickfence_frames_refused_total), never published in part.
+const MaxFrameBytes = 64 << 10
+
+// Framer is a Logic that shows something to its watchers. After every tick (which includes the
+// commands applied at its start) the instance takes the frames made since the last call.
+type Framer interface {
+	// TakeFrames returns the frames made since the last call, oldest first (nil: none). The
+	// caller owns the slice and the payloads afterwards.
+	TakeFrames() []Frame
+}
+
+// Frames is an outbox a Logic embeds to be a Framer: Publish from Tick or Handle, and the
+// instance takes them after the tick. It holds nothing between ticks and is never part of the
+// state (its field is unexported, so msgpack leaves it out).
+type Frames struct{ out []Frame }
+
+// Publish queues a frame for the end of this tick. The payload must not change afterwards.
+func (f *Frames) Publish(topic string, payload []byte) {
+	f.out = append(f.out, Frame{Topic: topic, Payload: payload})
+}
+
+// TakeFrames implements Framer.
+func (f *Frames) TakeFrames() []Frame {
+	out := f.out
+	f.out = nil
+	return out
+}
+
+var topicRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+
+// ValidFrame reports why a frame cannot be published (nil if it can).
+func ValidFrame(f Frame) error {
+	if f.Topic != "" && !topicRE.MatchString(f.Topic) {
+		return fmt.Errorf("frame topic %q: want 1-32 of A-Z a-z 0-9 _ -", f.Topic)
+	}
+	if len(f.Payload) > MaxFrameBytes {
+		return fmt.Errorf("frame of %d bytes: over the %d-byte limit", len(f.Payload), MaxFrameBytes)
+	}
+	return nil
+}

@@ -1,0 +1,187 @@
+package natscmd
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tickfence/tickfence/internal/metrics"
+	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
+)
+
+// FramePublisher implements shard.FramePublisher on a NATS connection: frames wait in a bounded
+// queue and one goroutine publishes them, so a tick never waits on the connection. A frame that
+// finds the queue full is dropped and counted (tickfence_frames_dropped_total): frames are for
+// display, and the next tick's frame supersedes it.
+type FramePublisher struct {
+	nc      *nats.Conn
+	q       chan shard.Frame
+	metrics *metrics.Node
+	quit    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+var _ shard.FramePublisher = (*FramePublisher)(nil)
+
+// NewFramePublisher starts a publisher with room for queue frames (0: 16384). Close stops it.
+func NewFramePublisher(nc *nats.Conn, queue int, reg prometheus.Registerer) *FramePublisher {
+	if queue <= 0 {
+		queue = 16384
+	}
+	p := &FramePublisher{nc: nc, q: make(chan shard.Frame, queue), metrics: metrics.For(reg),
+		quit: make(chan struct{}), done: make(chan struct{})}
+	go p.run()
+	return p
+}
+
+// Publish implements shard.FramePublisher; it never blocks. After Close it drops.
+func (p *FramePublisher) Publish(f shard.Frame) {
+	select {
+	case <-p.quit:
+		p.metrics.FramesDropped.Inc()
+		return
+	default:
+	}
+	select {
+	case p.q <- f:
+	default:
+		p.metrics.FramesDropped.Inc()
+	}
+}
+
+func (p *FramePublisher) run() {
+	defer close(p.done)
+	// One message and one header map, reused: PublishMsg copies them into the connection's buffer.
+	epoch, token, tick := []string{""}, []string{""}, []string{""}
+	m := &nats.Msg{Header: nats.Header{wire.HeaderEpoch: epoch, wire.HeaderToken: token, wire.HeaderTick: tick}}
+	var num []byte
+	for {
+		var f shard.Frame
+		select {
+		case f = <-p.q:
+		case <-p.quit:
+			return
+		}
+		m.Subject = wire.FrameSubject(f.Shard, f.Instance, f.Topic)
+		m.Data = f.Payload
+		num = strconv.AppendUint(num[:0], f.Epoch, 10)
+		epoch[0] = string(num)
+		num = strconv.AppendUint(num[:0], f.Token, 10)
+		token[0] = string(num)
+		num = strconv.AppendUint(num[:0], f.Tick, 10)
+		tick[0] = string(num)
+		if err := p.nc.PublishMsg(m); err != nil {
+			p.metrics.FramesDropped.Inc()
+			continue
+		}
+		p.metrics.FramesPublished.Inc()
+	}
+}
+
+// Close stops publishing; frames still queued are dropped (they are not durable).
+func (p *FramePublisher) Close() {
+	p.once.Do(func() { close(p.quit) })
+	<-p.done
+}
+
+// Frame is a frame as a watcher receives it.
+type Frame struct {
+	Instance string
+	Topic    string // "" for the instance's main subject
+	wire.FrameStamp
+	Payload []byte
+}
+
+// Watch delivers the frames of one instance, every topic, until ctx ends (then the channel
+// closes). It applies the watcher's rule (wire.FrameFilter): a frame under an older grant than one
+// already seen — a zombie's — or an earlier tick under the same grant is dropped, so what arrives
+// goes forward in time. It survives moves: the subject names the instance, not its owner. A
+// consumer slower than the frames loses the ones its buffer (256) cannot hold; Dropped on the
+// returned Watch counts them.
+func (c *Client) Watch(ctx context.Context, instance string) (*Watch, error) {
+	if err := store.ValidID(instance); err != nil {
+		return nil, err
+	}
+	s := store.ShardOf(instance, c.shards)
+	base := wire.FrameSubject(s, instance, "")
+	ch := make(chan Frame, 256)
+	w := &Watch{C: ch}
+	var mu sync.Mutex
+	var filter wire.FrameFilter
+	closed := false
+	handle := func(m *nats.Msg) {
+		st, err := wire.ParseFrameStamp(m.Header.Get)
+		if err != nil {
+			w.invalid.Add(1)
+			return
+		}
+		f := Frame{Instance: instance, Topic: strings.TrimPrefix(strings.TrimPrefix(m.Subject, base), "."), FrameStamp: st, Payload: m.Data}
+		mu.Lock()
+		defer mu.Unlock()
+		if closed || !filter.Pass(st) {
+			if !closed {
+				w.stale.Add(1)
+			}
+			return
+		}
+		select {
+		case ch <- f:
+		default:
+			w.dropped.Add(1)
+		}
+	}
+	var subs []*nats.Subscription
+	for _, subj := range []string{base, base + ".*"} {
+		sub, err := c.nc.Subscribe(subj, handle)
+		if err != nil {
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
+			return nil, fmt.Errorf("watch %s: %w", instance, err)
+		}
+		subs = append(subs, sub)
+	}
+	if err := c.nc.FlushWithContext(ctx); err != nil { // the subscriptions are in place on return
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+		return nil, fmt.Errorf("watch %s: %w", instance, err)
+	}
+	go func() {
+		<-ctx.Done()
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+		mu.Lock()
+		closed = true
+		close(ch)
+		mu.Unlock()
+	}()
+	return w, nil
+}
+
+// Watch is a running watch of one instance's frames.
+type Watch struct {
+	// C receives the frames that pass the rule; it closes when the watch's context ends.
+	C <-chan Frame
+
+	stale, dropped, invalid atomic.Uint64
+}
+
+// Stale counts frames dropped by the rule (an older grant, or a tick already shown).
+func (w *Watch) Stale() uint64 { return w.stale.Load() }
+
+// Dropped counts frames that passed the rule but found the buffer full.
+func (w *Watch) Dropped() uint64 { return w.dropped.Load() }
+
+// Invalid counts messages without valid stamp headers (not from a tickfence node).
+func (w *Watch) Invalid() uint64 { return w.invalid.Load() }
