@@ -490,6 +490,9 @@ func (in *instance) written(w *write, err error) {
 		}
 	} else if refused && !in.dead {
 		answers = in.revertLocked(answers)
+		if w.end {
+			in.expiring = false // the delete marker was not stored: a later tick sends it again
+		}
 	}
 	in.mu.Unlock()
 

@@ -269,21 +269,18 @@ func (sh *shardRun) writeFailed(in *instance, err error) {
 		if ours { // a write that raced our own rotation: expected, the shard is being rebuilt
 			return
 		}
-		// Who holds it: as the store met it, when the error says (read from the stream leader);
-		// else from the stream leader now. A lagging replica could show an older owner, and
-		// stopping a shard that still names this session would leave it unserved (DESIGN 4).
-		var a store.Assignment
-		var rev uint64
-		var rerr error
+		// The store says whom it met: if that is this session at a newer revision (a rotation
+		// whose ack was lost), adopt it without a read. Anyone else: the key may have come back
+		// to this session since, so read the latest from the stream leader before stopping — a
+		// lagging replica could show an older owner, and stopping a shard that names this
+		// session would leave it unserved (DESIGN 4).
 		var stale *store.StaleOwnerError
-		if errors.As(err, &stale) && stale.HolderKnown && !stale.Sealed {
-			a, rev = stale.Holder, stale.Revision
-			if a == (store.Assignment{}) {
-				rerr = store.ErrNotFound // released
-			}
-		} else {
-			a, rev, rerr = sh.h.cfg.Store.LatestAssignment(sh.ctx, in.grant.Epoch, sh.id)
+		if errors.As(err, &stale) && stale.HolderKnown && !stale.Sealed &&
+			stale.Holder.Holds(in.grant.Assignment) && stale.Revision > in.grant.Token {
+			sh.rebuild("shard key rewritten with this session's value", stale.Revision)
+			return
 		}
+		a, rev, rerr := sh.h.cfg.Store.LatestAssignment(sh.ctx, in.grant.Epoch, sh.id)
 		if rerr != nil && !errors.Is(rerr, store.ErrNotFound) {
 			// Cannot tell whose it is now: the rotation settles it (adopt, or stop if lost).
 			sh.rebuild("stale-owner rejection, owner unknown: "+rerr.Error(), 0)
@@ -295,7 +292,11 @@ func (sh *shardRun) writeFailed(in *instance, err error) {
 			sh.rebuild("shard key rewritten with this session's value", rev)
 			return
 		}
-		sh.stop("stale_owner", "instance", in.id, "revision", rev,
+		met := uint64(0)
+		if stale != nil {
+			met = stale.Revision
+		}
+		sh.stop("stale_owner", "instance", in.id, "revision", rev, "store_met_revision", met,
 			"new_owner", a.Owner, "new_session", a.Session, "read_err", rerr, "err", err)
 	default:
 		sh.rebuild("write outcome unknown: "+err.Error(), 0)
@@ -602,10 +603,11 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 		if errors.Is(err, store.ErrTooLarge) {
 			code = wire.CodeTooLarge
 		}
-		sh.h.answerErr(c, code, "initial write of %s: %v", c.Instance, err)
-		if store.Refused(err) {
-			return // nothing stored, the token still good: the placeholder stays one
+		if store.Refused(err) { // nothing stored, the token still good
+			in = sh.undoPlaceholder(g, c, code, err)
+			return
 		}
+		sh.h.answerErr(c, code, "initial write of %s: %v", c.Instance, err)
 		sh.markUncertain(g.Token)
 		probe := &instance{id: c.Instance, grant: g}
 		sh.writeFailed(probe, err)
@@ -614,6 +616,28 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 	rec.Token = g.Token
 	in = newInstance(sh, g, c.Instance, kind, logic, rec)
 	sh.h.answer(c, reply, "ok")
+}
+
+// undoPlaceholder answers a create whose initial write the store refused outright. The create
+// must then have had no effect, so its placeholder is removed by a fenced delete marker; if the
+// store refuses that too, the placeholder is served as a load would (its next tick writes the
+// initial state again, and a retransmission gets the create's answer). An unknown outcome of the
+// delete rebuilds the shard, as any.
+func (sh *shardRun) undoPlaceholder(g store.Grant, c Command, code string, cause error) *instance {
+	_, err := sh.h.cfg.Store.End(sh.ctx, g, c.Instance)
+	sh.h.cfg.metrics.StateWrite(writeResult(err))
+	switch {
+	case err == nil:
+		sh.h.answerErr(c, code, "initial write of %s refused by the store, the create was undone: %v", c.Instance, cause)
+		return nil
+	case store.Refused(err):
+		sh.h.answerErr(c, code, "initial write of %s refused by the store: %v; retry with the same request id", c.Instance, cause)
+		return sh.loadOne(g, c.Instance)
+	}
+	sh.h.answerErr(c, wire.CodeRetry, "initial write of %s refused by the store, and its undo failed: %v; retry with the same request id", c.Instance, err)
+	sh.markUncertain(g.Token)
+	sh.writeFailed(&instance{id: c.Instance, grant: g}, err)
+	return nil
 }
 
 // finishCreate adds a created instance to the shard and replays the commands that waited for it.
