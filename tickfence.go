@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tickfence/tickfence/actor"
@@ -117,6 +118,7 @@ type Node struct {
 	log     *slog.Logger
 	srv     *natsserver.Server
 	frames  *natscmd.FramePublisher
+	effects *natscmd.EffectPublisher
 	connsMu sync.Mutex
 	conns   []*nats.Conn // every connection opened, closed by Close
 	st      *natskv.Store
@@ -222,6 +224,20 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n.frames = natscmd.NewFramePublisher(frameConn, 0, opt.Registerer)
+	fxConn, err := n.connect("effects")
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(fxConn)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := natscmd.EnsureEffectsStream(ctx, js, 1); err != nil {
+		return nil, fmt.Errorf("tickfence: effects stream: %w", err)
+	}
+	if n.effects, err = natscmd.NewEffectPublisher(fxConn); err != nil {
+		return nil, err
+	}
 	if n.st, err = natskv.Open(nc, natskv.Options{History: opt.DataHistory}); err != nil {
 		return nil, err
 	}
@@ -242,7 +258,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	}
 	cmds := natscmd.NewServer(cmdConn, n.cluster.Shards, opt.Registerer)
 	n.node, err = node.New(node.Config{Config: shard.Config{Node: opt.NodeID, Store: n.st,
-		Commands: cmds, Frames: n.frames, Kinds: kinds, Engine: n.engine, CheckpointEvery: opt.CheckpointEvery, Logger: n.log,
+		Commands: cmds, Frames: n.frames, Effects: n.effects, Kinds: kinds, Engine: n.engine, CheckpointEvery: opt.CheckpointEvery, Logger: n.log,
 		Registerer: opt.Registerer, BeforeWrite: opt.BeforeWrite, MaxCommandDelay: opt.MaxCommandDelay,
 		MaxPendingCommands: opt.MaxPendingCommands},
 		BeforeRelease: opt.BeforeRelease, LeaseTTL: opt.LeaseTTL,
@@ -382,6 +398,9 @@ func (n *Node) Close() {
 		}
 		if n.frames != nil {
 			n.frames.Close() // no tick runs any more
+		}
+		if n.effects != nil {
+			n.effects.Close()
 		}
 		if n.st != nil {
 			n.st.Close()

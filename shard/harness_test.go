@@ -140,6 +140,7 @@ type nodeOpt struct {
 	tombstoneTTL    time.Duration
 	maxCmdDelay     time.Duration
 	frames          func(reg prometheus.Registerer) shard.FramePublisher
+	effects         func(reg prometheus.Registerer) shard.EffectPublisher
 }
 
 func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
@@ -154,7 +155,7 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{}, bomb{}, shower{})
+	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{}, bomb{}, shower{}, emitter{})
 	n := &node{t: t, name: name, st: st, engine: e, metrics: m, freeze: &freezer{}}
 	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Registerer: reg,
 		CheckpointEvery: opt.checkpointEvery, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL, MaxCommandDelay: opt.maxCmdDelay,
@@ -164,6 +165,9 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 	}
 	if opt.frames != nil {
 		cfg.Frames = opt.frames(reg)
+	}
+	if opt.effects != nil {
+		cfg.Effects = opt.effects(reg)
 	}
 	if n.host, err = shard.New(ctx, cfg); err != nil {
 		t.Fatal(err)

@@ -58,6 +58,13 @@ type FramePublisher interface {
 	Publish(f Frame)
 }
 
+// EffectPublisher sends stored effects to the effects stream (natscmd.EffectPublisher on
+// JetStream), with the effect's key as the stream's message ID. Publish must not block; done
+// reports the stream's acknowledgement (nil) or a failure (the instance sends it again later).
+type EffectPublisher interface {
+	Publish(instance string, e store.Effect, done func(error))
+}
+
 // Config of a Host.
 type Config struct {
 	Node    string
@@ -68,8 +75,12 @@ type Config struct {
 	// Frames publishes the frames of instances whose Logic is an actor.Framer (nil: they are
 	// taken and dropped).
 	Frames FramePublisher
-	Kinds  *actor.Kinds
-	Engine *actor.Engine
+	// Effects publishes the effects of instances whose Logic is an actor.Emitter, once the write
+	// holding them was accepted (nil: they stay in the records' outboxes, and while an outbox is
+	// full its instance answers commands busy).
+	Effects EffectPublisher
+	Kinds   *actor.Kinds
+	Engine  *actor.Engine
 	// CheckpointEvery: an instance with no command is still written every this many ticks.
 	CheckpointEvery uint64
 	Logger          *slog.Logger

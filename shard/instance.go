@@ -58,7 +58,17 @@ type instance struct {
 	failed     error     // the last write failed: its outcome may be unknown, so no more writes under this token
 	taking     []Command // during a tick: the commands not applied yet (see tickBody)
 	collected  []answer  // during a tick: the answers waiting for its write
+	// fx is the state of the stored effects this owner published: fxSending while the stream
+	// has not answered, fxDelivered once it acknowledged (the next write drops them from the
+	// record). fxRetry: after a failed publish, nothing is sent again before then.
+	fx      map[string]uint8
+	fxRetry time.Time
 }
+
+const (
+	fxSending   = 1
+	fxDelivered = 2
+)
 
 // write is one fenced write and the answers that wait for it.
 type write struct {
@@ -175,6 +185,7 @@ func (in *instance) Tick(time.Time) {
 	if len(frames) > 0 {
 		in.publish(tick, frames)
 	}
+	in.sendEffects() // those loaded with the record, and those whose publish failed
 	in.sh.cpu.Add(int64(time.Since(start)))
 	for _, c := range failed {
 		in.sh.h.answerErr(c, wire.CodeInternal, "instance %s failed; it is stopped on this node", in.id)
@@ -201,6 +212,117 @@ func (in *instance) publish(tick uint64, frames []actor.Frame) {
 	}
 }
 
+// outboxFull reports whether an outbox is at its bound (store.MaxOutbox effects or
+// store.MaxOutboxBytes of payload).
+func outboxFull(fx []store.Effect) bool {
+	if len(fx) >= store.MaxOutbox {
+		return true
+	}
+	n := 0
+	for _, e := range fx {
+		n += len(e.Payload)
+	}
+	return n >= store.MaxOutboxBytes
+}
+
+// addEffects puts a tick's effects in the outbox, each with a key never used before
+// (<id>:<epoch>:<seq>), and makes this tick write: an effect leaves only once the write holding
+// it was accepted. One that breaks the limits is refused whole, logged and counted.
+func (in *instance) addEffects(tick uint64, effs []actor.Effect) {
+	if len(effs) == 0 {
+		return
+	}
+	fx := in.rec.Fx[:len(in.rec.Fx):len(in.rec.Fx)] // appends never touch what a record holds
+	for _, e := range effs {
+		if err := actor.ValidEffect(e); err != nil {
+			in.sh.h.cfg.metrics.EffectsRefused.Inc()
+			in.sh.log.Error("effect refused", "instance", in.id, "token", in.grant.Token, "tick", tick, "err", err)
+			continue
+		}
+		in.rec.FxSeq++
+		fx = append(fx, store.Effect{Key: store.EffectKey(in.id, in.grant.Epoch, in.rec.FxSeq), Kind: e.Kind, Payload: e.Payload})
+		in.sh.h.cfg.metrics.EffectsEmitted.Inc()
+		in.forceWrite = true
+	}
+	in.rec.Fx = fx
+}
+
+// dropDelivered leaves out of the next record the effects the stream acknowledged.
+func (in *instance) dropDelivered() {
+	if len(in.fx) == 0 || len(in.rec.Fx) == 0 {
+		return
+	}
+	var keep []store.Effect
+	dropped := false
+	for _, e := range in.rec.Fx {
+		if in.fx[e.Key] == fxDelivered {
+			dropped = true
+			continue
+		}
+		keep = append(keep, e)
+	}
+	if dropped {
+		in.rec.Fx = keep
+	}
+}
+
+// forgetDelivered forgets delivered effects the acknowledged record no longer holds.
+func (in *instance) forgetDelivered() {
+	if len(in.fx) == 0 {
+		return
+	}
+	held := make(map[string]bool, len(in.acked.Fx))
+	for _, e := range in.acked.Fx {
+		held[e.Key] = true
+	}
+	for k, st := range in.fx {
+		if st == fxDelivered && !held[k] {
+			delete(in.fx, k)
+		}
+	}
+}
+
+// sendEffects publishes the effects of the acknowledged record that are not sent yet: an effect
+// leaves only once the write holding it was accepted, and a new owner sends what it loaded.
+func (in *instance) sendEffects() {
+	pub := in.sh.h.cfg.Effects
+	if pub == nil {
+		return
+	}
+	in.mu.Lock()
+	if len(in.acked.Fx) == 0 || in.dead || time.Now().Before(in.fxRetry) {
+		in.mu.Unlock()
+		return
+	}
+	var send []store.Effect
+	for _, e := range in.acked.Fx {
+		if in.fx[e.Key] == 0 {
+			if in.fx == nil {
+				in.fx = map[string]uint8{}
+			}
+			in.fx[e.Key] = fxSending
+			send = append(send, e)
+		}
+	}
+	in.mu.Unlock()
+	for _, e := range send {
+		pub.Publish(in.id, e, func(err error) { in.effectSent(e.Key, err) })
+	}
+}
+
+func (in *instance) effectSent(key string, err error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if err != nil {
+		delete(in.fx, key)
+		in.fxRetry = time.Now().Add(time.Second)
+		in.sh.h.cfg.metrics.EffectsFailed.Inc()
+		return
+	}
+	in.fx[key] = fxDelivered
+	in.sh.h.cfg.metrics.EffectsPublished.Inc()
+}
+
 func (in *instance) tickLocked() *write {
 	w := in.tickBody()
 	in.taking, in.collected = nil, nil
@@ -221,6 +343,15 @@ func (in *instance) tickBody() *write {
 	}
 	cmds := in.mailbox
 	in.mailbox, in.spare = in.spare[:0], cmds
+	if !in.rec.Ended && outboxFull(in.rec.Fx) {
+		// The effects stream has not taken this instance's effects for a while: hold new
+		// commands (which could make more) with busy; ticks go on.
+		for i, c := range cmds {
+			in.sh.h.answerErr(c, wire.CodeBusy, "instance %s holds %d effects not yet delivered (the effects stream is unavailable?); retry later", in.id, len(in.rec.Fx))
+			cmds[i] = Command{}
+		}
+		cmds = cmds[:0]
+	}
 	var answers []answer
 	for i, c := range cmds {
 		in.taking = cmds[i:]
@@ -255,9 +386,13 @@ func (in *instance) tickBody() *write {
 	}
 	in.logic.Tick(tick)
 	in.rec.Tick = tick
+	if e, ok := in.logic.(actor.Emitter); ok {
+		in.addEffects(tick, e.TakeEffects())
+	}
 	if len(answers) == 0 && !in.forceWrite && tick-in.lastWrite < in.sh.h.cfg.CheckpointEvery {
 		return nil
 	}
+	in.dropDelivered()
 	state, err := in.logic.MarshalState()
 	if err != nil {
 		panic(fmt.Sprintf("MarshalState: %v", err))
@@ -484,6 +619,7 @@ func (in *instance) written(w *write, err error) {
 	if err == nil {
 		if !w.end {
 			in.acked = w.rec
+			in.forgetDelivered()
 		}
 		if !in.dead {
 			next = in.takeSendable(in.pending)
@@ -501,6 +637,7 @@ func (in *instance) written(w *write, err error) {
 		for _, a := range answers {
 			h.answer(a.c, a.reply, a.result)
 		}
+		in.sendEffects()
 		if w.end {
 			for _, c := range in.retire() {
 				h.answerErr(c, wire.CodeRetry, "instance %s was removed; retry with the same request id", in.id)

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -10,9 +11,10 @@ import (
 )
 
 // SchemaVersion is the version of the instance record encoding written by this code. Version 2
-// added client sessions (clients) and the age of remembered requests (at); version 1 records
-// are read as they are. An older build refuses version 2 rather than forget its sessions.
-const SchemaVersion = 2
+// added client sessions (clients) and the age of remembered requests (at); version 3 the effects
+// outbox (fx, fx_seq). Older versions are read as they are. An older build refuses a newer
+// version rather than forget its sessions or its effects.
+const SchemaVersion = 3
 
 // Size limits. A record or command over its limit is refused before anything is stored.
 const (
@@ -48,6 +50,32 @@ type Record struct {
 	Ended bool `msgpack:"ended,omitempty"`
 	// EndedAt is the owner's wall clock (Unix ms) when it ended: only to expire the tombstone.
 	EndedAt int64 `msgpack:"ended_at,omitempty"`
+	// Fx is the effects outbox (DESIGN 8): effects stored by the write that made them and not
+	// yet acknowledged by the effects stream, oldest first. An owner publishes them only after
+	// the write holding them was accepted, and drops them once the stream acknowledged them.
+	Fx []Effect `msgpack:"fx,omitempty"`
+	// FxSeq is the sequence number of the last effect this instance made (its keys never repeat).
+	FxSeq uint64 `msgpack:"fx_seq,omitempty"`
+}
+
+// Effect is one effect in the outbox: its key (<id>:<epoch of creation>:<seq>, the stream's
+// Nats-Msg-Id and the consumer's idempotency key), kind and payload.
+type Effect struct {
+	Key     string `msgpack:"key"`
+	Kind    string `msgpack:"kind"`
+	Payload []byte `msgpack:"payload"`
+}
+
+// MaxOutbox bounds the effects an instance's record holds unpublished. While its outbox is full
+// the instance refuses new commands with busy (ticks go on); see the README.
+const MaxOutbox = 256
+
+// MaxOutboxBytes bounds the payload bytes an outbox holds unpublished (the same rule applies).
+const MaxOutboxBytes = 64 << 10
+
+// EffectKey is the key of an instance's seq-th effect, made under epoch.
+func EffectKey(id string, epoch, seq uint64) string {
+	return id + ":" + strconv.FormatUint(epoch, 10) + ":" + strconv.FormatUint(seq, 10)
 }
 
 // Request remembers one applied command: a retransmission with the same ID and fingerprint gets
@@ -121,8 +149,8 @@ func DecodeRecord(b []byte) (Record, error) {
 	if rd.Len() != 0 {
 		return Record{}, fmt.Errorf("%w: trailing bytes", ErrBadRecord)
 	}
-	if r.V != 1 && r.V != SchemaVersion {
-		return Record{}, fmt.Errorf("%w: schema version %d, this build reads 1 and %d", ErrBadRecord, r.V, SchemaVersion)
+	if r.V < 1 || r.V > SchemaVersion {
+		return Record{}, fmt.Errorf("%w: schema version %d, this build reads 1 to %d", ErrBadRecord, r.V, SchemaVersion)
 	}
 	if r.Kind == "" {
 		return Record{}, fmt.Errorf("%w: no kind", ErrBadRecord)
@@ -132,6 +160,14 @@ func DecodeRecord(b []byte) (Record, error) {
 	}
 	if len(r.Clients) > 4*MaxClientSessions {
 		return Record{}, fmt.Errorf("%w: %d client sessions", ErrBadRecord, len(r.Clients))
+	}
+	if len(r.Fx) > 4*MaxOutbox {
+		return Record{}, fmt.Errorf("%w: %d effects in the outbox", ErrBadRecord, len(r.Fx))
+	}
+	for _, e := range r.Fx {
+		if e.Key == "" || e.Kind == "" {
+			return Record{}, fmt.Errorf("%w: an effect without a key or kind", ErrBadRecord)
+		}
 	}
 	ids := make(map[string]bool, len(r.Clients))
 	for _, c := range r.Clients {

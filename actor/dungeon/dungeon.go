@@ -93,8 +93,9 @@ type State struct {
 	TotalDmg  int64    `msgpack:"total_damage"`
 	LootGiven int      `msgpack:"loot_given"` // run whose loot was granted: loot is granted once per run
 
-	actor.Frames        // this tick's frames (never stored)
-	frameEvery   uint64 // Kind.FrameEvery
+	actor.Frames         // this tick's frames (never stored)
+	actor.Effects        // this tick's effects (stored by the instance's record, not here)
+	frameEvery    uint64 // Kind.FrameEvery
 }
 
 // Player is a member of the raid.
@@ -226,7 +227,9 @@ func (s *State) die(tick uint64) {
 	}
 	s.LootGiven = s.Run
 	for _, p := range s.Players {
-		s.Loot = append(s.Loot, Loot{Run: s.Run, Player: p.Name, Item: lootTable[s.rand()%uint64(len(lootTable))]})
+		l := Loot{Run: s.Run, Player: p.Name, Item: lootTable[s.rand()%uint64(len(lootTable))]}
+		s.Loot = append(s.Loot, l)
+		s.Emit("loot", l.effect()) // exactly once to the loot service (DESIGN 8)
 	}
 	if n := len(s.Loot) - maxLoot; n > 0 {
 		s.Loot = append([]Loot(nil), s.Loot[n:]...)

@@ -87,6 +87,19 @@ func (s *State) Frame() []byte {
 	return b
 }
 
+// effect is a loot grant as the "loot" effect carries it: a msgpack map {run, player, item}.
+func (l Loot) effect() []byte {
+	b := make([]byte, 0, 24+len(l.Player)+len(l.Item))
+	b = appendMapLen(b, 3)
+	b = appendStr(b, "run")
+	b = appendInt(b, int64(l.Run))
+	b = appendStr(b, "player")
+	b = appendStr(b, l.Player)
+	b = appendStr(b, "item")
+	b = appendStr(b, l.Item)
+	return b
+}
+
 func appendMapLen(b []byte, n int) []byte {
 	if n < 16 {
 		return append(b, 0x80|byte(n))

@@ -6,6 +6,7 @@
 //	tickbench cluster [--nodes 3 --instances 300 --rate 500 --duration 20s --kill-node | --pause-node]
 //	tickbench chaos   [--nodes 3 --duration 10m --seed N]
 //	tickbench overload [--instances 1000 --steps 10,25,50,75,100,125,150,200 --step 15s --capacity N]
+//	tickbench frames  [--instances 10000 --duration 30s --rounds 1 --frame-every 1 --watch]
 //
 // Every scenario takes --json FILE (the figures, machine-readable); ticks and cluster take --plot
 // FILE (a self-contained HTML page with an SVG plot over time). Progress goes to stderr. cluster
@@ -38,6 +39,8 @@ func main() {
 		err = runChaos(os.Args[2:])
 	case "overload":
 		err = runOverload(os.Args[2:])
+	case "frames":
+		err = runFrames(os.Args[2:])
 	case "help", "-h", "--help":
 		usage()
 		return
@@ -63,6 +66,8 @@ scenarios:
            the stored history and every acknowledged command are checked (exit 1 on a violation)
   overload one node under command load from 10 % to 200 % of its capacity: ok / busy / timed
            out, round trip, ticks vs schedule, lateness, write latency, record bytes per step
+  frames   one node with N demo dungeons, without and with a frame from each every tick: tick
+           lateness, CPU per tick, frames published and dropped
 
 tickbench SCENARIO --help lists its flags.`)
 }

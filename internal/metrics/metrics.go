@@ -50,6 +50,11 @@ type Node struct {
 	FramesDropped   prometheus.Counter
 	FramesRefused   prometheus.Counter
 
+	EffectsEmitted   prometheus.Counter
+	EffectsPublished prometheus.Counter
+	EffectsFailed    prometheus.Counter
+	EffectsRefused   prometheus.Counter
+
 	// Lateness feeds the summary log (p99 over the last interval: Take it once per interval).
 	Lateness *hdr.Window
 	writes   atomic.Uint64
@@ -141,8 +146,16 @@ func newNode(reg prometheus.Registerer) *Node {
 		Help: "Frames dropped because the publisher's queue was full or NATS refused them (frames are not durable)."})
 	m.FramesRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_frames_refused_total",
 		Help: "Frames a game made that break the limits (topic, size): logged and not published."})
+	m.EffectsEmitted = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_effects_emitted_total",
+		Help: "Effects games emitted, put in their instances' outboxes (stored with the next write)."})
+	m.EffectsPublished = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_effects_published_total",
+		Help: "Stored effects acknowledged by the effects stream (a new owner's republish of one counts again)."})
+	m.EffectsFailed = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_effects_publish_failures_total",
+		Help: "Effect publishes that failed (sent again later)."})
+	m.EffectsRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_effects_refused_total",
+		Help: "Effects a game made that break the limits (kind, size): logged and not stored."})
 	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.LeaseRenewal, m.SelfFenced,
-		m.FramesPublished, m.FramesDropped, m.FramesRefused)
+		m.FramesPublished, m.FramesDropped, m.FramesRefused, m.EffectsEmitted, m.EffectsPublished, m.EffectsFailed, m.EffectsRefused)
 	for _, r := range []string{"ok", "stale_owner", "conflict", "refused", "error"} {
 		m.StateWrites.WithLabelValues(r)
 	}

@@ -1,0 +1,196 @@
+package shard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/memstore"
+)
+
+// emitter is a kind whose "emit" command emits one effect carrying its "what".
+type emitter struct{}
+
+func (emitter) Name() string { return "emitter" }
+func (emitter) New(string, actor.Command) (actor.Logic, error) {
+	return &emitterState{}, nil
+}
+func (emitter) Restore(_ string, b []byte) (actor.Logic, error) {
+	s := &emitterState{}
+	return s, msgpack.Unmarshal(b, s)
+}
+
+type emitterState struct {
+	N int `msgpack:"n"`
+	actor.Effects
+}
+
+func (s *emitterState) Tick(uint64) {}
+func (s *emitterState) Handle(_ uint64, c actor.Command) (any, error) {
+	var a struct {
+		What string `msgpack:"what"`
+	}
+	if err := c.Decode(&a); err != nil {
+		return nil, err
+	}
+	if c.Type == "emit" {
+		s.N++
+		s.Emit("grant", []byte(a.What))
+	}
+	return s.N, nil
+}
+func (s *emitterState) MarshalState() ([]byte, error) { return msgpack.Marshal(s) }
+
+// sink is an EffectPublisher: it keeps what it is given, or fails every publish while failing.
+type sink struct {
+	mu      sync.Mutex
+	got     map[string][]byte // key → payload
+	order   []string
+	failing bool
+}
+
+func newSink() *sink { return &sink{got: map[string][]byte{}} }
+
+func (s *sink) Publish(_ string, e store.Effect, done func(error)) {
+	s.mu.Lock()
+	if s.failing {
+		s.mu.Unlock()
+		go done(errors.New("effects stream unavailable"))
+		return
+	}
+	if _, dup := s.got[e.Key]; !dup {
+		s.order = append(s.order, e.Key)
+	}
+	s.got[e.Key] = e.Payload
+	s.mu.Unlock()
+	go done(nil)
+}
+
+func (s *sink) keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.order...)
+}
+
+func (s *sink) fail(on bool) {
+	s.mu.Lock()
+	s.failing = on
+	s.mu.Unlock()
+}
+
+func effectsNode(t *testing.T, st store.Store, name string, pub shard.EffectPublisher) *node {
+	return newNode(t, st, name, nodeOpt{effects: func(prometheus.Registerer) shard.EffectPublisher { return pub }})
+}
+
+// TestEffectLeavesOnlyOnceItsWriteIsAccepted: an effect whose write the store refused never
+// leaves; the retransmitted command's effect leaves once its write is stored, under a key of the
+// instance, the epoch and a sequence number; once the stream acknowledged it, a later write
+// drops it from the record.
+func TestEffectLeavesOnlyOnceItsWriteIsAccepted(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		st := &refusing{Store: b.open(t)}
+		pub := newSink()
+		n := effectsNode(t, st, "n1", pub)
+		const s = 3
+		n.grant(s)
+		id := idIn(s, 7)
+		mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "emitter"}), "create")
+		st.arm(id)
+		wantCode(t, n.send(id, "e1", map[string]any{"type": "emit", "what": "30 gold"}), wire.CodeRetry, "emit whose write was refused")
+		time.Sleep(100 * time.Millisecond) // a publish, if one were made, would have happened by now
+		if k := pub.keys(); len(k) != 0 {
+			t.Fatalf("effects published for a refused write: %v", k)
+		}
+		mustOK(t, sendRetrying(n, id, "e1", map[string]any{"type": "emit", "what": "30 gold"}), "emit retransmitted")
+		waitFor(t, "the effect published", func() bool { return len(pub.keys()) == 1 })
+		key := pub.keys()[0]
+		if want := store.EffectKey(id, 1, 1); key != want || string(pub.got[key]) != "30 gold" {
+			t.Fatalf("published %q = %q, want %q = %q", key, pub.got[key], want, "30 gold")
+		}
+		waitFor(t, "the delivered effect dropped from the record", func() bool {
+			rec, _ := load(t, st, id)
+			return len(rec.Fx) == 0 && rec.FxSeq == 1
+		})
+		mustOK(t, n.send(id, "e2", map[string]any{"type": "emit", "what": "a sword"}), "emit")
+		waitFor(t, "the second effect", func() bool { return len(pub.keys()) == 2 })
+		if k := pub.keys()[1]; k != store.EffectKey(id, 1, 2) {
+			t.Fatalf("second effect key %q, want sequence 2", k)
+		}
+	})
+}
+
+// TestNewOwnerDeliversWhatTheOldOneCouldNot: the owner stores an effect but its publishes fail
+// (the stream is down, then the owner dies); the next owner loads the record and delivers it.
+// A zombie's effect — made after the shard moved — is refused with its write and never leaves.
+func TestNewOwnerDeliversWhatTheOldOneCouldNot(t *testing.T) {
+	mem := memstore.New()
+	deadPub, livePub := newSink(), newSink()
+	deadPub.fail(true)
+	a := effectsNode(t, mem, "a", deadPub)
+	const s = 5
+	a.grant(s)
+	id := idIn(s, 2)
+	mustOK(t, a.send(id, "c1", map[string]any{"type": "create", "kind": "emitter"}), "create")
+	mustOK(t, a.send(id, "e1", map[string]any{"type": "emit", "what": "loot"}), "emit (stored, not delivered)")
+	if rec, _ := load(t, mem, id); len(rec.Fx) != 1 {
+		t.Fatalf("record outbox holds %d effects, want 1", len(rec.Fx))
+	}
+	b := effectsNode(t, mem, "b", livePub)
+	b.grant(s) // a is not told: from now on it is a zombie
+	waitFor(t, "the new owner delivers the stored effect", func() bool { return len(livePub.keys()) == 1 })
+	r := a.send(id, "z1", map[string]any{"type": "emit", "what": "zombie loot"})
+	if r.OK {
+		t.Fatalf("the zombie's command was acknowledged: %+v", r)
+	}
+	deadPub.fail(false) // whatever the zombie still holds could now leave, if it were let
+	time.Sleep(200 * time.Millisecond)
+	for _, k := range append(livePub.keys(), deadPub.keys()...) {
+		if p := string(livePub.got[k]) + string(deadPub.got[k]); p == "zombie loot" {
+			t.Fatalf("the zombie's effect %s left", k)
+		}
+	}
+	if k := livePub.keys(); len(k) != 1 || k[0] != store.EffectKey(id, 1, 1) {
+		t.Fatalf("delivered by the new owner: %v, want only the stored effect", k)
+	}
+}
+
+// TestFullOutboxHoldsCommandsWithBusy: while the effects stream is unavailable the outbox fills
+// to its bound; then commands are answered busy (nothing applied), ticks go on, and once the
+// stream is back the outbox drains and commands are taken again.
+func TestFullOutboxHoldsCommandsWithBusy(t *testing.T) {
+	mem := memstore.New()
+	pub := newSink()
+	pub.fail(true)
+	n := effectsNode(t, mem, "n1", pub)
+	const s = 1
+	n.grant(s)
+	id := idIn(s, 9)
+	mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "emitter"}), "create")
+	for i := 0; i < store.MaxOutbox; i++ {
+		mustOK(t, n.send(id, fmt.Sprintf("e%d", i), map[string]any{"type": "emit", "what": "x"}), "emit")
+	}
+	r := n.send(id, "over", map[string]any{"type": "emit", "what": "x"})
+	if r.OK || r.Error.Code != wire.CodeBusy {
+		t.Fatalf("a command with a full outbox: %+v, want busy", r)
+	}
+	ticks := n.engine.Ticks()
+	waitFor(t, "ticks go on", func() bool { return n.engine.Ticks() > ticks+10 })
+	pub.fail(false)
+	waitFor(t, "the outbox drains", func() bool { return len(pub.keys()) == store.MaxOutbox })
+	mustOK(t, sendRetrying(n, id, "over", map[string]any{"type": "emit", "what": "x"}), "the held command, retried")
+	waitFor(t, "its effect too", func() bool { return len(pub.keys()) == store.MaxOutbox+1 })
+	if _, cs := load(t, mem, id); cs == nil {
+		t.Fatal("no record")
+	}
+	_ = context.Background()
+}
