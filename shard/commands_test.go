@@ -101,7 +101,7 @@ func TestOversizedRecordChangesNothing(t *testing.T) {
 		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
 		mustOK(t, n.send(id, "a", map[string]any{"type": "add", "by": 1}), "add")
 		before, _ := load(t, st, id)
-		wantCode(t, n.send(id, "big", map[string]any{"type": "grow", "n": store.MaxRecordBytes}), wire.CodeTooLarge, "grow past the limit")
+		wantCode(t, n.send(id, "big", map[string]any{"type": "grow", "n": store.MaxBlobBytes}), wire.CodeTooLarge, "grow past the limit")
 		after, _ := load(t, st, id)
 		if after.Tick != before.Tick || string(after.State) != string(before.State) {
 			t.Fatal("the oversized command changed the stored record")
@@ -473,4 +473,30 @@ func TestGoClientManyConcurrentCommandsAndAdmissionOverNATS(t *testing.T) {
 	if _, cs := load(t, st, id); cs.N != 101 {
 		t.Fatalf("n = %d, want 101", cs.N)
 	}
+}
+
+// TestLargeStateGoesThroughABlob: a state over the record's limit is kept in the Object Store
+// (uploaded before the fenced write that points at it), and the next owner loads it from there.
+func TestLargeStateGoesThroughABlob(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		st := b.open(t)
+		a := newNode(t, st, "A", nodeOpt{})
+		const s = 5
+		a.grant(s)
+		id := idIn(s, 4)
+		mustOK(t, a.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
+		mustOK(t, a.send(id, "g", map[string]any{"type": "grow", "n": 1 << 20}), "grow to 1 MiB (4× a record's limit)")
+		mustOK(t, a.send(id, "a", map[string]any{"type": "add", "by": 3}), "add")
+		rec, cs := load(t, st, id)
+		if len(cs.Blob) != 1<<20 || cs.N != 3 || rec.Blob == nil {
+			t.Fatalf("stored: %d-byte blob field, n = %d, record blob %+v; want 1 MiB, 3, a blob pointer", len(cs.Blob), cs.N, rec.Blob)
+		}
+		b2 := newNode(t, b.open(t), "B", nodeOpt{})
+		b2.grant(s)
+		r := b2.send(id, "a2", map[string]any{"type": "add", "by": 1})
+		mustOK(t, r, "add on the new owner")
+		if _, cs := load(t, st, id); cs.N != 4 || len(cs.Blob) != 1<<20 {
+			t.Fatalf("after the move: n = %d, %d bytes; want 4 and the 1 MiB state", cs.N, len(cs.Blob))
+		}
+	})
 }

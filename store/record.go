@@ -2,8 +2,11 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -56,6 +59,48 @@ type Record struct {
 	Fx []Effect `msgpack:"fx,omitempty"`
 	// FxSeq is the sequence number of the last effect this instance made (its keys never repeat).
 	FxSeq uint64 `msgpack:"fx_seq,omitempty"`
+	// Blob, if set, says the state is in the Object Store (DESIGN 8): State is empty in the
+	// stored record. Backends set and follow it themselves: a caller's State is always the
+	// state (Load fills it from the blob; Write moves a state over BlobThreshold to a new blob).
+	Blob *BlobRef `msgpack:"blob,omitempty"`
+}
+
+// BlobRef points at an instance's state in the Object Store bucket BlobBucket.
+type BlobRef struct {
+	Name   string `msgpack:"name"`   // <id>/<epoch>-<token>-<tick>: never reused
+	Digest string `msgpack:"digest"` // "SHA-256=<base64url>", as the Object Store reports it
+	Size   int    `msgpack:"size"`
+}
+
+// Large state (DESIGN 8).
+const (
+	// BlobBucket is the Object Store bucket of states too large for a record.
+	BlobBucket = "tickfence-blobs"
+	// BlobThreshold: a state over this many bytes is uploaded to BlobBucket before the fenced
+	// write of the record that points at it.
+	BlobThreshold = 64 << 10
+	// MaxBlobBytes bounds a state kept as a blob.
+	MaxBlobBytes = 16 << 20
+)
+
+// BlobName is the object name of an instance's state written under a grant at a tick.
+func BlobName(id string, epoch, token, tick uint64) string {
+	return id + "/" + strconv.FormatUint(epoch, 10) + "-" + strconv.FormatUint(token, 10) + "-" + strconv.FormatUint(tick, 10)
+}
+
+// BlobOwner is the instance ID of a blob name ("" if it is not one).
+func BlobOwner(name string) string {
+	i := strings.IndexByte(name, '/')
+	if i <= 0 {
+		return ""
+	}
+	return name[:i]
+}
+
+// BlobDigest is the digest of a state in the Object Store's form.
+func BlobDigest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])
 }
 
 // Effect is one effect in the outbox: its key (<id>:<epoch of creation>:<seq>, the stream's

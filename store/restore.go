@@ -38,6 +38,8 @@ type Epochs interface {
 	// PutData writes value under key (shard.<S> or inst.<S>.<id>) as it is: no fence, no
 	// compare-on-revision, no decoding. Only a restore writes like this, into an epoch not yet live.
 	PutData(ctx context.Context, epoch uint64, partition uint32, key string, value []byte) (uint64, error)
+	// Blobs is the backend's store of large states (BlobBucket), for calls under ctx.
+	Blobs(ctx context.Context) Blobs
 }
 
 // EpochStore is a Store with Epochs: what TakeBackup, Restore and AbandonRestore run on.
@@ -50,6 +52,9 @@ type EpochStore interface {
 type Backup struct {
 	Cluster Cluster       `json:"cluster"`
 	Entries []BackupEntry `json:"entries"`
+	// Blobs are the states the records point at (BlobRef), by name: a backup holds them, so a
+	// restore works even after the blobs were collected.
+	Blobs map[string][]byte `json:"blobs,omitempty"`
 }
 
 // BackupEntry is one key.
@@ -145,7 +150,33 @@ func TakeBackup(ctx context.Context, s EpochStore, progress func(done int)) (Bac
 			return Backup{}, fmt.Errorf("back up %s: %w", DataBucket(cl.Epoch, p), err)
 		}
 	}
+	if err := backUpBlobs(ctx, s, &b); err != nil {
+		return Backup{}, err
+	}
 	return b, nil
+}
+
+// backUpBlobs copies into the backup the blobs its records point at, checked against their
+// digests.
+func backUpBlobs(ctx context.Context, s EpochStore, b *Backup) error {
+	for _, e := range b.Entries {
+		if !strings.HasPrefix(e.Key, "inst.") {
+			continue
+		}
+		r, err := DecodeRecord(e.Value)
+		if err != nil || r.Blob == nil {
+			continue // a record that cannot be read is backed up as it is
+		}
+		id := strings.SplitN(e.Key, ".", 3)[2]
+		if err := StateFromBlob(&r, id, s.Blobs(ctx)); err != nil {
+			return fmt.Errorf("back up %s: %w", e.Key, err)
+		}
+		if b.Blobs == nil {
+			b.Blobs = map[string][]byte{}
+		}
+		b.Blobs[r.Blob.Name] = r.State
+	}
+	return nil
 }
 
 // Restore makes a backup the state of a new epoch: it claims the restore (the control key
@@ -164,7 +195,7 @@ func Restore(ctx context.Context, s EpochStore, b Backup, opt RestoreOptions) (C
 	if err != nil {
 		return Cluster{}, err
 	}
-	r := &restoreRun{s: s, opt: opt, cur: cur, next: cur, clusterRev: ce.Revision, total: len(b.Entries)}
+	r := &restoreRun{s: s, opt: opt, cur: cur, next: cur, clusterRev: ce.Revision, total: len(b.Entries), blobs: b.Blobs}
 	r.next.Epoch++
 	if !opt.SkipClaim {
 		r.claimRev, r.next.Epoch, err = claimRestore(ctx, s, RestoreClaim{FromEpoch: cur.Epoch, Epoch: r.next.Epoch,
@@ -211,6 +242,7 @@ type restoreRun struct {
 	claimRev   uint64  // the revision of our claim of the restore key (none with SkipClaim)
 	done       int     // records put so far
 	total      int     // entries of the backup
+	blobs      map[string][]byte
 }
 
 // run takes the destructive steps in order: seal epoch E, make the new epoch's buckets, put the
@@ -222,6 +254,9 @@ func (r *restoreRun) run(ctx context.Context, entries []BackupEntry) error {
 		}
 	}
 	if err := r.resetBuckets(ctx); err != nil {
+		return err
+	}
+	if err := r.putBlobs(ctx); err != nil {
 		return err
 	}
 	if err := r.putRecords(ctx, entries); err != nil {
@@ -275,6 +310,23 @@ func (r *restoreRun) resetBuckets(ctx context.Context) error {
 		}
 		if err := r.s.ResetPartition(ctx, r.next.Epoch, p, r.cur.Epoch); err != nil {
 			return fmt.Errorf("making epoch %d: %w", r.next.Epoch, err)
+		}
+	}
+	return nil
+}
+
+// putBlobs uploads the backup's blobs under their names before any record that points at them
+// (a blob still in the store is uploaded again with the same bytes).
+func (r *restoreRun) putBlobs(ctx context.Context) error {
+	if len(r.blobs) == 0 {
+		return nil
+	}
+	if err := r.step(ctx, "blobs"); err != nil {
+		return err
+	}
+	for name, data := range r.blobs {
+		if _, err := r.s.Blobs(ctx).PutBlob(name, data); err != nil {
+			return fmt.Errorf("restoring blob %s: %w", name, err)
 		}
 	}
 	return nil

@@ -46,6 +46,9 @@ Usage:
   tickctl weight <node> <w>                       a node's share of the load (default 1)
   tickctl rebalance [--dry-run]                   plan load-based moves (and apply them, with progress)
   tickctl backup <file>                           save the latest value of every key of the current epoch
+                                                  (and the blobs its records point at)
+  tickctl gc [--grace 1h] [--dry-run]             delete large-state blobs no current record points at,
+                                                  older than the grace period
   tickctl restore <file> --yes                    seal the current epoch, restore the backup into the next
   tickctl restore <file> --yes --takeover         finish a restore that crashed or hangs, into the next epoch (safe even if it wakes)
   tickctl restore --undo --yes                    undo a crashed restore that sealed nothing yet (its process must be gone)
@@ -63,6 +66,8 @@ Flags (before or after the arguments):
   --undo              restore: release the claim of a crashed restore that sealed nothing (only if its process is gone: a frozen one can still seal)
   --max-moves N       rebalance: moves under way at once (default 8)
   --tolerance F       rebalance: leave nodes within this factor of the mean alone (default 0.05)
+  --grace D           gc: keep unreferenced blobs younger than this (default 1h; a write on its way
+                      uploads its blob before the record that points at it)
 `
 
 type globals struct {
@@ -80,6 +85,7 @@ type globals struct {
 	maxMoves  int
 	tolerance float64
 	count     int
+	grace     time.Duration
 }
 
 func main() {
@@ -120,6 +126,7 @@ func parse(args []string) (globals, []string, error) {
 	fs.IntVar(&g.maxMoves, "max-moves", 8, "")
 	fs.Float64Var(&g.tolerance, "tolerance", 0.05, "")
 	fs.IntVar(&g.count, "count", 0, "")
+	fs.DurationVar(&g.grace, "grace", time.Hour, "")
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -146,7 +153,7 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !timeoutSet(args) && len(pos) > 0 && (pos[0] == "drain" || pos[0] == "rebalance" || pos[0] == "move" || pos[0] == "backup" || pos[0] == "restore") {
+	if !timeoutSet(args) && len(pos) > 0 && (pos[0] == "drain" || pos[0] == "rebalance" || pos[0] == "move" || pos[0] == "backup" || pos[0] == "restore" || pos[0] == "gc") {
 		g.timeout = 2 * time.Minute
 	}
 	watching := len(pos) > 1 && pos[0] == "instance" && pos[1] == "watch"
@@ -197,6 +204,8 @@ func run(args []string, out io.Writer) error {
 		return c.weight(ctx, pos[1], pos[2])
 	case pos[0] == "rebalance" && len(pos) == 1:
 		return c.rebalance(ctx, g.dryRun)
+	case pos[0] == "gc" && len(pos) == 1:
+		return c.gc(ctx)
 	case pos[0] == "backup" && len(pos) == 2:
 		return c.backup(ctx, pos[1])
 	case pos[0] == "restore" && len(pos) == 2 && !g.undo:
@@ -503,6 +512,30 @@ func jsonable(v any) any {
 		return fmt.Sprintf("%x", t)
 	}
 	return v
+}
+
+// gc collects the blobs no current record references (store.BlobBucket).
+func (c *cli) gc(ctx context.Context) error {
+	if c.g.grace < 0 {
+		return usageError{"--grace must not be negative"}
+	}
+	res, err := c.st.CollectBlobs(ctx, c.g.grace, c.g.dryRun)
+	if err != nil {
+		return err
+	}
+	if c.g.json {
+		return c.printJSON(res)
+	}
+	verb := "deleted"
+	if c.g.dryRun {
+		verb = "would delete"
+	}
+	fmt.Fprintf(c.out, "%d blobs: %d referenced by a current record, %d unreferenced but younger than %v, %s %d\n",
+		res.Objects, res.Referenced, res.Young, c.g.grace, verb, len(res.Deleted))
+	for _, n := range res.Deleted {
+		fmt.Fprintf(c.out, "  %s\n", n)
+	}
+	return nil
 }
 
 func timeoutSet(args []string) bool {

@@ -752,3 +752,14 @@ func (c *Client) Killed() bool {
 	defer c.n.mu.Unlock()
 	return c.killed
 }
+
+// CollectBlobs passes a blob collection to the store underneath (no faults: an operator's tool).
+func (c *Client) CollectBlobs(ctx context.Context, grace time.Duration, dryRun bool) (store.GCResult, error) {
+	col, ok := c.n.under.(interface {
+		CollectBlobs(context.Context, time.Duration, bool) (store.GCResult, error)
+	})
+	if !ok {
+		return store.GCResult{}, fmt.Errorf("%T keeps no blobs", c.n.under)
+	}
+	return col.CollectBlobs(ctx, grace, dryRun)
+}

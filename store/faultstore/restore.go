@@ -115,3 +115,17 @@ func (n *Net) forgetEpoch(epoch uint64) {
 		}
 	}
 }
+
+// Blobs implements store.Epochs: the wrapped store's, without faults.
+func (c *Client) Blobs(ctx context.Context) store.Blobs {
+	e, err := c.epochs("blobs")
+	if err != nil {
+		return failingBlobs{err}
+	}
+	return e.Blobs(ctx)
+}
+
+type failingBlobs struct{ err error }
+
+func (f failingBlobs) PutBlob(string, []byte) (string, error) { return "", f.err }
+func (f failingBlobs) GetBlob(string) ([]byte, error)         { return nil, f.err }

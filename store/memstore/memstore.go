@@ -79,6 +79,91 @@ type Store struct {
 	held        []store.HeldWrite
 	history     bool
 	clock       Clock
+
+	blobMu sync.Mutex
+	blobs  map[string]memBlob // store.BlobBucket
+}
+
+type memBlob struct {
+	data     []byte
+	modified time.Time
+}
+
+// memBlobs is store.Blobs in memory.
+type memBlobs struct{ s *Store }
+
+func (b memBlobs) PutBlob(name string, data []byte) (string, error) {
+	b.s.blobMu.Lock()
+	defer b.s.blobMu.Unlock()
+	if b.s.blobs == nil {
+		b.s.blobs = map[string]memBlob{}
+	}
+	b.s.blobs[name] = memBlob{data: append([]byte(nil), data...), modified: b.s.clock.Now()}
+	return store.BlobDigest(data), nil
+}
+
+func (b memBlobs) GetBlob(name string) ([]byte, error) {
+	b.s.blobMu.Lock()
+	defer b.s.blobMu.Unlock()
+	o, ok := b.s.blobs[name]
+	if !ok {
+		return nil, fmt.Errorf("blob %s: %w", name, store.ErrNotFound)
+	}
+	return o.data, nil
+}
+
+// CollectBlobs deletes the blobs no current record references that are older than grace (see
+// natskv.Store.CollectBlobs); dryRun reports without deleting.
+func (s *Store) CollectBlobs(_ context.Context, grace time.Duration, dryRun bool) (store.GCResult, error) {
+	res := store.GCResult{Deleted: []string{}}
+	s.blobMu.Lock()
+	names := make(map[string]time.Time, len(s.blobs))
+	for n, o := range s.blobs {
+		names[n] = o.modified
+	}
+	s.blobMu.Unlock()
+	refs := map[string]bool{}
+	s.mu.Lock()
+	if c, err := s.clusterLocked(); err == nil {
+		for p := uint32(0); p < c.Partitions; p++ {
+			b := s.bucket(store.DataBucket(c.Epoch, p), false)
+			if b == nil {
+				continue
+			}
+			for k, e := range b.keys {
+				if !strings.HasPrefix(k, "inst.") || e.deleted {
+					continue
+				}
+				if r, err := store.DecodeRecord(e.value); err == nil && r.Blob != nil {
+					refs[r.Blob.Name] = true
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	now := s.clock.Now()
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	for _, n := range sorted {
+		res.Objects++
+		switch {
+		case refs[n]:
+			res.Referenced++
+		case now.Sub(names[n]) < grace:
+			res.Young++
+		default:
+			if !dryRun {
+				s.blobMu.Lock()
+				delete(s.blobs, n)
+				s.blobMu.Unlock()
+			}
+			res.Deleted = append(res.Deleted, n)
+		}
+	}
+	return res, nil
 }
 
 // Clock is the store's time: Now stamps control entries, AfterFunc ends a control key's TTL.
@@ -414,6 +499,9 @@ func (s *Store) Load(_ context.Context, epoch uint64, shard uint32, id string) (
 		return store.Record{}, 0, fmt.Errorf("instance %s: %w", id, store.ErrNotFound)
 	}
 	r, err := store.DecodeRecord(e.value)
+	if err == nil {
+		err = store.StateFromBlob(&r, id, memBlobs{s}) // s.mu held: memBlobs takes blobMu only
+	}
 	if err != nil {
 		return store.Record{}, 0, fmt.Errorf("instance %s at revision %d: %w", id, e.rev, err)
 	}
@@ -426,6 +514,7 @@ func (s *Store) Register(_ context.Context, g store.Grant, id string, rec store.
 		return 0, err
 	}
 	rec.Token = g.Token
+	store.KeepBlobPointer(&rec)
 	v, err := store.EncodeRecord(rec)
 	if err != nil {
 		return 0, err
@@ -502,6 +591,9 @@ func (s *Store) prepare(g store.Grant, id string, rec store.Record) ([]byte, err
 		return nil, err
 	}
 	rec.Token = g.Token
+	if err := store.MoveStateToBlob(&rec, g, id, memBlobs{s}); err != nil {
+		return nil, err
+	}
 	return store.EncodeRecord(rec)
 }
 
@@ -590,3 +682,6 @@ func (s *Store) PutRaw(epoch uint64, shard uint32, id string, data []byte) {
 	}
 	b.put(store.InstanceKey(shard, id), data, false)
 }
+
+// Blobs implements store.Epochs.
+func (s *Store) Blobs(context.Context) store.Blobs { return memBlobs{s} }

@@ -68,6 +68,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	buckets map[string]jetstream.KeyValue
+	objects jetstream.ObjectStore // store.BlobBucket, once used
 	cluster *store.Cluster
 	hold    func(string) bool
 	held    []store.HeldWrite
@@ -670,6 +671,9 @@ func (s *Store) Load(ctx context.Context, epoch uint64, shard uint32, id string)
 		return store.Record{}, 0, classify("load "+id, err)
 	}
 	r, err := store.DecodeRecord(e.Value())
+	if err == nil {
+		err = store.StateFromBlob(&r, id, blobs{ctx: ctx, s: s})
+	}
 	if err != nil {
 		return store.Record{}, 0, fmt.Errorf("instance %s at revision %d: %w", id, e.Revision(), err)
 	}
@@ -682,6 +686,7 @@ func (s *Store) Register(ctx context.Context, g store.Grant, id string, rec stor
 		return 0, err
 	}
 	rec.Token = g.Token
+	store.KeepBlobPointer(&rec)
 	v, err := store.EncodeRecord(rec)
 	if err != nil {
 		return 0, err
@@ -735,6 +740,9 @@ func (s *Store) fencedMsg(ctx context.Context, g store.Grant, id string, rec *st
 	}
 	r := *rec
 	r.Token = g.Token
+	if err := store.MoveStateToBlob(&r, g, id, blobs{ctx: ctx, s: s}); err != nil {
+		return nil, err
+	}
 	if m.Data, err = store.EncodeRecord(r); err != nil {
 		return nil, err
 	}

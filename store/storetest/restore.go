@@ -31,6 +31,7 @@ func RunRestore(t *testing.T, b Backend) {
 		{"CrashedRestoreIsAbandoned", testCrashedAbandoned},
 		{"ClaimOfAFinishedRestore", testFinishedClaim},
 		{"RestoreThatReadTheOldEpochLeavesTheLiveOneAlone", testLateRestore},
+		{"BackupHoldsTheBlobsItsRecordsPointAt", testBackupBlobs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newRestoreFixture(t, b)) })
@@ -643,4 +644,40 @@ func testLateRestore(t *testing.T, f *restoreFixture) {
 				rec.State, lerr, a, aerr)
 		}
 	})
+}
+
+// testBackupBlobs: a record whose state is a blob is backed up with the blob; after the blob was
+// collected (the instance moved on to a small state), the restore brings the state back.
+func testBackupBlobs(t *testing.T, f *restoreFixture) {
+	ctx := context.Background()
+	big := bytes.Repeat([]byte("blob"), store.BlobThreshold/4+10)
+	id := idIn(3, 9)
+	f.create(f.a, id, "small")
+	if _, err := f.s.Write(ctx, f.a, id, store.Record{Kind: "test", Tick: 2, State: big}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := store.TakeBackup(ctx, f.op1, nil)
+	if err != nil {
+		t.Fatalf("TakeBackup: %v", err)
+	}
+	if len(b.Blobs) != 1 {
+		t.Fatalf("the backup holds %d blobs, want 1", len(b.Blobs))
+	}
+	if _, err := f.s.Write(ctx, f.a, id, store.Record{Kind: "test", Tick: 3, State: []byte("small again")}); err != nil {
+		t.Fatal(err)
+	}
+	c, ok := f.s.(BlobCollector)
+	if !ok {
+		t.Fatalf("%T cannot collect its blobs", f.s)
+	}
+	if res, err := c.CollectBlobs(ctx, 0, false); err != nil || len(res.Deleted) != 1 {
+		t.Fatalf("collect: %+v, %v; want the unreferenced blob deleted", res, err)
+	}
+	if _, err := store.Restore(ctx, f.op1, b, store.RestoreOptions{Operator: "op1", FromEpoch: 1}); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	r, _, err := f.op2.Load(ctx, 2, 3, id)
+	if err != nil || !bytes.Equal(r.State, big) {
+		t.Fatalf("restored state: %d bytes, %v; want the %d-byte blob back", len(r.State), err, len(big))
+	}
 }

@@ -123,6 +123,7 @@ func Run(t *testing.T, b Backend) {
 		{"PipelinedWrites", testPipelined},
 		{"WatchAssignments", testWatch},
 		{"LatestAssignmentAndList", testLatestAssignment},
+		{"LargeStateInABlob", testBlobs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, setup(t, b)) })
@@ -395,7 +396,7 @@ func testOversized(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	id := idIn(3, 7)
 	f.create(f.a, id, "small")
-	big := store.Record{Kind: "test", State: bytes.Repeat([]byte{7}, store.MaxRecordBytes)}
+	big := store.Record{Kind: "test", State: bytes.Repeat([]byte{7}, store.MaxBlobBytes+1)}
 	if _, err := f.s.Write(ctx, f.a, id, big); !errors.Is(err, store.ErrTooLarge) {
 		t.Fatalf("oversized Write: err = %v, want ErrTooLarge", err)
 	}
@@ -737,5 +738,85 @@ func testLatestControl(t *testing.T, f *fixture) {
 	}
 	if _, err := f.s.LatestControl(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("LatestControl of a missing key: err = %v, want ErrNotFound", err)
+	}
+}
+
+// BlobCollector is a store whose blobs can be garbage-collected (both backends are).
+type BlobCollector interface {
+	CollectBlobs(ctx context.Context, grace time.Duration, dryRun bool) (store.GCResult, error)
+}
+
+// testBlobs: a state over BlobThreshold round-trips through a blob named after the grant and the
+// tick, uploaded before the fenced write; Register keeps the pointer; a zombie's upload is never
+// referenced and is collected, the referenced blob never is; a small state drops the pointer.
+func testBlobs(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	id := idIn(3, 8)
+	f.create(f.a, id, "small")
+	big := func(b byte) []byte { return bytes.Repeat([]byte{b, 'x', 'y'}, store.BlobThreshold/3+100) }
+	if _, err := f.s.Write(ctx, f.a, id, store.Record{Kind: "test", Tick: 2, State: big(1)}); err != nil {
+		t.Fatalf("Write of a %d-byte state: %v", len(big(1)), err)
+	}
+	r, rev := f.mustLoad(3, id)
+	if !bytes.Equal(r.State, big(1)) || r.Blob == nil || r.Blob.Name != store.BlobName(id, 1, f.a.Token, 2) || r.Blob.Size != len(big(1)) {
+		t.Fatalf("loaded %d bytes with blob %+v; want the state back from blob %s", len(r.State), r.Blob, store.BlobName(id, 1, f.a.Token, 2))
+	}
+	done := make(chan error, 1)
+	f.s.WriteAsync(f.a, id, store.Record{Kind: "test", Tick: 3, State: big(2)}, func(_ uint64, err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatalf("WriteAsync of a large state: %v", err)
+	}
+	r, rev = f.mustLoad(3, id)
+	if !bytes.Equal(r.State, big(2)) {
+		t.Fatal("WriteAsync's large state did not round-trip")
+	}
+	if _, err := f.s.Register(ctx, f.a, id, r, rev); err != nil {
+		t.Fatalf("Register of a record whose state is a blob: %v", err)
+	}
+	if r2, _ := f.mustLoad(3, id); !bytes.Equal(r2.State, big(2)) || r2.Blob == nil || r2.Blob.Name != r.Blob.Name {
+		t.Fatalf("after Register: blob %+v, %d bytes; want the same pointer and state", r2.Blob, len(r2.State))
+	}
+	b := f.grant(3, "B", f.a.Token)
+	if _, err := f.s.Write(ctx, b, id, store.Record{Kind: "test", Tick: 4, State: big(3)}); err != nil {
+		t.Fatalf("B's Write: %v", err)
+	}
+	if _, err := f.s.Write(ctx, f.a, id, store.Record{Kind: "test", Tick: 9, State: big(4)}); !errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("zombie A's Write of a large state: %v, want ErrStaleOwner", err)
+	}
+	if r, _ := f.mustLoad(3, id); !bytes.Equal(r.State, big(3)) {
+		t.Fatal("the zombie's upload replaced the current state")
+	}
+	c, ok := f.s.(BlobCollector)
+	if !ok {
+		t.Fatalf("%T cannot collect its blobs", f.s)
+	}
+	res, err := c.CollectBlobs(ctx, time.Hour, false)
+	if err != nil || len(res.Deleted) != 0 || res.Referenced != 1 {
+		t.Fatalf("collect with a 1h grace: %+v, %v; want nothing deleted, 1 referenced", res, err)
+	}
+	res, err = c.CollectBlobs(ctx, 0, true)
+	if err != nil || len(res.Deleted) == 0 {
+		t.Fatalf("dry run: %+v, %v", res, err)
+	}
+	res, err = c.CollectBlobs(ctx, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zombie := store.BlobName(id, 1, f.a.Token, 9)
+	deleted := map[string]bool{}
+	for _, n := range res.Deleted {
+		deleted[n] = true
+	}
+	if !deleted[zombie] || deleted[store.BlobName(id, 1, b.Token, 4)] || res.Referenced != 1 {
+		t.Fatalf("collected %v (referenced %d); want the zombie's %s among them and never B's referenced blob", res.Deleted, res.Referenced, zombie)
+	}
+	if r, _ := f.mustLoad(3, id); !bytes.Equal(r.State, big(3)) {
+		t.Fatal("the current state was lost to the collection")
+	}
+	if _, err := f.s.Write(ctx, b, id, store.Record{Kind: "test", Tick: 5, State: []byte("small again")}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := f.mustLoad(3, id); string(r.State) != "small again" || r.Blob != nil {
+		t.Fatalf("a small state after a blob: %q, blob %+v; want it inline", r.State, r.Blob)
 	}
 }
