@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tickfence/tickfence/actor"
@@ -193,4 +194,26 @@ func TestFullOutboxHoldsCommandsWithBusy(t *testing.T) {
 		t.Fatal("no record")
 	}
 	_ = context.Background()
+}
+
+// TestEffectOverItsLimitIsRefusedWhole: an effect over MaxEffectBytes is refused — logged and
+// counted, never stored or published in part — and the command that made it still applies.
+func TestEffectOverItsLimitIsRefusedWhole(t *testing.T) {
+	mem := memstore.New()
+	pub := newSink()
+	n := effectsNode(t, mem, "n1", pub)
+	const s = 2
+	n.grant(s)
+	id := idIn(s, 4)
+	mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "emitter"}), "create")
+	huge := string(make([]byte, actor.MaxEffectBytes+1))
+	mustOK(t, n.send(id, "e1", map[string]any{"type": "emit", "what": huge}), "emit of an oversized effect")
+	if got := testutil.ToFloat64(n.metrics.EffectsRefused); got != 1 {
+		t.Fatalf("effects refused: %v, want 1", got)
+	}
+	mustOK(t, n.send(id, "e2", map[string]any{"type": "emit", "what": "fits"}), "emit")
+	waitFor(t, "the fitting effect", func() bool { return len(pub.keys()) == 1 })
+	if rec, cs := load(t, mem, id); cs.N != 2 || rec.FxSeq != 1 || string(pub.got[pub.keys()[0]]) != "fits" {
+		t.Fatalf("n = %d, fx_seq %d, published %q; want both commands applied and only the fitting effect", cs.N, rec.FxSeq, pub.got[pub.keys()[0]])
+	}
 }
