@@ -50,6 +50,9 @@ type chaosConfig struct {
 	FaultEvery time.Duration `json:"fault_every_ns"`
 	GiveUp     time.Duration `json:"give_up_ns"`
 	Seed       uint64        `json:"seed"`
+	Killable   int           `json:"killable"`    // instances whose boss dies and respawns
+	KillableHP int64         `json:"killable_hp"` // their boss's HP
+	FxNak      float64       `json:"fx_nak"`      // share of first effect deliveries applied, then refused
 }
 
 type faultEvent struct {
@@ -68,6 +71,9 @@ type life struct {
 	Ended         float64 `json:"ended_s,omitempty"`
 	End           string  `json:"end,omitempty"` // killed, exited: …; empty while running
 	StaleRejected float64 `json:"stale_writes_rejected"`
+	FxEmitted     float64 `json:"effects_emitted"`
+	FxPublished   float64 `json:"effects_published"`
+	FxFailed      float64 `json:"effects_publish_failures"`
 	Scrapes       int     `json:"scrapes"`
 	instances     float64
 	p             *proc.Proc
@@ -112,6 +118,7 @@ type chaosReport struct {
 	StaleRejected float64        `json:"stale_writes_rejected"`
 	History       historyResult  `json:"history"`
 	Damage        damageResult   `json:"damage"`
+	Effects       effectsResult  `json:"effects"`
 	Failures      []string       `json:"failures"`
 	Pass          bool           `json:"pass"`
 }
@@ -130,8 +137,8 @@ func runChaos(args []string) error {
 	defer stop()
 	rep := &chaosReport{Machine: thisMachine(), Config: cfg, Faults: map[string]int{}}
 	fmt.Printf("tickbench chaos on %s\n", rep.Machine)
-	fmt.Printf("%d nodes + tickd server, %d instances on %d shards, lease %v, %g attacks/s, nemesis for %v (a fault every ~%v: %s)\nseed %d\n\n",
-		cfg.Nodes, cfg.Instances, cfg.Shards, cfg.Lease, cfg.Rate, cfg.Duration, cfg.FaultEvery, strings.Join(fl.picks, ", "), cfg.Seed)
+	fmt.Printf("%d nodes + tickd server, %d instances on %d shards (%d killable, boss HP %d), lease %v, %g attacks/s, nemesis for %v (a fault every ~%v: %s)\nseed %d\n\n",
+		cfg.Nodes, cfg.Instances, cfg.Shards, cfg.Killable, cfg.KillableHP, cfg.Lease, cfg.Rate, cfg.Duration, cfg.FaultEvery, strings.Join(fl.picks, ", "), cfg.Seed)
 	fmt.Fprintf(os.Stderr, "seed %d\n", cfg.Seed)
 
 	p := newProgress()
@@ -147,11 +154,19 @@ func runChaos(args []string) error {
 		return err
 	}
 	defer gen.nc.Close()
+	gen.killable, gen.killableHP = cfg.Killable, cfg.KillableHP
 	if err := gen.setup(ctx, p, cfg.Instances); err != nil {
 		return err
 	}
+	// The effects consumer runs the whole soak, on the server the nemesis never touches: its
+	// deliveries are what a loot service would get while owners die, move and republish.
+	fc, err := startFxConsumer(ctx, b.URL, cfg.FxNak, cfg.Seed)
+	if err != nil {
+		return err
+	}
+	defer fc.stop()
 	c := &chaos{b: b, cfg: cfg, rep: rep, p: p, rng: mrand.New(mrand.NewPCG(cfg.Seed, cfg.Seed+1)), picks: fl.picks,
-		cur: map[string]*life{}, t0: time.Now()}
+		cur: map[string]*life{}, t0: time.Now(), fx: fc}
 	for _, id := range b.ids {
 		c.newLife(id, b.Node(id))
 	}
@@ -181,7 +196,10 @@ type chaosFlags struct {
 func parseChaosFlags(args []string) (chaosConfig, chaosFlags, error) {
 	fs := flag.NewFlagSet("chaos", flag.ExitOnError)
 	nodes := fs.Int("nodes", 3, "tickd node processes")
-	instances := fs.Int("instances", 100, "dungeons created by tickbench (boss HP 1e9, one joined player)")
+	instances := fs.Int("instances", 100, "dungeons created by tickbench (boss HP 1e9 but the killable ones, one joined player)")
+	killable := fs.Int("killable", 20, "of the instances, how many get a boss of --killable-hp that dies and respawns (one loot effect per kill); at most --instances")
+	killableHP := fs.Int64("killable-hp", 50, "boss HP of the killable instances (50: one attack kills, and the boss never enrages, so the only player is never downed)")
+	fxNak := fs.Float64("fx-nak", 0.05, "share of first effect deliveries the consumer applies and then refuses (as if it crashed before acknowledging): each must come again and not be applied again")
 	rate := fs.Float64("rate", 200, "attack commands per second, in all")
 	duration := fs.Duration("duration", 10*time.Minute, "how long the nemesis runs")
 	every := fs.Duration("fault-every", 5*time.Second, "mean pause between two faults (uniform in 0.5–1.5 ×)")
@@ -199,6 +217,10 @@ func parseChaosFlags(args []string) (chaosConfig, chaosFlags, error) {
 	if *nodes < 2 || *instances < 1 || *rate <= 0 || *duration <= 0 || *every <= 0 {
 		return chaosConfig{}, chaosFlags{}, errors.New("--nodes must be at least 2; --instances, --rate, --duration and --fault-every positive")
 	}
+	if *killable < 0 || *killableHP < 1 || *killableHP > 1e12 || *fxNak < 0 || *fxNak >= 1 {
+		return chaosConfig{}, chaosFlags{}, errors.New("--killable must not be negative, --killable-hp within 1..1e12, --fx-nak within [0, 1)")
+	}
+	*killable = min(*killable, *instances)
 	if *seed == 0 {
 		*seed = mrand.Uint64()
 	}
@@ -207,7 +229,7 @@ func parseChaosFlags(args []string) (chaosConfig, chaosFlags, error) {
 		return chaosConfig{}, chaosFlags{}, err
 	}
 	cfg := chaosConfig{Nodes: *nodes, Instances: *instances, Shards: *shards, Lease: *lease, Rate: *rate,
-		Duration: *duration, FaultEvery: *every, GiveUp: *giveUp, Seed: *seed}
+		Duration: *duration, FaultEvery: *every, GiveUp: *giveUp, Seed: *seed, Killable: *killable, KillableHP: *killableHP, FxNak: *fxNak}
 	return cfg, chaosFlags{picks: picks, tickd: *bin, jsonOut: *jsonOut}, nil
 }
 
@@ -288,6 +310,28 @@ func (c *chaos) healAndFinalWrite(ctx context.Context, gen *loadGen) {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("final write: %d of %d instances did not acknowledge one more attack",
 			rep.Damage.FinalWriteFailed, len(gen.ids)))
 	}
+	c.settleEffects(ctx, gen)
+}
+
+// settleEffects waits (bounded) until no stored record holds an effect, then until the
+// consumer has been delivered and has acknowledged the whole stream.
+func (c *chaos) settleEffects(ctx context.Context, gen *loadGen) {
+	e := &c.rep.Effects
+	c.p.line("waiting for every outbox to drain (at most %v)", fxDrainFor)
+	start := time.Now()
+	left, err := waitOutboxes(ctx, c.b, gen.ids, c.p, fxDrainFor)
+	e.DrainSeconds = time.Since(start).Seconds()
+	if err != nil {
+		c.rep.Failures = append(c.rep.Failures, fmt.Sprintf("effects: outboxes not drained after %.0fs (%d instances): %v", e.DrainSeconds, left, err))
+		return
+	}
+	c.p.line("outboxes drained in %.1fs; waiting for the effects consumer to catch up (at most %v)", e.DrainSeconds, fxCatchUpFor)
+	start = time.Now()
+	err = c.fx.waitCaughtUp(ctx, c.p, fxCatchUpFor)
+	e.CatchUpSeconds = time.Since(start).Seconds()
+	if err != nil {
+		c.rep.Failures = append(c.rep.Failures, "effects: "+err.Error())
+	}
 }
 
 // checkRun fills the report with the run's figures, checks every instance's damage and the stored
@@ -299,10 +343,15 @@ func (c *chaos) checkRun(ctx context.Context, gen *loadGen) {
 	rep.Lives = c.lives
 	for _, l := range c.lives {
 		rep.StaleRejected += l.StaleRejected
+		rep.Effects.Emitted += l.FxEmitted
+		rep.Effects.Published += l.FxPublished
+		rep.Effects.Failed += l.FxFailed
 	}
 	c.mu.Unlock()
 	c.p.line("checking every instance against the acknowledged attacks")
 	checkDamage(ctx, c.b, gen, rep)
+	c.p.line("checking the effects: stream and consumer against the stored states")
+	checkEffects(ctx, c.b, gen, c.fx, rep)
 	c.p.line("checking the stored history, message by message")
 	checkHistory(ctx, c.b, rep)
 	c.p.done()
@@ -332,6 +381,7 @@ func (rep *chaosReport) judge() {
 	if rep.Damage.Unreadable > 0 {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("%d instance records could not be read", rep.Damage.Unreadable))
 	}
+	rep.Failures = append(rep.Failures, rep.Effects.failures()...)
 	rep.Pass = len(rep.Failures) == 0
 	if rep.Failures == nil {
 		rep.Failures = []string{}
@@ -348,6 +398,7 @@ type chaos struct {
 	rng   *mrand.Rand
 	picks []string
 	t0    time.Time
+	fx    *fxConsumer
 
 	mu    sync.Mutex
 	lives []*life
@@ -421,6 +472,9 @@ func (c *chaos) scrape(l *life) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l.StaleRejected = m[`tickfence_state_writes_total{result="stale_owner"}`]
+	l.FxEmitted = m["tickfence_effects_emitted_total"]
+	l.FxPublished = m["tickfence_effects_published_total"]
+	l.FxFailed = m["tickfence_effects_publish_failures_total"]
 	l.instances = m["tickfence_instances"]
 	l.Scrapes++
 }
@@ -709,6 +763,9 @@ func (c *chaos) heal(ctx context.Context, instances []string) error {
 	return nil
 }
 
+// finalRetryFor bounds how long the final write attacks a killable instance whose boss is dead.
+const finalRetryFor = 30 * time.Second
+
 // finalWrite sends one more attack to every instance; each must be acknowledged.
 func finalWrite(g *loadGen) (acked, failed int) {
 	var ok, bad atomic.Int64
@@ -719,7 +776,7 @@ func finalWrite(g *loadGen) (acked, failed int) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if g.attack(i) {
+			if finalAttack(g, i) {
 				ok.Add(1)
 			} else {
 				bad.Add(1)
@@ -730,9 +787,28 @@ func finalWrite(g *loadGen) (acked, failed int) {
 	return int(ok.Load()), int(bad.Load())
 }
 
+// finalAttack sends the final attack to instance i. A killable instance's boss may be dead: the
+// attack is then refused (rejected, nothing applied) and sent again with a new request ID until
+// the next run takes it, for at most finalRetryFor.
+func finalAttack(g *loadGen, i int) bool {
+	deadline := time.Now().Add(finalRetryFor)
+	for {
+		switch out := g.attackOutcome(i); {
+		case out == "ok":
+			return true
+		case out != "rejected" || i >= g.killable || time.Now().After(deadline):
+			return false
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // checkDamage compares every instance's stored total_damage with the damage of its acknowledged
 // attacks: below is a lost acknowledged write; above is a duplicate unless attacks with no answer
 // (each at most maxAttackDamage) explain it.
+// Kills change none of this: an attack's damage is min(roll, boss HP), the same in its answer and
+// in total_damage, which a respawn does not reset; an attack on a dead boss is refused and
+// applies nothing.
 func checkDamage(ctx context.Context, b *benchCluster, g *loadGen, rep *chaosReport) {
 	d := &rep.Damage
 	d.Instances = len(g.ids)
@@ -857,6 +933,9 @@ func printChaos(rep *chaosReport) {
 		fmt.Printf(" (%s %d)", k, v)
 	}
 	fmt.Printf(", unknown (no answer within the give-up time) %d, retries %d, not sent %d\n", c.Unknown, c.Retried, c.Dropped)
+	if rep.Config.Killable > 0 && c.Errors["rejected"] > 0 {
+		fmt.Println("  (rejected: attacks on the dead boss of a killable instance before its next run; nothing applied)")
+	}
 	fmt.Printf("command round trip: p50 %s ms, p99 %s ms, p99.9 %s ms, max %s ms\n", ms(c.P50), ms(c.P99), ms(c.P999), ms(c.Max))
 	d := rep.Damage
 	fmt.Printf("final write: %d of %d instances acknowledged one more attack\n", d.FinalWriteAcked, d.Instances)
@@ -879,6 +958,7 @@ func printChaos(rep *chaosReport) {
 	for _, e := range append(h.Examples, d.Examples...) {
 		fmt.Printf("  %s\n", e)
 	}
+	printEffects(rep.Effects, rep.Config.FxNak)
 	if rep.Pass {
 		fmt.Printf("\nresult: PASS (seed %d)\n", rep.Config.Seed)
 	} else {

@@ -52,6 +52,11 @@ type loadGen struct {
 	// Per instance: damage of acknowledged attacks, attacks with no answer.
 	acked   []atomic.Int64
 	unknowN []atomic.Int64
+
+	// The first killable instances get a boss of killableHP instead of 1e9 (chaos only), so
+	// they die and respawn under the attacks.
+	killable   int
+	killableHP int64
 }
 
 type rttSample struct {
@@ -73,7 +78,8 @@ func (b *benchCluster) newLoad(seed uint64, rate float64, giveUp time.Duration, 
 		keep: keep, rtt: hdr.New(7), errs: map[string]int64{}}, nil
 }
 
-// setup creates the instances (boss HP 1e9) and joins player p in each.
+// setup creates the instances (boss HP 1e9, or killableHP for the first killable ones) and joins
+// player p in each.
 func (g *loadGen) setup(ctx context.Context, p *progress, n int) error {
 	g.ids = make([]string, n)
 	for i := range g.ids {
@@ -93,7 +99,11 @@ func (g *loadGen) setup(ctx context.Context, p *progress, n int) error {
 			defer func() { <-sem; wg.Done() }()
 			cctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
-			r, err := g.client.SendMap(cctx, id, g.runID+"-create-"+id, map[string]any{"type": "create", "kind": "dungeon", "boss_hp": 1_000_000_000})
+			hp := int64(1_000_000_000)
+			if i < g.killable {
+				hp = g.killableHP
+			}
+			r, err := g.client.SendMap(cctx, id, g.runID+"-create-"+id, map[string]any{"type": "create", "kind": "dungeon", "boss_hp": hp})
 			if err == nil && !r.OK {
 				err = r.Error
 			}
@@ -159,7 +169,11 @@ func (g *loadGen) run(ctx context.Context) {
 
 // attack sends one attack and accounts for its outcome. It ignores the run's context: a command
 // under way is retried until answered or given up, even after the schedule stopped.
-func (g *loadGen) attack(i int) (ok bool) {
+func (g *loadGen) attack(i int) (ok bool) { return g.attackOutcome(i) == "ok" }
+
+// attackOutcome is attack, telling how it ended: "ok", the error code of the answer, or
+// "unknown" (no answer within the give-up time).
+func (g *loadGen) attackOutcome(i int) string {
 	rid := fmt.Sprintf("%s-a%d", g.runID, g.seq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), g.giveUp)
 	defer cancel()
@@ -170,7 +184,7 @@ func (g *loadGen) attack(i int) (ok bool) {
 	if err != nil {
 		g.unknown.Add(1)
 		g.unknowN[i].Add(1)
-		return false
+		return "unknown"
 	}
 	g.rtt.Record(rtt)
 	if g.keep {
@@ -182,7 +196,7 @@ func (g *loadGen) attack(i int) (ok bool) {
 		g.mu.Lock()
 		g.errs[r.Error.Code]++
 		g.mu.Unlock()
-		return false
+		return r.Error.Code
 	}
 	g.ok.Add(1)
 	res, _ := r.Result.(map[string]any)
@@ -193,7 +207,7 @@ func (g *loadGen) attack(i int) (ok bool) {
 		g.mu.Unlock()
 	}
 	g.acked[i].Add(dmg)
-	return true
+	return "ok"
 }
 
 func (g *loadGen) wait() { g.wg.Wait() }

@@ -63,7 +63,8 @@ scenarios:
   cluster  tickd server + N node processes under command load: lateness per node, command round
            trip, failover time after --kill-node or --pause-node
   chaos    nemesis soak: random pauses, kills, moves, drains and frozen saves under load, then
-           the stored history and every acknowledged command are checked (exit 1 on a violation)
+           the stored history, every acknowledged command and every effect (loot from the
+           killable dungeons, consumed during the soak) are checked (exit 1 on a violation)
   overload one node under command load from 10 % to 200 % of its capacity: ok / busy / timed
            out, round trip, ticks vs schedule, lateness, write latency, record bytes per step
   frames   one node with N demo dungeons, without and with a frame from each every tick: tick

@@ -86,7 +86,8 @@ func TestClusterSmoke(t *testing.T) {
 }
 
 // A short nemesis run: faults are injected, the cluster heals, the stored history is complete
-// and clean, and every acknowledged attack is in the stored state exactly once.
+// and clean, every acknowledged attack is in the stored state exactly once, and every effect the
+// states explain is in the effects stream and was applied once by the consumer.
 func TestChaosSmoke(t *testing.T) {
 	js := filepath.Join(t.TempDir(), "chaos.json")
 	err := runChaos([]string{"--duration", "15s", "--fault-every", "3s", "--instances", "20", "--rate", "50",
@@ -118,5 +119,10 @@ func TestChaosSmoke(t *testing.T) {
 	}
 	if rep.Commands.OK == 0 {
 		t.Fatalf("no attack acknowledged: %+v", rep.Commands)
+	}
+	// Every instance is killable here (--killable 20 of 20): loot flows during the faults.
+	if e := rep.Effects; e.Expected == 0 || e.StreamKeys != e.Expected || e.Applied != e.Expected || e.Missing != 0 ||
+		e.Unexpected != 0 || e.Undelivered != 0 {
+		t.Fatalf("effects: %+v; want some, each in the stream and applied once", e)
 	}
 }
