@@ -8,8 +8,9 @@ import (
 
 // ledgerKind is the nemesis's own kind: its state is the ordered list of applied operation IDs, so
 // exactly-once and order are checkable from the stored state alone. {"type":"add","op":ID} appends
-// ID and returns its position (1-based); the create command's "tag" is kept, so a create remade with
-// default arguments shows.
+// ID, emits one effect of kind effectKind whose payload is ID (so the effects stream maps back to
+// operations) and returns its position (1-based); the create command's "tag" is kept, so a create
+// remade with default arguments shows.
 type ledgerKind struct{}
 
 func (ledgerKind) Name() string { return "ledger" }
@@ -32,9 +33,13 @@ func (ledgerKind) Restore(_ string, b []byte) (actor.Logic, error) {
 	return l, msgpack.Unmarshal(b, l)
 }
 
+// effectKind is the kind of the effect every applied add emits.
+const effectKind = "add"
+
 type ledger struct {
 	Tag string   `msgpack:"tag"`
 	Ops []string `msgpack:"ops"`
+	actor.Effects
 }
 
 func (l *ledger) Tick(uint64) {}
@@ -49,6 +54,7 @@ func (l *ledger) Handle(_ uint64, c actor.Command) (any, error) {
 	switch c.Type {
 	case "add":
 		l.Ops = append(l.Ops, a.Op)
+		l.Emit(effectKind, []byte(a.Op))
 		return len(l.Ops), nil // 1-based: a reply's result 0 would be omitted
 	case "get":
 		return len(l.Ops), nil

@@ -4,8 +4,8 @@
 // One run (Run, inside a testing/synctest bubble so that leases of 2 s cost no wall time): an
 // in-memory store that keeps its whole history, wrapped by a faultstore.Net with one Client per
 // process; three shard.Nodes, each also a coordinator.Run candidate with a Client of its own;
-// gateway clients creating "ledger" instances, sending adds with request IDs and retransmitting
-// them (to every node whose host has the shard; the first final answer wins; retry with the same
+// gateway clients creating "ledger" instances, sending adds (each emits an effect naming its op)
+// with request IDs and retransmitting them (to every node whose host has the shard; the first final answer wins; retry with the same
 // ID on retry, not_owner, busy or a timeout), and ending some; and a nemesis that, from the seed,
 // freezes and thaws nodes and coordinators, kills and restarts nodes (a new Node with the same ID:
 // a new session), forces reconnects and races operator moves and drains. Three runs in ten also
@@ -21,7 +21,10 @@
 // a write, and another operator's takeover. No restore passes FromEpoch: a retry whose first
 // attempt may have succeeded is the case issue 9.4 is about. The nodes follow the epoch as they
 // do in production; clients keep sending across it (one of the three, g2, in the compact form of
-// a client session, the others with opaque request IDs). Then the Net heals, the cluster settles,
+// a client session, the others with opaque request IDs). Every node life publishes its effects to
+// one fake effects stream (effects.go) that deduplicates by key and fails, loses acknowledgements,
+// delays and drops publishes from the seed; a frozen or killed node's publisher is frozen or
+// killed with it. Then the Net heals, the cluster settles, every stored effect reaches the stream,
 // and the checks run:
 //
 //   - the stored history (internal/history) of every epoch that went live: no record under a
@@ -50,6 +53,13 @@
 //     command still being retried is answered;
 //   - one coordinator at a time: every coordinator write (the leader key itself aside) is issued
 //     while the leader key names that coordinator's session;
+//   - effects (DESIGN 8; checkEffects): every effect in the stream was held, with the same kind and
+//     payload, by a record the store accepted, whose state applied its op (a zombie's, a refused or
+//     an undone command's effect never leaves); no key carries two effects; every effect an
+//     accepted record of the live epoch held, and the effect of every op in the instances' last
+//     states, is in the stream; an op has at most one effect per epoch, and an acknowledged op
+//     owed by the live epoch exactly one; within a bound after the clients stop, every outbox of
+//     the live epoch is in the stream;
 //   - nothing left running: every process is stopped, and synctest reports a goroutine that is not.
 //
 // A failing run reports its seed and the tail of the event log (faults decided, nemesis actions,
@@ -157,6 +167,7 @@ type Result struct {
 	Restore    string   // the run's restore episode ("" none; single, race or crash)
 	Restores   int      // restores that succeeded
 	Epoch      uint64   // the final epoch
+	Effects    EffectCounts
 	// MaxUnserved is the longest a shard stayed assigned to a live, unfrozen session that did
 	// not run it, outside a hand-off.
 	MaxUnserved time.Duration
@@ -167,8 +178,8 @@ func (r Result) OK() bool { return len(r.Violations) == 0 }
 
 func (r Result) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d adds sent, %d acknowledged, %d nemesis actions, restore episode %q (%d restores, final epoch %d); %s\n",
-		r.Seed, r.Sent, r.Acked, r.Actions, r.Restore, r.Restores, r.Epoch, faultstore.FormatCounts(r.Counts))
+	fmt.Fprintf(&b, "seed %d: %d adds sent, %d acknowledged, %d nemesis actions, restore episode %q (%d restores, final epoch %d); %s; %s\n",
+		r.Seed, r.Sent, r.Acked, r.Actions, r.Restore, r.Restores, r.Epoch, r.Effects, faultstore.FormatCounts(r.Counts))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
 	}
@@ -195,6 +206,7 @@ type cluster struct {
 	mem      *memstore.Store
 	audit    *auditStore // mem as the Net sees it
 	net      *faultstore.Net
+	fx       *effectStream // the effects stream every node life publishes to
 	kinds    *actor.Kinds
 	op       *faultstore.Client // the operator
 
@@ -219,6 +231,7 @@ type cluster struct {
 	ackedGen   map[int]int // acknowledged adds by the generation they were first sent in
 	insts      []*inst
 	nextInst   int
+	regs       []*prometheus.Registry // every node life's metrics
 	sent       int
 	acked      int
 }
@@ -233,6 +246,7 @@ type proc struct {
 	node     *node.Node
 	nodeC    *faultstore.Client
 	coordC   *faultstore.Client
+	pub      *effectPublisher // this life's effects connection: frozen and killed with nodeC
 	cancel   context.CancelFunc
 	done     chan struct{}
 	impaired bool // frozen or dead: at most Nodes-1 at once
@@ -314,6 +328,7 @@ func Run(seed uint64, cfg Config) Result {
 		rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), coordSess: map[string]string{}, writeHooks: map[string]*writeHook{}, ackedGen: map[int]int{},
 		grid: time.Now()}
 	audit.c = c
+	c.fx = newEffectStream(c)
 	// One tick schedule for every life of every node, known to the Net: store events that it makes
 	// end on a tick instant race that tick for real under the fake clock.
 	net.SetGrid(c.grid, tickPeriod)
@@ -346,6 +361,7 @@ func Run(seed uint64, cfg Config) Result {
 
 	// The nemesis. Some runs scale the cluster down once, for good; some restore a backup.
 	chaosEnd := time.Now().Add(cfg.Chaos)
+	c.fx.planOutages(time.Now(), cfg.Chaos)
 	if !cfg.NoActions && cfg.Nodes > 2 && c.float() < 0.3 {
 		c.later(c.dur(time.Second, cfg.Chaos-2*time.Second), c.retire)
 	}
@@ -367,6 +383,7 @@ func Run(seed uint64, cfg Config) Result {
 	// Heal: no new faults, late writes settled, every process thawed and running, drains lifted.
 	c.healed.Store(true)
 	net.Heal()
+	c.fx.heal()
 	net.Logf("healing")
 	c.bg.Wait() // every action finished (thaws and restarts included)
 	for _, p := range c.procs {
@@ -392,20 +409,28 @@ func Run(seed uint64, cfg Config) Result {
 	maxUnserved := <-monitorDone
 	close(stopClients)
 	clients.Wait()
+	c.awaitEffects(15 * time.Second)
 
 	// Stop everything cleanly, then check the stored outcome.
 	for _, p := range c.procs {
 		p.stop(false)
 	}
+	c.fx.wg.Wait() // every publish settled
 	c.checkHistory()
 	c.checkLedgers()
 	c.audit.checkClobbers()
+	cutLost, cutTwice := c.checkEffects()
 
 	c.mu.Lock()
 	finalEpoch, _ := audit.current()
 	res := Result{Seed: seed, Violations: c.violations, Counts: net.Counts(), Sent: c.sent, Acked: c.acked, Actions: int(c.actions.Load()),
 		MaxUnserved: maxUnserved, Restore: restoreKind, Restores: int(c.restores.Load()), Epoch: finalEpoch}
 	c.mu.Unlock()
+	res.Effects = c.effectCounts()
+	res.Effects.CutLost, res.Effects.CutTwice = cutLost, cutTwice
+	for k, v := range c.fx.faultCounts() {
+		res.Counts[k] = v
+	}
 	if !res.OK() || cfg.LogAlways {
 		res.Events = net.Events(cfg.LogTail)
 	}
@@ -521,13 +546,17 @@ func (p *proc) start() {
 	c.coordSess[p.coordC.Name()] = sess
 	c.mu.Unlock()
 	reg := prometheus.NewRegistry()
+	p.pub = c.fx.publisher("fx-" + name)
+	c.mu.Lock()
+	c.regs = append(c.regs, reg)
+	c.mu.Unlock()
 	engine, err := actor.NewEngine(actor.EngineConfig{Rate: float64(time.Second / tickPeriod), Workers: 1, Slot: tickPeriod, Start: c.grid})
 	if err != nil {
 		panic(err)
 	}
 	log := slog.New(&logHandler{net: c.net, name: name, node: p.id, onStale: c.staleStop, onAdopt: c.adopted})
 	nd, err := node.New(node.Config{Config: shard.Config{Node: p.id, Store: p.nodeC, Kinds: c.kinds,
-		Engine: engine, Registerer: reg, Logger: log, CheckpointEvery: 5}, LeaseTTL: 2 * time.Second})
+		Engine: engine, Effects: p.pub, Registerer: reg, Logger: log, CheckpointEvery: 5}, LeaseTTL: 2 * time.Second})
 	if err != nil {
 		panic(err)
 	}
@@ -567,14 +596,16 @@ func (p *proc) stop(kill bool) {
 		return
 	}
 	p.alive = false
-	nodeC, coordC, cancel, done := p.nodeC, p.coordC, p.cancel, p.done
+	nodeC, coordC, pub, cancel, done := p.nodeC, p.coordC, p.pub, p.cancel, p.done
 	p.mu.Unlock()
 	if kill {
 		nodeC.Kill()
 		coordC.Kill()
+		pub.kill()
 	} else {
 		nodeC.Thaw()
 		coordC.Thaw()
+		pub.unfreeze()
 	}
 	cancel()
 	<-done
@@ -583,11 +614,12 @@ func (p *proc) stop(kill bool) {
 
 func (p *proc) thaw() {
 	p.mu.Lock()
-	nodeC, coordC := p.nodeC, p.coordC
+	nodeC, coordC, pub := p.nodeC, p.coordC, p.pub
 	p.impaired = false
 	p.mu.Unlock()
 	nodeC.Thaw()
 	coordC.Thaw()
+	pub.unfreeze()
 }
 
 // impair marks the process frozen or dead if fewer than Nodes-1 others are.
@@ -628,11 +660,12 @@ func (c *cluster) act() {
 		}
 		d := c.dur(300*time.Millisecond, 5*time.Second)
 		p.mu.Lock()
-		nodeC, coordC := p.nodeC, p.coordC
+		nodeC, coordC, pub := p.nodeC, p.coordC, p.pub
 		p.mu.Unlock()
 		c.net.Logf("nemesis: freeze %s for %v", p.id, d)
 		nodeC.Freeze()
 		coordC.Freeze()
+		pub.freeze()
 		c.later(d, func() { c.net.Logf("nemesis: thaw %s", p.id); p.thaw() })
 	case r < 0.35: // only the coordinator frozen, at whatever point of a round it is
 		p.mu.Lock()

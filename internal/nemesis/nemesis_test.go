@@ -32,6 +32,7 @@ func TestNemesis(t *testing.T) {
 	totals := map[string]uint64{}
 	var runs, sent, acked, actions, restoreRuns, restores int
 	var maxUnserved time.Duration
+	var effects EffectCounts
 	var failed []uint64
 	run := func(t *testing.T, seed uint64) {
 		synctest.Test(t, func(t *testing.T) {
@@ -46,6 +47,7 @@ func TestNemesis(t *testing.T) {
 			}
 			restores += res.Restores
 			maxUnserved = max(maxUnserved, res.MaxUnserved)
+			effects.add(res.Effects)
 			for k, v := range res.Counts {
 				totals[k] += v
 			}
@@ -87,7 +89,7 @@ func TestNemesis(t *testing.T) {
 		total += v
 	}
 	slices.Sort(failed)
-	t.Logf("%d runs in %v: %d adds sent, %d acknowledged, %d nemesis actions, %d runs with a restore episode (%d restores), longest unserved shard %v, %s; failing seeds (%d): %v",
-		runs, time.Since(start).Round(time.Millisecond), sent, acked, actions, restoreRuns, restores, maxUnserved, faultstore.FormatCounts(totals),
+	t.Logf("%d runs in %v: %d adds sent, %d acknowledged, %d nemesis actions, %d runs with a restore episode (%d restores), longest unserved shard %v, %s, %s; failing seeds (%d): %v",
+		runs, time.Since(start).Round(time.Millisecond), sent, acked, actions, restoreRuns, restores, maxUnserved, effects, faultstore.FormatCounts(totals),
 		len(failed), failed)
 }
