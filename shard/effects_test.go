@@ -115,17 +115,19 @@ func TestEffectLeavesOnlyOnceItsWriteIsAccepted(t *testing.T) {
 		mustOK(t, sendRetrying(n, id, "e1", map[string]any{"type": "emit", "what": "30 gold"}), "emit retransmitted")
 		waitFor(t, "the effect published", func() bool { return len(pub.keys()) == 1 })
 		key := pub.keys()[0]
-		if want := store.EffectKey(id, 1, 1); key != want || string(pub.got[key]) != "30 gold" {
-			t.Fatalf("published %q = %q, want %q = %q", key, pub.got[key], want, "30 gold")
+		rec, _ := load(t, st, id)
+		base := rec.FxSeq - 1 // where this instance's sequence started (store.FxSeqBase)
+		if want := store.EffectKey(id, 1, base+1); key != want || string(pub.got[key]) != "30 gold" || base == 0 || base%store.FxSeqBase(1) != 0 {
+			t.Fatalf("published %q = %q, want %q = %q (a sequence starting at a base)", key, pub.got[key], want, "30 gold")
 		}
 		waitFor(t, "the delivered effect dropped from the record", func() bool {
 			rec, _ := load(t, st, id)
-			return len(rec.Fx) == 0 && rec.FxSeq == 1
+			return len(rec.Fx) == 0 && rec.FxSeq == base+1
 		})
 		mustOK(t, n.send(id, "e2", map[string]any{"type": "emit", "what": "a sword"}), "emit")
 		waitFor(t, "the second effect", func() bool { return len(pub.keys()) == 2 })
-		if k := pub.keys()[1]; k != store.EffectKey(id, 1, 2) {
-			t.Fatalf("second effect key %q, want sequence 2", k)
+		if k := pub.keys()[1]; k != store.EffectKey(id, 1, base+2) {
+			t.Fatalf("second effect key %q, want the next sequence number", k)
 		}
 	})
 }
@@ -143,9 +145,11 @@ func TestNewOwnerDeliversWhatTheOldOneCouldNot(t *testing.T) {
 	id := idIn(s, 2)
 	mustOK(t, a.send(id, "c1", map[string]any{"type": "create", "kind": "emitter"}), "create")
 	mustOK(t, a.send(id, "e1", map[string]any{"type": "emit", "what": "loot"}), "emit (stored, not delivered)")
-	if rec, _ := load(t, mem, id); len(rec.Fx) != 1 {
+	rec, _ := load(t, mem, id)
+	if len(rec.Fx) != 1 {
 		t.Fatalf("record outbox holds %d effects, want 1", len(rec.Fx))
 	}
+	stored := rec.Fx[0].Key
 	b := effectsNode(t, mem, "b", livePub)
 	b.grant(s) // a is not told: from now on it is a zombie
 	waitFor(t, "the new owner delivers the stored effect", func() bool { return len(livePub.keys()) == 1 })
@@ -160,7 +164,7 @@ func TestNewOwnerDeliversWhatTheOldOneCouldNot(t *testing.T) {
 			t.Fatalf("the zombie's effect %s left", k)
 		}
 	}
-	if k := livePub.keys(); len(k) != 1 || k[0] != store.EffectKey(id, 1, 1) {
+	if k := livePub.keys(); len(k) != 1 || k[0] != stored {
 		t.Fatalf("delivered by the new owner: %v, want only the stored effect", k)
 	}
 }
@@ -213,7 +217,7 @@ func TestEffectOverItsLimitIsRefusedWhole(t *testing.T) {
 	}
 	mustOK(t, n.send(id, "e2", map[string]any{"type": "emit", "what": "fits"}), "emit")
 	waitFor(t, "the fitting effect", func() bool { return len(pub.keys()) == 1 })
-	if rec, cs := load(t, mem, id); cs.N != 2 || rec.FxSeq != 1 || string(pub.got[pub.keys()[0]]) != "fits" {
+	if rec, cs := load(t, mem, id); cs.N != 2 || rec.FxSeq%store.FxSeqBase(1) != 1 || string(pub.got[pub.keys()[0]]) != "fits" {
 		t.Fatalf("n = %d, fx_seq %d, published %q; want both commands applied and only the fitting effect", cs.N, rec.FxSeq, pub.got[pub.keys()[0]])
 	}
 }

@@ -415,6 +415,11 @@ func (in *instance) expireLocked() *write {
 	if !in.acked.Ended || in.pending != nil || in.inflight != nil || time.Since(in.endedSeen) < in.sh.h.cfg.TombstoneTTL {
 		return nil
 	}
+	for _, e := range in.acked.Fx {
+		if in.fx[e.Key] != fxDelivered {
+			return nil // the delete marker would take an undelivered effect with it
+		}
+	}
 	in.expiring = true
 	w := &write{end: true}
 	in.queue(w)
@@ -463,9 +468,14 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 		default:
 			res, err := in.logic.Handle(tick, actor.Command{Type: c.Type, Body: c.Body})
 			a.reply, a.result = replyFor(res, err)
-			if a.result == wire.CodeBadRequest {
-				return a, true // malformed: nothing changed, nothing to remember or store
+			var effs []actor.Effect
+			if e, ok := in.logic.(actor.Emitter); ok {
+				effs = e.TakeEffects() // now: an end later in this tick drops the logic
 			}
+			if a.result == wire.CodeBadRequest {
+				return a, true // malformed: nothing changed, nothing to remember, store or emit
+			}
+			in.addEffects(tick, effs)
 		}
 	}
 	in.sh.h.remember(&in.rec, c, tick, a.reply)

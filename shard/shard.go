@@ -226,6 +226,9 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 		sh.log.Error("instance state unreadable, not loaded", "instance", id, "revision", rev, "err", err)
 		return nil
 	}
+	if len(rec.State) == 0 && rec.FxSeq == 0 { // a placeholder: its life starts here
+		rec.FxSeq = store.FxSeqBase(rev)
+	}
 	in := newInstance(sh, g, id, kind, logic, rec)
 	if len(rec.State) == 0 {
 		in.lastWrite = 0
@@ -576,7 +579,8 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 	// this answer, never already_exists.
 	rec := store.Record{Kind: args.Kind, Create: c.Body}
 	sh.h.remember(&rec, c, 0, reply)
-	if _, err := st.Create(sh.ctx, g, c.Instance, rec); errors.Is(err, store.ErrConflict) {
+	createRev, err := st.Create(sh.ctx, g, c.Instance, rec)
+	if errors.Is(err, store.ErrConflict) {
 		// It exists, perhaps missing from a lagging listing: never overwrite, load it.
 		if in = sh.loadOne(g, c.Instance); in == nil {
 			sh.h.answerErr(c, wire.CodeRetry, "instance %s exists but could not be loaded", c.Instance)
@@ -589,6 +593,7 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 		return
 	}
 	rec.State, rec.Create = state, nil
+	rec.FxSeq = store.FxSeqBase(createRev)
 	if sh.uncertain(g.Token) {
 		sh.h.answerErr(c, wire.CodeRetry, "shard %d is being rebuilt after an uncertain write; retry with the same request id", sh.id)
 		return

@@ -118,6 +118,12 @@ const MaxOutbox = 256
 // MaxOutboxBytes bounds the payload bytes an outbox holds unpublished (the same rule applies).
 const MaxOutboxBytes = 64 << 10
 
+// FxSeqBase is where the effect sequence of an instance created at revision rev of its key
+// starts: an ID created again (after its tombstone expired) never reuses a key of an earlier
+// life, whose keys all lie below its own base plus what its writes held (a record holds fewer
+// than 2^24 effects, and every write of the earlier life is a revision below rev).
+func FxSeqBase(rev uint64) uint64 { return rev << 24 }
+
 // EffectKey is the key of an instance's seq-th effect, made under epoch.
 func EffectKey(id string, epoch, seq uint64) string {
 	return id + ":" + strconv.FormatUint(epoch, 10) + ":" + strconv.FormatUint(seq, 10)

@@ -334,17 +334,21 @@ type fxState struct {
 // "p" joined before the first attack and never leaves, so every kill saw exactly one player;
 // die() grants loot (one effect per player) only when loot_given != run and then sets it to the
 // run, and a run starts only after the previous one died, so the runs whose loot was granted are
-// exactly 1..loot_given: the instance made loot_given effects, its keys <id>:<epoch>:1..loot_given
-// (no restore in chaos: one epoch), the seq-th the loot of run seq. It also checks the state
-// against that: fx_seq (every effect of the dungeon is loot) = loot_given = kills, and, each
-// finished run having taken exactly max_hp damage, total_damage = run × max_hp − hp.
-func expectedKeys(id string, r store.Record, st fxState) (n int, bad []string) {
+// exactly 1..loot_given: the instance made loot_given effects, its keys
+// <id>:<epoch>:base+1..base+loot_given (no restore in chaos: one epoch; base is where the
+// instance's sequence started, store.FxSeqBase of its creation revision: a multiple of 2^24),
+// the (base+k)-th the loot of run k. It also checks the state against that: fx_seq − base
+// (every effect of the dungeon is loot) = loot_given = kills, and, each finished run having taken
+// exactly max_hp damage, total_damage = run × max_hp − hp.
+func expectedKeys(id string, r store.Record, st fxState) (n int, base uint64, bad []string) {
 	n = st.LootGiven
 	if len(st.Players) != 1 || st.Players[0].Name != "p" {
 		bad = append(bad, fmt.Sprintf("%s: %d players, want only p", id, len(st.Players)))
 	}
-	if r.FxSeq != uint64(n) {
-		bad = append(bad, fmt.Sprintf("%s: fx_seq %d, loot_given %d", id, r.FxSeq, n))
+	if r.FxSeq < uint64(n) || (r.FxSeq-uint64(n))%store.FxSeqBase(1) != 0 || r.FxSeq-uint64(n) == 0 {
+		bad = append(bad, fmt.Sprintf("%s: fx_seq %d, loot_given %d: the sequence did not start at a base", id, r.FxSeq, n))
+	} else {
+		base = r.FxSeq - uint64(n)
 	}
 	if st.Kills != st.LootGiven {
 		bad = append(bad, fmt.Sprintf("%s: kills %d, loot_given %d", id, st.Kills, st.LootGiven))
@@ -355,7 +359,7 @@ func expectedKeys(id string, r store.Record, st fxState) (n int, bad []string) {
 	if st.Run != st.LootGiven && st.Run != st.LootGiven+1 {
 		bad = append(bad, fmt.Sprintf("%s: run %d, loot_given %d", id, st.Run, st.LootGiven))
 	}
-	return n, bad
+	return n, base, bad
 }
 
 // parseFxKey splits <id>:<epoch>:<seq>.
@@ -428,20 +432,20 @@ func checkEffects(ctx context.Context, b *benchCluster, g *loadGen, fc *fxConsum
 			e.OutboxLeft++
 			e.example("%s: outbox still holds %d effects (first %s)", id, len(r.Fx), r.Fx[0].Key)
 		}
-		n, bad := expectedKeys(id, r, st)
+		n, base, bad := expectedKeys(id, r, st)
 		if len(bad) > 0 {
 			e.Inconsistent++
 			for _, s := range bad {
 				e.example("%s", s)
 			}
 		}
-		x := fxExpect{n: n, items: map[int]string{}}
+		x := fxExpect{n: n, base: base, items: map[int]string{}}
 		for _, l := range st.Loot {
 			x.items[l.Run] = l.Item
 		}
 		want[id] = x
 		e.Kills += st.Kills
-		e.FxSeq += r.FxSeq
+		e.FxSeq += r.FxSeq - base
 	}
 
 	fc.mu.Lock()
@@ -460,10 +464,11 @@ func checkEffects(ctx context.Context, b *benchCluster, g *loadGen, fc *fxConsum
 	}
 }
 
-// fxExpect is what an instance's stored state explains: keys 1..n, and the items of the runs
-// its state still lists.
+// fxExpect is what an instance's stored state explains: keys base+1..base+n, and the items of
+// the runs its state still lists.
 type fxExpect struct {
 	n     int
+	base  uint64
 	items map[int]string
 }
 
@@ -488,10 +493,10 @@ func (e *effectsResult) tally(epoch uint64, ids []string, want map[string]fxExpe
 	explained := func(key string) (fxExpect, uint64, bool) {
 		id, ep, seq, ok := parseFxKey(key)
 		x, known := want[id]
-		if !ok || !known || ep != epoch || seq < 1 || seq > uint64(x.n) {
+		if !ok || !known || ep != epoch || seq <= x.base || seq > x.base+uint64(x.n) {
 			return fxExpect{}, 0, false
 		}
-		return x, seq, true
+		return x, seq - x.base, true // the run whose loot it is
 	}
 	for _, key := range sortedKeys(stored) {
 		s := stored[key]
@@ -525,8 +530,8 @@ func (e *effectsResult) tally(epoch uint64, ids []string, want map[string]fxExpe
 		}
 	}
 	for _, id := range ids {
-		for seq := 1; seq <= want[id].n; seq++ {
-			key := store.EffectKey(id, epoch, uint64(seq))
+		for k := 1; k <= want[id].n; k++ {
+			key := store.EffectKey(id, epoch, want[id].base+uint64(k))
 			if stored[key] == nil {
 				e.Missing++
 				e.example("missing from the stream: %s", key)

@@ -87,24 +87,26 @@ func TestExpectedKeys(t *testing.T) {
 	p := []dungeon.Player{{Name: "p", HP: 1000}}
 	// Run 4 alive: runs 1..3 killed and granted, 150 damage in all, 20 into run 4.
 	ok := fxState{Run: 4, HP: 30, MaxHP: 50, Players: p, Kills: 3, LootGiven: 3, TotalDmg: 170}
-	if n, bad := expectedKeys("x", store.Record{FxSeq: 3}, ok); n != 3 || len(bad) != 0 {
-		t.Fatalf("alive: %d, %q; want 3, none", n, bad)
+	base := store.FxSeqBase(7) // the instance was created at revision 7
+	if n, b, bad := expectedKeys("x", store.Record{FxSeq: base + 3}, ok); n != 3 || b != base || len(bad) != 0 {
+		t.Fatalf("alive: %d from %d, %q; want 3 from %d, none", n, b, bad, base)
 	}
 	// Run 4 dead: its loot granted too.
 	dead := fxState{Run: 4, HP: 0, MaxHP: 50, Players: p, Kills: 4, LootGiven: 4, TotalDmg: 200}
-	if n, bad := expectedKeys("x", store.Record{FxSeq: 4}, dead); n != 4 || len(bad) != 0 {
+	if n, _, bad := expectedKeys("x", store.Record{FxSeq: base + 4}, dead); n != 4 || len(bad) != 0 {
 		t.Fatalf("dead: %d, %q; want 4, none", n, bad)
 	}
 	for name, c := range map[string]struct {
 		st  fxState
 		seq uint64
 	}{
-		"fx_seq beyond the grants": {ok, 4},
-		"damage":                   {fxState{Run: 4, HP: 30, MaxHP: 50, Players: p, Kills: 3, LootGiven: 3, TotalDmg: 171}, 3},
-		"kills":                    {fxState{Run: 4, HP: 30, MaxHP: 50, Players: p, Kills: 4, LootGiven: 3, TotalDmg: 170}, 3},
-		"players":                  {fxState{Run: 4, HP: 30, MaxHP: 50, Kills: 3, LootGiven: 3, TotalDmg: 170}, 3},
+		"fx_seq beyond the grants": {ok, base + 4},
+		"no base":                  {ok, 3},
+		"damage":                   {fxState{Run: 4, HP: 30, MaxHP: 50, Players: p, Kills: 3, LootGiven: 3, TotalDmg: 171}, base + 3},
+		"kills":                    {fxState{Run: 4, HP: 30, MaxHP: 50, Players: p, Kills: 4, LootGiven: 3, TotalDmg: 170}, base + 3},
+		"players":                  {fxState{Run: 4, HP: 30, MaxHP: 50, Kills: 3, LootGiven: 3, TotalDmg: 170}, base + 3},
 	} {
-		if _, bad := expectedKeys("x", store.Record{FxSeq: c.seq}, c.st); len(bad) == 0 {
+		if _, _, bad := expectedKeys("x", store.Record{FxSeq: c.seq}, c.st); len(bad) == 0 {
 			t.Errorf("%s: not reported", name)
 		}
 	}
