@@ -33,7 +33,7 @@ func TestTooLargeFirstWriteAfterPlaceholderReverts(t *testing.T) {
 	// it lands in the first tick after the load, whose write carries the initial state.
 	var r wire.Reply
 	for i := 0; ; i++ {
-		r = n.send(id, "g1", map[string]any{"type": "grow", "n": 300 << 10})
+		r = n.send(id, "g1", map[string]any{"type": "grow", "n": store.MaxBlobBytes})
 		if r.OK || r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeBusy {
 			break
 		}
