@@ -49,6 +49,7 @@ type Frame struct {
 	Epoch    uint64
 	Token    uint64
 	Tick     uint64
+	Index    uint64 // the frame's number among its tick's frames (0, 1, …)
 	Payload  []byte
 }
 

@@ -199,7 +199,7 @@ func (in *instance) Tick(time.Time) {
 // frame that breaks the limits is refused whole, logged and counted.
 func (in *instance) publish(tick uint64, frames []actor.Frame) {
 	h := in.sh.h
-	for _, f := range frames {
+	for i, f := range frames {
 		if err := actor.ValidFrame(f); err != nil {
 			h.cfg.metrics.FramesRefused.Inc()
 			in.sh.log.Error("frame refused", "instance", in.id, "token", in.grant.Token, "tick", tick, "err", err)
@@ -207,7 +207,7 @@ func (in *instance) publish(tick uint64, frames []actor.Frame) {
 		}
 		if h.cfg.Frames != nil {
 			h.cfg.Frames.Publish(Frame{Shard: in.grant.Shard, Instance: in.id, Topic: f.Topic,
-				Epoch: in.grant.Epoch, Token: in.grant.Token, Tick: tick, Payload: f.Payload})
+				Epoch: in.grant.Epoch, Token: in.grant.Token, Tick: tick, Index: uint64(i), Payload: f.Payload})
 		}
 	}
 }
@@ -290,7 +290,9 @@ func (in *instance) sendEffects() {
 		return
 	}
 	in.mu.Lock()
-	if len(in.acked.Fx) == 0 || in.dead || time.Now().Before(in.fxRetry) {
+	// Not even a retired or poisoned instance holds them back: what its acknowledged record holds
+	// was accepted, and publishing it from anyone is safe (the stream removes repeats).
+	if len(in.acked.Fx) == 0 || time.Now().Before(in.fxRetry) {
 		in.mu.Unlock()
 		return
 	}

@@ -199,7 +199,11 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 		}
 		_, err = st.Register(sh.ctx, g, id, rec, rev)
 		return err // ErrConflict: the load was not current (a lagging replica); load again
-	}, func(err error) bool { return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrBadRecord) })
+	}, func(err error) bool {
+		// Unreadable (a malformed record, a missing blob) is not retried here: one such record
+		// must not keep the shard's other instances out of service. It is logged below.
+		return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrBadRecord) || errors.Is(err, store.ErrBlobMissing)
+	})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil

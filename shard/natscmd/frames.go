@@ -61,8 +61,9 @@ func (p *FramePublisher) Publish(f shard.Frame) {
 func (p *FramePublisher) run() {
 	defer close(p.done)
 	// One message and one header map, reused: PublishMsg copies them into the connection's buffer.
-	epoch, token, tick := []string{""}, []string{""}, []string{""}
-	m := &nats.Msg{Header: nats.Header{wire.HeaderEpoch: epoch, wire.HeaderToken: token, wire.HeaderTick: tick}}
+	epoch, token, tick, index := []string{""}, []string{""}, []string{""}, []string{""}
+	m := &nats.Msg{Header: nats.Header{wire.HeaderEpoch: epoch, wire.HeaderToken: token, wire.HeaderTick: tick,
+		wire.HeaderFrame: index}}
 	var num []byte
 	for {
 		var f shard.Frame
@@ -79,6 +80,8 @@ func (p *FramePublisher) run() {
 		token[0] = string(num)
 		num = strconv.AppendUint(num[:0], f.Tick, 10)
 		tick[0] = string(num)
+		num = strconv.AppendUint(num[:0], f.Index, 10)
+		index[0] = string(num)
 		if err := p.nc.PublishMsg(m); err != nil {
 			p.metrics.FramesDropped.Inc()
 			continue
@@ -103,8 +106,8 @@ type Frame struct {
 
 // Watch delivers the frames of one instance, every topic, until ctx ends (then the channel
 // closes). It applies the watcher's rule (wire.FrameFilter): a frame under an older grant than one
-// already seen — a zombie's — or an earlier tick under the same grant is dropped, so what arrives
-// goes forward in time. It survives moves: the subject names the instance, not its owner. A
+// already seen — a zombie's — is dropped, and under the same grant one that is not after the last
+// shown on its subject (by tick and frame number), so what arrives goes forward in time. It survives moves: the subject names the instance, not its owner. A
 // consumer slower than the frames loses the ones its buffer (256) cannot hold; Dropped on the
 // returned Watch counts them.
 func (c *Client) Watch(ctx context.Context, instance string) (*Watch, error) {
@@ -127,7 +130,7 @@ func (c *Client) Watch(ctx context.Context, instance string) (*Watch, error) {
 		f := Frame{Instance: instance, Topic: strings.TrimPrefix(strings.TrimPrefix(m.Subject, base), "."), FrameStamp: st, Payload: m.Data}
 		mu.Lock()
 		defer mu.Unlock()
-		if closed || !filter.Pass(st) {
+		if closed || !filter.Pass(f.Topic, st) {
 			if !closed {
 				w.stale.Add(1)
 			}

@@ -8,11 +8,13 @@ import (
 // Frames (DESIGN 8): published on core NATS, not stored.
 const (
 	FramePrefix = "tickfence.out"
-	// The grant and tick a frame was made under. A watcher keeps, per instance, the highest
-	// (epoch, token) seen and the last tick under it, and drops any frame below them.
+	// The grant and tick a frame was made under, and its number among that tick's frames (0,
+	// 1, …; absent means 0). A watcher drops a frame of an older grant than one it has seen, and,
+	// under the same grant and on the same subject, one that is not after the last it showed.
 	HeaderEpoch = "Tickfence-Epoch"
 	HeaderToken = "Tickfence-Token"
 	HeaderTick  = "Tickfence-Tick"
+	HeaderFrame = "Tickfence-Frame"
 )
 
 // FrameSubject is where an instance's frames are published: tickfence.out.<S>.<id>[.<topic>].
@@ -27,6 +29,7 @@ func FrameSubject(shard uint32, id, topic string) string {
 // FrameStamp is what a frame's headers say about where it comes from.
 type FrameStamp struct {
 	Epoch, Token, Tick uint64
+	Index              uint64 // among the frames of its tick
 }
 
 // ParseFrameStamp reads a frame's stamp headers (get is nats.Header.Get or the like).
@@ -42,27 +45,43 @@ func ParseFrameStamp(get func(string) string) (FrameStamp, error) {
 		}
 		*f.v = n
 	}
+	if v := get(HeaderFrame); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return FrameStamp{}, errors.New("frame with an invalid " + HeaderFrame + " header")
+		}
+		st.Index = n
+	}
 	return st, nil
 }
 
 // FrameFilter applies the watcher's rule for one instance: a frame passes only if its (epoch,
-// token) is the highest seen, and, under that same grant, its tick is above the last one passed.
-// A zombie's frames pass only until the new owner's first frame does. The zero value is ready.
+// token) is the highest seen on any of the instance's subjects, and, under that grant, it comes
+// after the last frame shown on its own subject (topic) by (tick, index). A zombie's frames pass
+// only until the new owner's first frame does; frames of one tick all pass, in order; topics are
+// ordered each on its own (NATS orders one publisher's messages per subject, not across them).
+// The zero value is ready.
 type FrameFilter struct {
-	seen bool
-	last FrameStamp
+	seen  bool
+	epoch uint64
+	token uint64
+	last  map[string][2]uint64 // topic → (tick, index) last shown under the current grant
 }
 
-// Pass reports whether a frame with this stamp is shown, and remembers it if so.
-func (f *FrameFilter) Pass(st FrameStamp) bool {
-	if f.seen {
-		switch {
-		case st.Epoch < f.last.Epoch, st.Epoch == f.last.Epoch && st.Token < f.last.Token:
-			return false // an older grant: a zombie, or a frame overtaken on the wire
-		case st.Epoch == f.last.Epoch && st.Token == f.last.Token && st.Tick <= f.last.Tick:
-			return false
+// Pass reports whether a frame on topic ("" for the main subject) with this stamp is shown, and
+// remembers it if so.
+func (f *FrameFilter) Pass(topic string, st FrameStamp) bool {
+	switch {
+	case !f.seen, st.Epoch > f.epoch, st.Epoch == f.epoch && st.Token > f.token:
+		f.seen, f.epoch, f.token = true, st.Epoch, st.Token // a newer grant: every topic starts again
+		f.last = map[string][2]uint64{}
+	case st.Epoch < f.epoch, st.Token < f.token:
+		return false // an older grant: a zombie, or a frame overtaken on the wire
+	default:
+		if l, ok := f.last[topic]; ok && (st.Tick < l[0] || st.Tick == l[0] && st.Index <= l[1]) {
+			return false // not after the last one shown on this subject
 		}
 	}
-	f.seen, f.last = true, st
+	f.last[topic] = [2]uint64{st.Tick, st.Index}
 	return true
 }

@@ -124,6 +124,10 @@ func (s *Store) CollectBlobs(_ context.Context, grace time.Duration, dryRun bool
 	s.blobMu.Unlock()
 	refs := map[string]bool{}
 	s.mu.Lock()
+	if e, ok := s.liveControl(store.RestoreKey); ok {
+		s.mu.Unlock()
+		return res, fmt.Errorf("a restore holds its claim (%s): collect blobs after it ends", e.value)
+	}
 	if c, err := s.clusterLocked(); err == nil {
 		for p := uint32(0); p < c.Partitions; p++ {
 			b := s.bucket(store.DataBucket(c.Epoch, p), false)
@@ -155,11 +159,16 @@ func (s *Store) CollectBlobs(_ context.Context, grace time.Duration, dryRun bool
 		case now.Sub(names[n]) < grace:
 			res.Young++
 		default:
-			if !dryRun {
-				s.blobMu.Lock()
-				delete(s.blobs, n)
+			s.blobMu.Lock()
+			if o, ok := s.blobs[n]; ok && !o.modified.Equal(names[n]) {
 				s.blobMu.Unlock()
+				res.Young++ // uploaded again since the listing
+				continue
 			}
+			if !dryRun {
+				delete(s.blobs, n)
+			}
+			s.blobMu.Unlock()
 			res.Deleted = append(res.Deleted, n)
 		}
 	}

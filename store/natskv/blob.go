@@ -2,6 +2,7 @@ package natskv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -74,6 +75,10 @@ func (b blobs) GetBlob(name string) ([]byte, error) {
 // never a referenced one. dryRun reports without deleting.
 func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration, dryRun bool) (store.GCResult, error) {
 	res := store.GCResult{Deleted: []string{}}
+	epoch, err := s.quietEpoch(ctx)
+	if err != nil {
+		return res, err
+	}
 	obs, err := s.blobStore(ctx)
 	if err != nil {
 		return res, err
@@ -87,8 +92,16 @@ func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration, dryRun bo
 	}
 	// The references are read after the listing: a blob uploaded after the listing is not in
 	// it, and one referenced by a record written since is among the references.
-	refs, err := s.blobRefs(ctx)
+	refs, err := s.blobRefs(ctx, epoch)
 	if err != nil {
+		return res, err
+	}
+	// A restore that started meanwhile may have uploaded again a blob listed above as old and
+	// unreferenced, for the epoch it is about to commit: then collect nothing.
+	if e2, err := s.quietEpoch(ctx); err != nil || e2 != epoch {
+		if err == nil {
+			err = fmt.Errorf("the cluster moved from epoch %d to %d during the collection; run it again", epoch, e2)
+		}
 		return res, err
 	}
 	now := time.Now()
@@ -100,6 +113,10 @@ func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration, dryRun bo
 		case now.Sub(in.ModTime) < grace:
 			res.Young++
 		default:
+			if cur, err := obs.GetInfo(ctx, in.Name); err == nil && !cur.ModTime.Equal(in.ModTime) {
+				res.Young++ // uploaded again since the listing
+				continue
+			}
 			if !dryRun {
 				if err := obs.Delete(ctx, in.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 					return res, fmt.Errorf("delete blob %s: %w", in.Name, err)
@@ -111,12 +128,32 @@ func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration, dryRun bo
 	return res, nil
 }
 
-// blobRefs is the set of blob names the current epoch's records point at.
-func (s *Store) blobRefs(ctx context.Context) (map[string]bool, error) {
+// quietEpoch is the cluster's epoch, read from the stream leader, when no restore holds its
+// claim (a collection then would race the blobs the restore puts back).
+func (s *Store) quietEpoch(ctx context.Context) (uint64, error) {
+	if e, err := s.LatestControl(ctx, store.RestoreKey); err == nil {
+		return 0, fmt.Errorf("a restore holds its claim (%s): collect blobs after it ends", e.Value)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return 0, err
+	}
+	e, err := s.LatestControl(ctx, store.ClusterKey)
+	if err != nil {
+		return 0, err
+	}
+	var c store.Cluster
+	if err := json.Unmarshal(e.Value, &c); err != nil {
+		return 0, fmt.Errorf("cluster record: %w", err)
+	}
+	return c.Epoch, nil
+}
+
+// blobRefs is the set of blob names the records of an epoch point at.
+func (s *Store) blobRefs(ctx context.Context, epoch uint64) (map[string]bool, error) {
 	c, err := s.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
+	c.Epoch = epoch
 	refs := map[string]bool{}
 	for sh := uint32(0); sh < c.Shards; sh++ {
 		ids, err := s.Instances(ctx, c.Epoch, sh)
