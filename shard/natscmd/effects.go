@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,6 +55,9 @@ type EffectPublisher struct {
 	timeout time.Duration
 	quit    chan struct{}
 	done    chan struct{}
+
+	mu     sync.RWMutex // Publish's enqueue against Close: nothing is queued after Close drains
+	closed bool
 }
 
 type effectJob struct {
@@ -91,15 +95,17 @@ func NewEffectPublisher(nc *nats.Conn) (*EffectPublisher, error) {
 
 // Publish implements shard.EffectPublisher; it never blocks.
 func (p *EffectPublisher) Publish(instance string, e store.Effect, done func(error)) {
-	select {
-	case <-p.quit:
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
 		done(errors.New("effects publisher closed"))
 		return
-	default:
 	}
 	select {
 	case p.q <- effectJob{id: instance, e: e, done: done}:
+		p.mu.RUnlock()
 	default:
+		p.mu.RUnlock()
 		done(ErrEffectsQueueFull)
 	}
 }
@@ -121,11 +127,12 @@ func (p *EffectPublisher) run() {
 
 // Close stops publishing; queued effects are answered as failed (they stay in their records).
 func (p *EffectPublisher) Close() {
-	select {
-	case <-p.quit:
-	default:
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
 		close(p.quit)
 	}
+	p.mu.Unlock()
 	<-p.done
 	for {
 		select {
