@@ -44,7 +44,7 @@ type effectsResult struct {
 	// Expected is Σ loot_given over the stored states: each run whose loot was granted emitted
 	// one effect per joined player, and every instance has exactly one (see expectedKeys).
 	Expected int    `json:"expected"`
-	FxSeq    uint64 `json:"fx_seq_total"` // Σ fx_seq: the effects the instances say they made
+	FxSeq    uint64 `json:"fx_seq_total"` // Σ (fx_seq − base): the effects the instances say they made
 
 	StreamMessages   int `json:"stream_messages"`
 	StreamKeys       int `json:"stream_distinct_keys"`
@@ -594,7 +594,7 @@ func (e *effectsResult) failures() []string {
 func printEffects(e effectsResult, nak float64) {
 	fmt.Printf("\neffects (%d killable instances, boss HP %d; consumer %s, %.0f%% of first deliveries refused after applying):\n",
 		e.Killable, e.KillableHP, fxConsumerName, 100*nak)
-	fmt.Printf("  kills %d; expected effects %d (Σ loot_given of the stored states, one player each); Σ fx_seq %d\n", e.Kills, e.Expected, e.FxSeq)
+	fmt.Printf("  kills %d; expected effects %d (Σ loot_given of the stored states, one player each); effects the states count (Σ fx_seq − its base) %d\n", e.Kills, e.Expected, e.FxSeq)
 	fmt.Printf("  stream: %d messages, %d distinct keys, %d stored twice\n", e.StreamMessages, e.StreamKeys, e.StreamDuplicates)
 	fmt.Printf("  consumer: %d deliveries, %d distinct keys, applied %d; %d keys delivered more than once (%d redeliveries, %d refusals injected)\n",
 		e.Deliveries, e.DeliveredKeys, e.Applied, e.Redelivered, e.Redeliveries, e.NakInjected)
