@@ -241,7 +241,7 @@ func measureWindow(ctx context.Context, p *progress, b *benchCluster, gen *loadG
 	// Load, warm-up, then the window: one scrape of every node at its start and every second.
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
-	go gen.run(loadCtx)
+	go func(g *loadGen, c context.Context) { g.run(c) }(gen, loadCtx) // arguments evaluated here, not read later from this frame
 	if err := sleepCtx(ctx, cfg.Warmup); err != nil {
 		return nil, nil, err
 	}
