@@ -21,17 +21,7 @@ func (s *State) MarshalState() ([]byte, error) {
 	b = appendInt(b, s.MaxHP)
 	b = appendStr(b, "phase")
 	b = appendStr(b, s.Phase)
-	b = appendStr(b, "players")
-	b = appendArrayLen(b, len(s.Players), s.Players == nil)
-	for _, p := range s.Players {
-		b = appendMapLen(b, 3)
-		b = appendStr(b, "name")
-		b = appendStr(b, p.Name)
-		b = appendStr(b, "hp")
-		b = appendInt(b, p.HP)
-		b = appendStr(b, "damage")
-		b = appendInt(b, p.Damage)
-	}
+	b = appendPlayers(b, s.Players, s.Players == nil)
 	b = appendStr(b, "loot")
 	b = appendArrayLen(b, len(s.Loot), s.Loot == nil)
 	for _, l := range s.Loot {
@@ -73,9 +63,15 @@ func (s *State) Frame() []byte {
 	b = appendInt(b, s.MaxHP)
 	b = appendStr(b, "phase")
 	b = appendStr(b, s.Phase)
+	return appendPlayers(b, s.Players, false)
+}
+
+// appendPlayers writes "players" and the array of {name, hp, damage} maps (nil: a msgpack nil,
+// as msgpack.Marshal writes a nil slice).
+func appendPlayers(b []byte, ps []Player, null bool) []byte {
 	b = appendStr(b, "players")
-	b = appendArrayLen(b, len(s.Players), false)
-	for _, p := range s.Players {
+	b = appendArrayLen(b, len(ps), null)
+	for _, p := range ps {
 		b = appendMapLen(b, 3)
 		b = appendStr(b, "name")
 		b = appendStr(b, p.Name)

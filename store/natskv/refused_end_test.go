@@ -7,30 +7,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/store"
-	"github.com/tickfence/tickfence/store/natskv"
 )
 
 // A full data bucket (an operator's MaxBytes; KV streams discard new) refuses a tombstone's
 // delete marker with an API error: store.Refused says the token is still good.
 func TestEndOnAFullBucketIsRefused(t *testing.T) {
 	ctx := context.Background()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := natskv.Connect("", srv.ConnectOption())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	s, err := natskv.Open(nc, natskv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s, nc := storeAndConn(t)
 	cl, err := s.Bootstrap(ctx, store.Cluster{Shards: 8, Partitions: 1, Epoch: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tickfence/tickfence/internal/natsserver"
@@ -20,21 +21,7 @@ import (
 // shard key are as before, so the writer may keep its token.
 func TestServerRefusalIsDefinite(t *testing.T) {
 	ctx := context.Background()
-	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("embedded NATS server: %v", err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := natskv.Connect("", srv.ConnectOption())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	s, err := natskv.Open(nc, natskv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s, nc := storeAndConn(t)
 	cl, err := s.Bootstrap(ctx, store.Cluster{Shards: 8, Partitions: 1, Epoch: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -124,4 +111,26 @@ func idInShard(t *testing.T, cl store.Cluster, shard uint32) string {
 			return id
 		}
 	}
+}
+
+// storeAndConn starts a real embedded JetStream server for one test and returns a store on it
+// and its connection (to change the streams under the store, as an operator would).
+func storeAndConn(t *testing.T) (*natskv.Store, *nats.Conn) {
+	t.Helper()
+	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("embedded NATS server: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	nc, err := natskv.Connect("", srv.ConnectOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s, err := natskv.Open(nc, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, nc
 }
