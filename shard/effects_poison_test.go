@@ -1,19 +1,12 @@
 package shard_test
 
 import (
-	"context"
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tickfence/tickfence/actor"
-	"github.com/tickfence/tickfence/internal/metrics"
-	"github.com/tickfence/tickfence/shard"
-	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/memstore"
 )
 
@@ -38,36 +31,6 @@ func (s *fxbombState) Handle(tick uint64, c actor.Command) (any, error) {
 	return s.emitterState.Handle(tick, c)
 }
 
-// poisonNode is newNode with the review's extra kinds.
-func poisonNode(t *testing.T, st store.Store, name string, pub shard.EffectPublisher) *node {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := st.Bootstrap(ctx, store.Cluster{Shards: testShards, Partitions: 1, Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	e, err := actor.NewEngine(actor.EngineConfig{Rate: 50, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kinds, _ := actor.NewKinds(counter{}, emitter{}, fxbomb{})
-	n := &node{t: t, name: name, st: st, engine: e, metrics: metrics.For(reg), freeze: &freezer{}}
-	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Registerer: reg,
-		BeforeWrite: n.freeze.before, Effects: pub,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)}
-	if n.host, err = shard.New(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		n.freeze.release()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = n.host.Close(ctx)
-		e.Stop()
-	})
-	return n
-}
-
 // TestPoisonedInstanceStillDeliversAcknowledgedEffects: a command that emitted an effect is
 // acknowledged once its write is stored. If the instance panicked (poison) while that write was
 // in flight, the write still lands and the command is answered ok — but the effect is never
@@ -76,7 +39,7 @@ func poisonNode(t *testing.T, st store.Store, name string, pub shard.EffectPubli
 func TestPoisonedInstanceStillDeliversAcknowledgedEffects(t *testing.T) {
 	mem := memstore.New()
 	pub := newSink()
-	n := poisonNode(t, mem, "n1", pub)
+	n := effectsNode(t, mem, "n1", pub)
 	const s = 3
 	n.grant(s)
 	id := idIn(s, 11)

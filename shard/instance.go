@@ -180,12 +180,14 @@ func (in *instance) Tick(time.Time) {
 			frames = f.TakeFrames()
 		}
 	}()
-	tick := in.rec.Tick
+	tick, outbox := in.rec.Tick, len(in.acked.Fx) > 0
 	in.mu.Unlock()
 	if len(frames) > 0 {
 		in.publish(tick, frames)
 	}
-	in.sendEffects() // those loaded with the record, and those whose publish failed
+	if outbox { // those loaded with the record, and those whose publish failed
+		in.sendEffects()
+	}
 	in.sh.cpu.Add(int64(time.Since(start)))
 	for _, c := range failed {
 		in.sh.h.answerErr(c, wire.CodeInternal, "instance %s failed; it is stopped on this node", in.id)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -78,4 +79,73 @@ type GCResult struct {
 	Referenced int      `json:"referenced"`
 	Young      int      `json:"young"` // unreferenced but within the grace period
 	Deleted    []string `json:"deleted"`
+}
+
+// BlobCatalog is what a backend gives CollectBlobs: the steps that touch its storage.
+type BlobCatalog interface {
+	// QuietEpoch is the live epoch, read from the authoritative copy; an error while a restore
+	// holds its claim (a collection then would race the blobs the restore puts back).
+	QuietEpoch(ctx context.Context) (uint64, error)
+	// ListBlobs lists BlobBucket.
+	ListBlobs(ctx context.Context) ([]BlobInfo, error)
+	// BlobRefs is the set of blob names the records of an epoch point at.
+	BlobRefs(ctx context.Context, epoch uint64) (map[string]bool, error)
+	// BlobModified is an object's modification time now (ok false: it is gone).
+	BlobModified(ctx context.Context, name string) (t time.Time, ok bool, err error)
+	DeleteBlob(ctx context.Context, name string) error
+}
+
+// CollectBlobs deletes the blobs no record of the live epoch references that are older than
+// grace at now (a younger one may belong to a write still on its way), never a referenced one;
+// dryRun reports without deleting. The references are read after the listing, so a blob uploaded
+// meanwhile is either not listed or referenced; a restore that claims or commits meanwhile stops
+// the collection, and an object uploaded again since the listing is kept.
+func CollectBlobs(ctx context.Context, c BlobCatalog, now time.Time, grace time.Duration, dryRun bool) (GCResult, error) {
+	res := GCResult{Deleted: []string{}}
+	epoch, err := c.QuietEpoch(ctx)
+	if err != nil {
+		return res, err
+	}
+	objs, err := c.ListBlobs(ctx)
+	if err != nil {
+		return res, err
+	}
+	refs, err := c.BlobRefs(ctx, epoch)
+	if err != nil {
+		return res, err
+	}
+	if e2, err := c.QuietEpoch(ctx); err != nil || e2 != epoch {
+		if err == nil {
+			err = fmt.Errorf("the cluster moved from epoch %d to %d during the collection; run it again", epoch, e2)
+		}
+		return res, err
+	}
+	for _, o := range objs {
+		res.Objects++
+		switch {
+		case refs[o.Name]:
+			res.Referenced++
+			continue
+		case now.Sub(o.Modified) < grace:
+			res.Young++
+			continue
+		}
+		cur, ok, err := c.BlobModified(ctx, o.Name)
+		switch {
+		case err != nil:
+			return res, err
+		case !ok:
+			continue // gone already
+		case !cur.Equal(o.Modified):
+			res.Young++ // uploaded again since the listing
+			continue
+		}
+		if !dryRun {
+			if err := c.DeleteBlob(ctx, o.Name); err != nil {
+				return res, fmt.Errorf("delete blob %s: %w", o.Name, err)
+			}
+		}
+		res.Deleted = append(res.Deleted, o.Name)
+	}
+	return res, nil
 }

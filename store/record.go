@@ -129,6 +129,24 @@ func EffectKey(id string, epoch, seq uint64) string {
 	return id + ":" + strconv.FormatUint(epoch, 10) + ":" + strconv.FormatUint(seq, 10)
 }
 
+// ParseEffectKey splits an effect key into its instance, epoch and sequence number.
+func ParseEffectKey(key string) (id string, epoch, seq uint64, ok bool) {
+	j := strings.LastIndexByte(key, ':')
+	if j < 0 {
+		return "", 0, 0, false
+	}
+	i := strings.LastIndexByte(key[:j], ':')
+	if i <= 0 {
+		return "", 0, 0, false
+	}
+	e, err1 := strconv.ParseUint(key[i+1:j], 10, 64)
+	s, err2 := strconv.ParseUint(key[j+1:], 10, 64)
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, false
+	}
+	return key[:i], e, s, true
+}
+
 // Request remembers one applied command: a retransmission with the same ID and fingerprint gets
 // Result again; the same ID with another fingerprint is refused.
 type Request struct {

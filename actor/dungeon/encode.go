@@ -25,13 +25,7 @@ func (s *State) MarshalState() ([]byte, error) {
 	b = appendStr(b, "loot")
 	b = appendArrayLen(b, len(s.Loot), s.Loot == nil)
 	for _, l := range s.Loot {
-		b = appendMapLen(b, 3)
-		b = appendStr(b, "run")
-		b = appendInt(b, int64(l.Run))
-		b = appendStr(b, "player")
-		b = appendStr(b, l.Player)
-		b = appendStr(b, "item")
-		b = appendStr(b, l.Item)
+		b = l.append(b)
 	}
 	b = appendStr(b, "died_at")
 	b = appendUint(b, s.DiedAt)
@@ -84,16 +78,17 @@ func appendPlayers(b []byte, ps []Player, null bool) []byte {
 }
 
 // effect is a loot grant as the "loot" effect carries it: a msgpack map {run, player, item}.
-func (l Loot) effect() []byte {
-	b := make([]byte, 0, 24+len(l.Player)+len(l.Item))
+func (l Loot) effect() []byte { return l.append(make([]byte, 0, 24+len(l.Player)+len(l.Item))) }
+
+// append writes a loot grant as the msgpack map {run, player, item}.
+func (l Loot) append(b []byte) []byte {
 	b = appendMapLen(b, 3)
 	b = appendStr(b, "run")
 	b = appendInt(b, int64(l.Run))
 	b = appendStr(b, "player")
 	b = appendStr(b, l.Player)
 	b = appendStr(b, "item")
-	b = appendStr(b, l.Item)
-	return b
+	return appendStr(b, l.Item)
 }
 
 func appendMapLen(b []byte, n int) []byte {

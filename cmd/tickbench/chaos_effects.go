@@ -13,7 +13,6 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -362,21 +361,6 @@ func expectedKeys(id string, r store.Record, st fxState) (n int, base uint64, ba
 	return n, base, bad
 }
 
-// parseFxKey splits <id>:<epoch>:<seq>.
-func parseFxKey(key string) (id string, epoch, seq uint64, ok bool) {
-	j := strings.LastIndexByte(key, ':')
-	if j < 0 {
-		return "", 0, 0, false
-	}
-	i := strings.LastIndexByte(key[:j], ':')
-	if i < 0 {
-		return "", 0, 0, false
-	}
-	e, err1 := strconv.ParseUint(key[i+1:j], 10, 64)
-	s, err2 := strconv.ParseUint(key[j+1:], 10, 64)
-	return key[:i], e, s, err1 == nil && err2 == nil
-}
-
 // checkLootPayload checks that a loot effect is the grant of run seq to p, with the item the
 // state still lists for that run (it keeps the last few).
 func checkLootPayload(kind string, payload []byte, seq uint64, items map[int]string) error {
@@ -491,7 +475,7 @@ func (e *effectsResult) tally(epoch uint64, ids []string, want map[string]fxExpe
 	}
 	// explained tells whether a key is one of the expected ones.
 	explained := func(key string) (fxExpect, uint64, bool) {
-		id, ep, seq, ok := parseFxKey(key)
+		id, ep, seq, ok := store.ParseEffectKey(key)
 		x, known := want[id]
 		if !ok || !known || ep != epoch || seq <= x.base || seq > x.base+uint64(x.n) {
 			return fxExpect{}, 0, false
@@ -545,7 +529,7 @@ func (e *effectsResult) tally(epoch uint64, ids []string, want map[string]fxExpe
 }
 
 func keyInstance(key string) string {
-	id, _, _, _ := parseFxKey(key)
+	id, _, _, _ := store.ParseEffectKey(key)
 	return id
 }
 

@@ -110,10 +110,10 @@ func TestExpectedKeys(t *testing.T) {
 			t.Errorf("%s: not reported", name)
 		}
 	}
-	if id, ep, seq, ok := parseFxKey("bench-7:12:345"); !ok || id != "bench-7" || ep != 12 || seq != 345 {
-		t.Errorf("parseFxKey: %q %d %d %v", id, ep, seq, ok)
+	if id, ep, seq, ok := store.ParseEffectKey("bench-7:12:345"); !ok || id != "bench-7" || ep != 12 || seq != 345 {
+		t.Errorf("ParseEffectKey: %q %d %d %v", id, ep, seq, ok)
 	}
-	if _, _, _, ok := parseFxKey("bench-7:345"); ok {
-		t.Error("parseFxKey accepted a key without an epoch")
+	if _, _, _, ok := store.ParseEffectKey("bench-7:345"); ok {
+		t.Error("ParseEffectKey accepted a key without an epoch")
 	}
 }

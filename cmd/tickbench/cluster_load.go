@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tickfence/tickfence/internal/hdr"
+	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/store/natskv"
 )
@@ -200,7 +201,7 @@ func (g *loadGen) attackOutcome(i int) string {
 	}
 	g.ok.Add(1)
 	res, _ := r.Result.(map[string]any)
-	dmg, okd := toInt64(res["damage"])
+	dmg, okd := proc.Int64(res["damage"])
 	if !okd {
 		g.mu.Lock()
 		g.errs["no_damage_in_result"]++
@@ -276,30 +277,4 @@ func (g *loadGen) series(window time.Duration) []rttPoint {
 		out = append(out, rttPoint{At: float64(i) + 0.5, N: int(h.Count()), P99: h.Quantile(0.99), Max: h.Max()})
 	}
 	return out
-}
-
-func toInt64(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int8:
-		return int64(x), true
-	case int16:
-		return int64(x), true
-	case int32:
-		return int64(x), true
-	case int64:
-		return x, true
-	case int:
-		return int64(x), true
-	case uint8:
-		return int64(x), true
-	case uint16:
-		return int64(x), true
-	case uint32:
-		return int64(x), true
-	case uint64:
-		return int64(x), true
-	case float64:
-		return int64(x), true
-	}
-	return 0, false
 }

@@ -268,7 +268,7 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 				case r.OK:
 					ok.Add(1)
 					res, _ := r.Result.(map[string]any)
-					dmg, _ := toInt64(res["damage"])
+					dmg, _ := proc.Int64(res["damage"])
 					o.g.acked[i].Add(dmg)
 				case r.Error.Code == wire.CodeBusy:
 					busy.Add(1) // refused without effect

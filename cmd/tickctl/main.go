@@ -459,17 +459,16 @@ func (c *cli) watch(ctx context.Context, id string) error {
 	}
 	n := 0
 	for f := range w.C {
-		var payload any
-		if err := msgpack.Unmarshal(f.Payload, &payload); err != nil {
-			payload = fmt.Sprintf("%d bytes, not msgpack", len(f.Payload))
+		b, err := wire.MsgpackToJSON(f.Payload)
+		if err != nil {
+			b, _ = json.Marshal(fmt.Sprintf("%d bytes, not msgpack", len(f.Payload)))
 		}
 		if c.g.json {
 			if err := json.NewEncoder(c.out).Encode(map[string]any{"instance": id, "topic": f.Topic, "epoch": f.Epoch,
-				"token": f.Token, "tick": f.Tick, "frame": jsonable(payload)}); err != nil {
+				"token": f.Token, "tick": f.Tick, "frame": json.RawMessage(b)}); err != nil {
 				return err
 			}
 		} else {
-			b, _ := json.Marshal(jsonable(payload))
 			topic := ""
 			if f.Topic != "" {
 				topic = " [" + f.Topic + "]"
@@ -487,31 +486,6 @@ func (c *cli) watch(ctx context.Context, id string) error {
 		return fmt.Errorf("watch ended after %d of %d frames: %w", n, c.g.count, ctx.Err())
 	}
 	return nil
-}
-
-// jsonable turns what msgpack decodes (maps with any keys) into what encoding/json takes.
-func jsonable(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, x := range t {
-			t[k] = jsonable(x)
-		}
-		return t
-	case map[any]any:
-		m := make(map[string]any, len(t))
-		for k, x := range t {
-			m[fmt.Sprint(k)] = jsonable(x)
-		}
-		return m
-	case []any:
-		for i, x := range t {
-			t[i] = jsonable(x)
-		}
-		return t
-	case []byte:
-		return fmt.Sprintf("%x", t)
-	}
-	return v
 }
 
 // gc collects the blobs no current record references (store.BlobBucket).

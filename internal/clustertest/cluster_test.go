@@ -105,7 +105,7 @@ func TestFrozenNodeWakesFenced(t *testing.T) {
 	signal(t, n2, syscall.SIGUSR1) // freeze before the next write
 	frozen := waitLog(t, n2, "freeze before a write", mark, 15*time.Second, proc.Msg("fault hook: frozen before a write"))
 	frozenID, _ := frozen["instance"].(string)
-	frozenShard, _ := toInt(frozen["shard"])
+	frozenShard, _ := proc.Int64(frozen["shard"])
 	waitStopped(t, n2)
 	time.Sleep(3 * lease)
 	s = c.state()
@@ -208,30 +208,6 @@ func TestDrainUnderLoad(t *testing.T) {
 	}
 	t.Logf("drain of 100 instances under load: %v; hand-off pause mean %v over %v instances",
 		drained.Round(time.Millisecond), time.Duration(sum/count*1e9).Round(time.Microsecond), count)
-}
-
-func toInt(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int8:
-		return int64(x), true
-	case int16:
-		return int64(x), true
-	case int32:
-		return int64(x), true
-	case int64:
-		return x, true
-	case uint8:
-		return int64(x), true
-	case uint16:
-		return int64(x), true
-	case uint32:
-		return int64(x), true
-	case uint64:
-		return int64(x), true
-	case float64:
-		return int64(x), true
-	}
-	return 0, false
 }
 
 // TestSigtermHandsOff: SIGTERM makes a node hand every shard off gracefully before it exits —
@@ -379,7 +355,7 @@ func TestRestoreFromBackup(t *testing.T) {
 		}
 		var st map[string]any
 		_ = msgpack.Unmarshal(rec.State, &st)
-		hp, _ := toInt(st["hp"])
+		hp, _ := proc.Int64(st["hp"])
 		backupHP[e.Key[strings.LastIndexByte(e.Key, '.')+1:]] = hp
 	}
 	rejected := metric(t, n2, `tickfence_state_writes_total{result="stale_owner"}`)
@@ -419,7 +395,7 @@ func TestRestoreFromBackup(t *testing.T) {
 		if err != nil || !r.OK {
 			t.Fatalf("status of %s after the restore: %+v %v", id, r, err)
 		}
-		if got, _ := toInt(r.Result.(map[string]any)["hp"]); got != hp {
+		if got, _ := proc.Int64(r.Result.(map[string]any)["hp"]); got != hp {
 			t.Fatalf("%s: hp %d after the restore, backup had %d", id, got, hp)
 		}
 		if _, _, err := c.Store.Load(ctx, 2, store.ShardOf(id, cl.Shards), id); err != nil {

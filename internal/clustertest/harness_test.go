@@ -265,8 +265,8 @@ func (c *cluster) startLoad(prefix string, instances, workers int) *load {
 				case r.OK:
 					res := r.Result.(map[string]any)
 					op.Return, op.OK = time.Now(), true
-					op.Damage, _ = toInt(res["damage"])
-					op.HP, _ = toInt(res["hp"])
+					op.Damage, _ = proc.Int64(res["damage"])
+					op.HP, _ = proc.Int64(res["hp"])
 					l.acked[i].Add(op.Damage)
 				default:
 					op.Return = time.Now()
@@ -310,7 +310,7 @@ func (l *load) finish() {
 			t.Fatalf("status of %s: %+v %v", id, r, err)
 		}
 		op.Return, op.OK = time.Now(), true
-		op.HP, _ = toInt(r.Result.(map[string]any)["hp"])
+		op.HP, _ = proc.Int64(r.Result.(map[string]any)["hp"])
 		l.ops.Add(op)
 		if off := bossHP - op.HP - l.acked[i].Load(); off != 0 {
 			t.Fatalf("%s: hp %d after %d acknowledged damage: off by %d (lost or duplicated effects)", id, op.HP, l.acked[i].Load(), off)

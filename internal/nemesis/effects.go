@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -474,22 +473,6 @@ type heldEffect struct {
 	applied    bool // and it holds the effect's op
 }
 
-// parseEffectKey splits <id>:<epoch>:<seq>.
-func parseEffectKey(key string) (id string, epoch, seq uint64, ok bool) {
-	i := strings.LastIndexByte(key, ':')
-	if i < 0 {
-		return "", 0, 0, false
-	}
-	j := strings.LastIndexByte(key[:i], ':')
-	if j < 0 {
-		return "", 0, 0, false
-	}
-	var err1, err2 error
-	epoch, err1 = strconv.ParseUint(key[j+1:i], 10, 64)
-	seq, err2 = strconv.ParseUint(key[i+1:], 10, 64)
-	return key[:j], epoch, seq, err1 == nil && err2 == nil && key[:j] != ""
-}
-
 // checkEffects checks the stream against the store's history and the clients' operations (run it
 // once every process is stopped and every publish settled):
 //
@@ -583,7 +566,7 @@ func (c *cluster) checkEffects() (cutLost, cutTwice int) {
 	effectsOf := map[opKey][]string{} // stream keys per op, in stream order
 	for _, key := range order {
 		se := stored[key]
-		id, _, _, ok := parseEffectKey(key)
+		id, _, _, ok := store.ParseEffectKey(key)
 		if !ok || id != se.instance {
 			v.report("bad-key", "effects (unique keys): stream key %s (published for %s by %s) is not <instance>:<epoch>:<seq> of its instance", key, se.instance, se.by)
 		}
@@ -637,7 +620,7 @@ func (c *cluster) checkEffects() (cutLost, cutTwice int) {
 			perEpoch := map[uint64][]string{}
 			var epochs []uint64
 			for _, k := range keys {
-				_, e, _, _ := parseEffectKey(k)
+				_, e, _, _ := store.ParseEffectKey(k)
 				if perEpoch[e] == nil {
 					epochs = append(epochs, e)
 				}

@@ -152,3 +152,31 @@ func Above(h []Bucket, bound float64) float64 {
 	}
 	return 0
 }
+
+// Int64 reads a whole number from a decoded value: a JSON log field (float64) or a field of a
+// msgpack reply (any integer type).
+func Int64(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	case int:
+		return int64(x), true
+	case uint8:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case uint64:
+		return int64(x), true
+	case float64:
+		return int64(x), true
+	}
+	return 0, false
+}

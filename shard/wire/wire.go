@@ -311,6 +311,16 @@ func ForClient(reply []byte, asJSON bool) []byte {
 	return b
 }
 
+// MsgpackToJSON re-encodes a msgpack value (a frame's payload, a stored answer) as JSON, maps
+// with non-string keys included.
+func MsgpackToJSON(b []byte) ([]byte, error) {
+	var v any
+	if err := msgpack.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(jsonable(v))
+}
+
 // jsonable converts map[any]any from msgpack into JSON-encodable maps.
 func jsonable(v any) any {
 	switch x := v.(type) {

@@ -112,67 +112,73 @@ func (b memBlobs) GetBlob(name string) ([]byte, error) {
 	return o.data, nil
 }
 
-// CollectBlobs deletes the blobs no current record references that are older than grace (see
-// natskv.Store.CollectBlobs); dryRun reports without deleting.
-func (s *Store) CollectBlobs(_ context.Context, grace time.Duration, dryRun bool) (store.GCResult, error) {
-	res := store.GCResult{Deleted: []string{}}
-	s.blobMu.Lock()
-	names := make(map[string]time.Time, len(s.blobs))
-	for n, o := range s.blobs {
-		names[n] = o.modified
+// CollectBlobs deletes the blobs no current record references once older than grace, never a
+// referenced one (store.CollectBlobs); dryRun reports without deleting.
+func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration, dryRun bool) (store.GCResult, error) {
+	return store.CollectBlobs(ctx, memCatalog{s}, s.clock.Now(), grace, dryRun)
+}
+
+// memCatalog is store.BlobCatalog in memory.
+type memCatalog struct{ s *Store }
+
+func (c memCatalog) QuietEpoch(context.Context) (uint64, error) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if e, ok := c.s.liveControl(store.RestoreKey); ok {
+		return 0, fmt.Errorf("a restore holds its claim (%s): collect blobs after it ends", e.value)
 	}
-	s.blobMu.Unlock()
+	cl, err := c.s.clusterLocked()
+	return cl.Epoch, err
+}
+
+func (c memCatalog) ListBlobs(context.Context) ([]store.BlobInfo, error) {
+	c.s.blobMu.Lock()
+	defer c.s.blobMu.Unlock()
+	out := make([]store.BlobInfo, 0, len(c.s.blobs))
+	for n, o := range c.s.blobs {
+		out = append(out, store.BlobInfo{Name: n, Size: len(o.data), Modified: o.modified})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (c memCatalog) BlobRefs(_ context.Context, epoch uint64) (map[string]bool, error) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	cl, err := c.s.clusterLocked()
+	if err != nil {
+		return nil, err
+	}
 	refs := map[string]bool{}
-	s.mu.Lock()
-	if e, ok := s.liveControl(store.RestoreKey); ok {
-		s.mu.Unlock()
-		return res, fmt.Errorf("a restore holds its claim (%s): collect blobs after it ends", e.value)
-	}
-	if c, err := s.clusterLocked(); err == nil {
-		for p := uint32(0); p < c.Partitions; p++ {
-			b := s.bucket(store.DataBucket(c.Epoch, p), false)
-			if b == nil {
+	for p := uint32(0); p < cl.Partitions; p++ {
+		b := c.s.bucket(store.DataBucket(epoch, p), false)
+		if b == nil {
+			continue
+		}
+		for k, e := range b.keys {
+			if !strings.HasPrefix(k, "inst.") || e.deleted {
 				continue
 			}
-			for k, e := range b.keys {
-				if !strings.HasPrefix(k, "inst.") || e.deleted {
-					continue
-				}
-				if r, err := store.DecodeRecord(e.value); err == nil && r.Blob != nil {
-					refs[r.Blob.Name] = true
-				}
+			if r, err := store.DecodeRecord(e.value); err == nil && r.Blob != nil {
+				refs[r.Blob.Name] = true
 			}
 		}
 	}
-	s.mu.Unlock()
-	now := s.clock.Now()
-	sorted := make([]string, 0, len(names))
-	for n := range names {
-		sorted = append(sorted, n)
-	}
-	sort.Strings(sorted)
-	for _, n := range sorted {
-		res.Objects++
-		switch {
-		case refs[n]:
-			res.Referenced++
-		case now.Sub(names[n]) < grace:
-			res.Young++
-		default:
-			s.blobMu.Lock()
-			if o, ok := s.blobs[n]; ok && !o.modified.Equal(names[n]) {
-				s.blobMu.Unlock()
-				res.Young++ // uploaded again since the listing
-				continue
-			}
-			if !dryRun {
-				delete(s.blobs, n)
-			}
-			s.blobMu.Unlock()
-			res.Deleted = append(res.Deleted, n)
-		}
-	}
-	return res, nil
+	return refs, nil
+}
+
+func (c memCatalog) BlobModified(_ context.Context, name string) (time.Time, bool, error) {
+	c.s.blobMu.Lock()
+	defer c.s.blobMu.Unlock()
+	o, ok := c.s.blobs[name]
+	return o.modified, ok, nil
+}
+
+func (c memCatalog) DeleteBlob(_ context.Context, name string) error {
+	c.s.blobMu.Lock()
+	defer c.s.blobMu.Unlock()
+	delete(c.s.blobs, name)
+	return nil
 }
 
 // Clock is the store's time: Now stamps control entries, AfterFunc ends a control key's TTL.

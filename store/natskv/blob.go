@@ -70,62 +70,61 @@ func (b blobs) GetBlob(name string) ([]byte, error) {
 	return obs.GetBytes(b.ctx, name)
 }
 
-// CollectBlobs deletes the blobs no current record references that are older than grace (a
-// blob younger than that may belong to a write still on its way, or to a record a backup holds);
-// never a referenced one. dryRun reports without deleting.
+// CollectBlobs deletes the blobs no current record references once older than grace, never a
+// referenced one (store.CollectBlobs); dryRun reports without deleting.
 func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration, dryRun bool) (store.GCResult, error) {
-	res := store.GCResult{Deleted: []string{}}
-	epoch, err := s.quietEpoch(ctx)
+	return store.CollectBlobs(ctx, catalog{s}, time.Now(), grace, dryRun)
+}
+
+// catalog is store.BlobCatalog on JetStream.
+type catalog struct{ s *Store }
+
+func (c catalog) QuietEpoch(ctx context.Context) (uint64, error) { return c.s.quietEpoch(ctx) }
+
+func (c catalog) BlobRefs(ctx context.Context, epoch uint64) (map[string]bool, error) {
+	return c.s.blobRefs(ctx, epoch)
+}
+
+func (c catalog) ListBlobs(ctx context.Context) ([]store.BlobInfo, error) {
+	obs, err := c.s.blobStore(ctx)
 	if err != nil {
-		return res, err
-	}
-	obs, err := s.blobStore(ctx)
-	if err != nil {
-		return res, err
+		return nil, err
 	}
 	infos, err := obs.List(ctx)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return res, nil
+		return nil, nil
 	}
-	if err != nil {
-		return res, err
-	}
-	// The references are read after the listing: a blob uploaded after the listing is not in
-	// it, and one referenced by a record written since is among the references.
-	refs, err := s.blobRefs(ctx, epoch)
-	if err != nil {
-		return res, err
-	}
-	// A restore that started meanwhile may have uploaded again a blob listed above as old and
-	// unreferenced, for the epoch it is about to commit: then collect nothing.
-	if e2, err := s.quietEpoch(ctx); err != nil || e2 != epoch {
-		if err == nil {
-			err = fmt.Errorf("the cluster moved from epoch %d to %d during the collection; run it again", epoch, e2)
-		}
-		return res, err
-	}
-	now := time.Now()
+	out := make([]store.BlobInfo, 0, len(infos))
 	for _, in := range infos {
-		res.Objects++
-		switch {
-		case refs[in.Name]:
-			res.Referenced++
-		case now.Sub(in.ModTime) < grace:
-			res.Young++
-		default:
-			if cur, err := obs.GetInfo(ctx, in.Name); err == nil && !cur.ModTime.Equal(in.ModTime) {
-				res.Young++ // uploaded again since the listing
-				continue
-			}
-			if !dryRun {
-				if err := obs.Delete(ctx, in.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-					return res, fmt.Errorf("delete blob %s: %w", in.Name, err)
-				}
-			}
-			res.Deleted = append(res.Deleted, in.Name)
-		}
+		out = append(out, store.BlobInfo{Name: in.Name, Size: int(in.Size), Modified: in.ModTime})
 	}
-	return res, nil
+	return out, err
+}
+
+func (c catalog) BlobModified(ctx context.Context, name string) (time.Time, bool, error) {
+	obs, err := c.s.blobStore(ctx)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	in, err := obs.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	return in.ModTime, true, nil
+}
+
+func (c catalog) DeleteBlob(ctx context.Context, name string) error {
+	obs, err := c.s.blobStore(ctx)
+	if err != nil {
+		return err
+	}
+	if err := obs.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return err
+	}
+	return nil
 }
 
 // quietEpoch is the cluster's epoch, read from the stream leader, when no restore holds its
