@@ -221,9 +221,10 @@ func restoreSource(ctx context.Context, s EpochStore, b Backup, opt RestoreOptio
 	if err := json.Unmarshal(ce.Value, &cur); err != nil {
 		return Entry{}, Cluster{}, fmt.Errorf("cluster record: %w", err)
 	}
-	if b.Cluster.Shards != cur.Shards || b.Cluster.Partitions != cur.Partitions {
-		return Entry{}, Cluster{}, fmt.Errorf("backup of a cluster with %d shards/%d partitions; this one has %d/%d",
-			b.Cluster.Shards, b.Cluster.Partitions, cur.Shards, cur.Partitions)
+	if b.Cluster.Shards != cur.Shards || b.Cluster.Partitions != cur.Partitions || b.Cluster.ReplicasOr1() != cur.ReplicasOr1() {
+		return Entry{}, Cluster{}, fmt.Errorf("backup of a cluster with %d shards/%d partitions/%d replicas; this one has %d/%d/%d "+
+			"(a backup restores only into a cluster of its shape)",
+			b.Cluster.Shards, b.Cluster.Partitions, b.Cluster.ReplicasOr1(), cur.Shards, cur.Partitions, cur.ReplicasOr1())
 	}
 	if opt.FromEpoch != 0 && cur.Epoch != opt.FromEpoch {
 		return Entry{}, Cluster{}, fmt.Errorf("%w: it is at epoch %d, the restore was to replace epoch %d (did another restore finish?)",

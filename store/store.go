@@ -56,23 +56,37 @@ func Refused(err error) bool {
 		errors.Is(err, ErrWrongShard) || errors.Is(err, ErrBadRecord)
 }
 
-// Cluster is the `cluster` record of the control bucket. It is created once, by the first tickd.
+// Cluster is the `cluster` record of the control bucket. It is created once, by the first tickd,
+// and its shape (shards, partitions, replicas) never changes; a restore moves only the epoch.
 type Cluster struct {
 	Shards     uint32 `json:"shards"`
 	Partitions uint32 `json:"partitions"`
 	Epoch      uint64 `json:"epoch"`
+	// Replicas of every bucket and stream of the cluster (data buckets of every epoch, the control
+	// bucket, blobs, effects): 1, or 3 or 5 on a JetStream cluster (DESIGN 10). A record written
+	// before replicas were recorded has none: read it with ReplicasOr1.
+	Replicas uint32 `json:"replicas,omitempty"`
 }
 
-// DefaultCluster is what a new cluster gets unless flags say otherwise.
-func DefaultCluster() Cluster { return Cluster{Shards: 256, Partitions: 1, Epoch: 1} }
+// MaxReplicas is JetStream's limit on the replicas of a stream.
+const MaxReplicas = 5
 
-// Validate reports a cluster record that cannot be used.
+// DefaultCluster is what a new cluster gets unless flags say otherwise.
+func DefaultCluster() Cluster { return Cluster{Shards: 256, Partitions: 1, Epoch: 1, Replicas: 1} }
+
+// ReplicasOr1 is the cluster's replicas; a record without them (written before they were
+// recorded, when every tickd made R1 buckets) has 1.
+func (c Cluster) ReplicasOr1() uint32 { return max(c.Replicas, 1) }
+
+// Validate reports a cluster record that cannot be used. Replicas 0 is an older record's (1).
 func (c Cluster) Validate() error {
 	switch {
 	case c.Shards == 0 || c.Shards > 1<<16:
 		return fmt.Errorf("cluster: shards must be in 1..65536, got %d", c.Shards)
 	case c.Partitions == 0 || c.Partitions > c.Shards:
-		return fmt.Errorf("cluster: partitions must be in 1..shards, got %d", c.Partitions)
+		return fmt.Errorf("cluster: partitions must be in 1..shards (%d), got %d", c.Shards, c.Partitions)
+	case c.Replicas > MaxReplicas:
+		return fmt.Errorf("cluster: replicas must be in 1..%d, got %d", MaxReplicas, c.Replicas)
 	case c.Epoch == 0:
 		return fmt.Errorf("cluster: epoch starts at 1")
 	}
