@@ -24,7 +24,7 @@ func (s *Store) blobStore(ctx context.Context) (jetstream.ObjectStore, error) {
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		obs, err = s.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: store.BlobBucket,
 			Description: "tickfence: instance states too large for a record (DESIGN 8)",
-			Storage:     jetstream.FileStorage, Replicas: s.opts.Replicas})
+			Storage:     jetstream.FileStorage, Replicas: s.replicas()})
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			obs, err = s.js.ObjectStore(ctx, store.BlobBucket)
 		}

@@ -33,7 +33,10 @@ const (
 type Options struct {
 	// Storage of buckets this adapter creates (file by default).
 	Storage jetstream.StorageType
-	// Replicas of buckets this adapter creates (1 by default).
+	// Replicas of a new cluster's buckets and streams when Bootstrap's want does not name them
+	// (want.Replicas 0), recorded in the cluster record it creates; default 1. Every bucket made
+	// later (a restore's new epoch, the blobs) gets the replicas of the cluster record it read, so
+	// a client that joins an R3 cluster with the default makes R3 buckets.
 	Replicas int
 	// History kept per key in data buckets (1 by default). Fault tests raise it to keep every
 	// revision of the run: above 64 (the KV API's limit) the stream's per-subject limit is raised
@@ -46,9 +49,6 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.Replicas == 0 {
-		o.Replicas = 1
-	}
 	if o.History == 0 {
 		o.History = 1
 	}
@@ -289,9 +289,9 @@ func (s *Store) kv(ctx context.Context, name string) (jetstream.KeyValue, error)
 	return kv, nil
 }
 
-func (s *Store) createBucket(ctx context.Context, cfg jetstream.KeyValueConfig) error {
+func (s *Store) createBucket(ctx context.Context, cfg jetstream.KeyValueConfig, replicas int) error {
 	cfg.Storage = s.opts.Storage
-	cfg.Replicas = s.opts.Replicas
+	cfg.Replicas = replicas
 	kv, err := s.js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		kv, err = s.js.KeyValue(ctx, cfg.Bucket)
@@ -306,14 +306,26 @@ func (s *Store) createBucket(ctx context.Context, cfg jetstream.KeyValueConfig) 
 }
 
 // Bootstrap implements store.Store. Data buckets are created before the cluster record names
-// their epoch, and never for an epoch the record already holds.
+// their epoch, and never for an epoch the record already holds. A new cluster's buckets get
+// want.Replicas (if 0, Options.Replicas, recorded as such when set); its data buckets allow atomic
+// batch publishes, and with replicas their stream leaders are spread over the servers
+// (SpreadLeaders) before the record exists, so no write meets a leader change made on purpose.
 func (s *Store) Bootstrap(ctx context.Context, want store.Cluster) (store.Cluster, error) {
+	if want.Replicas == 0 && s.opts.Replicas > 0 {
+		want.Replicas = uint32(s.opts.Replicas)
+	}
 	if err := want.Validate(); err != nil {
 		return store.Cluster{}, err
 	}
+	replicas := int(want.ReplicasOr1())
 	// The control bucket keeps per-message TTL markers for the leases of nodes and the leader.
-	if err := s.createBucket(ctx, jetstream.KeyValueConfig{Bucket: store.ControlBucket, History: 1,
-		LimitMarkerTTL: time.Second}); err != nil {
+	// It exists already unless this is a new cluster: then it gets the new cluster's replicas.
+	if _, err := s.kv(ctx, store.ControlBucket); errors.Is(err, store.ErrNotFound) {
+		if err := s.createBucket(ctx, jetstream.KeyValueConfig{Bucket: store.ControlBucket, History: 1,
+			LimitMarkerTTL: time.Second}, replicas); err != nil {
+			return store.Cluster{}, err
+		}
+	} else if err != nil {
 		return store.Cluster{}, err
 	}
 	c, err := s.Cluster(ctx)
@@ -324,17 +336,11 @@ func (s *Store) Bootstrap(ctx context.Context, want store.Cluster) (store.Cluste
 		return store.Cluster{}, err
 	}
 	for p := uint32(0); p < want.Partitions; p++ {
-		name := store.DataBucket(want.Epoch, p)
-		if err := s.createBucket(ctx, jetstream.KeyValueConfig{Bucket: name,
-			History: uint8(min(s.opts.History, 64)), MaxValueSize: store.MaxRecordBytes + 1024}); err != nil {
+		if err := s.createDataBucket(ctx, store.DataBucket(want.Epoch, p), s.opts.History, replicas); err != nil {
 			return store.Cluster{}, err
 		}
-		if s.opts.History > 64 {
-			if err := s.raiseHistory(ctx, name); err != nil {
-				return store.Cluster{}, err
-			}
-		}
 	}
+	s.spreadLeaders(ctx, want.Epoch, want.Partitions, replicas)
 	ctl, err := s.kv(ctx, store.ControlBucket)
 	if err != nil {
 		return store.Cluster{}, err
@@ -870,26 +876,4 @@ func (s *Store) PutRaw(ctx context.Context, epoch uint64, shard uint32, id strin
 	}
 	_, err = kv.Put(ctx, store.InstanceKey(shard, id), data)
 	return err
-}
-
-// raiseHistory sets a data bucket's per-subject limit beyond what the KV API allows.
-func (s *Store) raiseHistory(ctx context.Context, bucket string) error {
-	return s.setHistory(ctx, bucket, s.opts.History)
-}
-
-func (s *Store) setHistory(ctx context.Context, bucket string, keep int64) error {
-	stream, err := s.js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		return err
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return err
-	}
-	cfg := info.Config
-	cfg.MaxMsgsPerSubject = keep
-	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("raise history of %s to %d: %w", bucket, keep, err)
-	}
-	return nil
 }

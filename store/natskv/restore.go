@@ -92,26 +92,31 @@ func (s *Store) PartitionSealed(ctx context.Context, epoch uint64, partition uin
 	return info.Config.Sealed, nil
 }
 
-// ResetPartition implements store.Epochs: the bucket is deleted and created again with the
-// per-subject limit of the same partition of epoch like (above 64, the KV API's limit, it is set
-// on the stream directly).
+// ResetPartition implements store.Epochs: the bucket is deleted and created again like the same
+// partition of epoch like: as many revisions per key, and the replicas of the cluster record (or,
+// for an older record that does not name them, of like's stream). With replicas, the leaders of
+// partitions 0..partition of the new epoch are spread over the servers again (SpreadLeaders).
 func (s *Store) ResetPartition(ctx context.Context, epoch uint64, partition uint32, like uint64) error {
 	info, err := s.streamInfo(ctx, store.DataBucket(like, partition))
 	if err != nil {
 		return err
 	}
 	keep := max(info.Config.MaxMsgsPerSubject, 1)
+	c, err := s.Cluster(ctx)
+	if err != nil {
+		return err
+	}
+	replicas := int(c.Replicas)
+	if replicas == 0 {
+		replicas = max(info.Config.Replicas, 1)
+	}
 	if err := s.DropPartition(ctx, epoch, partition); err != nil {
 		return err
 	}
-	name := store.DataBucket(epoch, partition)
-	if err := s.createBucket(ctx, jetstream.KeyValueConfig{Bucket: name,
-		History: uint8(min(keep, 64)), MaxValueSize: store.MaxRecordBytes + 1024}); err != nil {
+	if err := s.createDataBucket(ctx, store.DataBucket(epoch, partition), keep, replicas); err != nil {
 		return err
 	}
-	if keep > 64 {
-		return s.setHistory(ctx, name, keep)
-	}
+	s.spreadLeaders(ctx, epoch, partition+1, replicas)
 	return nil
 }
 
