@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 
 	"github.com/tickfence/tickfence/store"
@@ -17,19 +18,82 @@ import (
 
 // Bootstrap creates the cluster record and the buckets of its epoch on first start. If the cluster
 // exists with another shard count and shardsSet says the operator asked for one, it is an error:
-// S is fixed when the cluster is created.
+// S is fixed when the cluster is created. It is BootstrapWith(Require{Shards: shardsSet}).
 func Bootstrap(ctx context.Context, st store.Store, want store.Cluster, shardsSet bool, log *slog.Logger) (store.Cluster, error) {
+	return BootstrapWith(ctx, st, want, Require{Shards: shardsSet}, log)
+}
+
+// Require names the parts of a new cluster's shape that the operator asked for explicitly
+// (tickd's --shards, --partitions, --replicas). Shards, partitions and replicas are fixed when the
+// cluster is created: joining a cluster that records another value for a required part is an
+// error, and a part not required is taken from the cluster as it is.
+type Require struct {
+	Shards, Partitions, Replicas bool
+}
+
+// BootstrapWith creates the cluster record and the buckets of its epoch on first start (shaped
+// like want), or joins the cluster there is; it refuses, naming both values, a cluster whose
+// recorded shape differs from want in a part req requires. A record without replicas has 1.
+func BootstrapWith(ctx context.Context, st store.Store, want store.Cluster, req Require, log *slog.Logger) (store.Cluster, error) {
 	got, err := st.Bootstrap(ctx, want)
 	if err != nil {
 		return store.Cluster{}, err
 	}
-	if shardsSet && got.Shards != want.Shards {
-		return store.Cluster{}, fmt.Errorf("the cluster was created with %d shards; --shards %d cannot change it", got.Shards, want.Shards)
+	if err := checkShape(got, want, req); err != nil {
+		return store.Cluster{}, err
 	}
 	if log != nil {
-		log.Info("cluster ready", "shards", got.Shards, "partitions", got.Partitions, "epoch", got.Epoch)
+		log.Info("cluster ready", "shards", got.Shards, "partitions", got.Partitions, "replicas", got.ReplicasOr1(), "epoch", got.Epoch)
 	}
 	return got, nil
+}
+
+// ShapeError is a node asking an existing cluster for another shape than it was created with.
+type ShapeError struct {
+	Got, Want store.Cluster
+	Parts     []string // the flags that differ: "--shards", "--partitions", "--replicas"
+}
+
+func (e *ShapeError) Error() string {
+	var was, asked []string
+	for _, p := range e.Parts {
+		switch p {
+		case "--shards":
+			was, asked = append(was, plural(uint64(e.Got.Shards), "shard")), append(asked, fmt.Sprintf("--shards %d", e.Want.Shards))
+		case "--partitions":
+			was, asked = append(was, plural(uint64(e.Got.Partitions), "partition")), append(asked, fmt.Sprintf("--partitions %d", e.Want.Partitions))
+		case "--replicas":
+			was, asked = append(was, plural(uint64(e.Got.ReplicasOr1()), "replica")), append(asked, fmt.Sprintf("--replicas %d", e.Want.ReplicasOr1()))
+		}
+	}
+	return fmt.Sprintf("the cluster was created with %s; %s cannot change it (a cluster's shards, partitions and replicas "+
+		"are fixed when it is created): leave %s out to join it as it is, or create a new cluster on other JetStream storage "+
+		"(another NATS server or account, or a new --data directory)",
+		strings.Join(was, ", "), strings.Join(asked, " "), strings.Join(e.Parts, " and "))
+}
+
+func plural(n uint64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+func checkShape(got, want store.Cluster, req Require) error {
+	e := &ShapeError{Got: got, Want: want}
+	if req.Shards && got.Shards != want.Shards {
+		e.Parts = append(e.Parts, "--shards")
+	}
+	if req.Partitions && got.Partitions != want.Partitions {
+		e.Parts = append(e.Parts, "--partitions")
+	}
+	if req.Replicas && got.ReplicasOr1() != want.ReplicasOr1() {
+		e.Parts = append(e.Parts, "--replicas")
+	}
+	if len(e.Parts) == 0 {
+		return nil
+	}
+	return e
 }
 
 // errReplan: shard.<S> changed under us to another owner; the next round decides again.

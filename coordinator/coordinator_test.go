@@ -2,9 +2,11 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/tickfence/tickfence/coordinator"
@@ -233,5 +235,67 @@ func TestBootstrapRefusesAnotherShardCount(t *testing.T) {
 	}
 	if cl, err := coordinator.Bootstrap(ctx, st, store.Cluster{Shards: 99, Partitions: 1, Epoch: 1}, false, nil); err != nil || cl.Shards != 16 {
 		t.Fatalf("Bootstrap with the default shard count: %+v, %v", cl, err)
+	}
+}
+
+// TestBootstrapShape: a new cluster records the partitions and replicas asked for; a node that asks
+// an existing cluster for other ones explicitly is refused with both values named, and one that
+// leaves them at their defaults joins the cluster as it is. A record without replicas reads as 1.
+func TestBootstrapShape(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	created := store.Cluster{Shards: 16, Partitions: 4, Epoch: 1, Replicas: 3}
+	if cl, err := coordinator.BootstrapWith(ctx, st, created, coordinator.Require{Shards: true, Partitions: true, Replicas: true}, nil); err != nil || cl != created {
+		t.Fatalf("Bootstrap of a new cluster = %+v, %v; want %+v", cl, err, created)
+	}
+	if cl, err := st.Cluster(ctx); err != nil || cl.Replicas != 3 || cl.Partitions != 4 {
+		t.Fatalf("cluster record %+v, %v; want 4 partitions, 3 replicas recorded", cl, err)
+	}
+	def := store.DefaultCluster() // a node with every flag at its default: 256 shards, P 1, R1
+	for _, tc := range []struct {
+		req  coordinator.Require
+		want []string // in the error; none: joins
+	}{
+		{coordinator.Require{}, nil},
+		{coordinator.Require{Replicas: true}, []string{"created with 3 replicas", "--replicas 1 cannot change it", "leave --replicas out"}},
+		{coordinator.Require{Partitions: true}, []string{"created with 4 partitions", "--partitions 1 cannot change it", "leave --partitions out"}},
+		{coordinator.Require{Shards: true, Partitions: true, Replicas: true}, []string{"created with 16 shards, 4 partitions, 3 replicas",
+			"--shards 256 --partitions 1 --replicas 1 cannot change it", "leave --shards and --partitions and --replicas out"}},
+	} {
+		cl, err := coordinator.BootstrapWith(ctx, st, def, tc.req, nil)
+		if tc.want == nil {
+			if err != nil || cl != created {
+				t.Errorf("defaults, %+v: %+v, %v; want to join %+v", tc.req, cl, err, created)
+			}
+			continue
+		}
+		var se *coordinator.ShapeError
+		if !errors.As(err, &se) {
+			t.Fatalf("%+v: %v, want a ShapeError", tc.req, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%+v: %q lacks %q", tc.req, err, w)
+			}
+		}
+	}
+	// Asking explicitly for what the cluster has is fine.
+	if _, err := coordinator.BootstrapWith(ctx, st, created, coordinator.Require{Shards: true, Partitions: true, Replicas: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// An older record, without replicas: 1, so --replicas 1 joins and --replicas 3 is refused.
+	old := memstore.New()
+	if _, err := old.Bootstrap(ctx, store.Cluster{Shards: 16, Partitions: 1, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	one := store.Cluster{Shards: 16, Partitions: 1, Epoch: 1, Replicas: 1}
+	if cl, err := coordinator.BootstrapWith(ctx, old, one, coordinator.Require{Replicas: true}, nil); err != nil || cl.ReplicasOr1() != 1 {
+		t.Fatalf("--replicas 1 on an older record: %+v, %v", cl, err)
+	}
+	one.Replicas = 3
+	if _, err := coordinator.BootstrapWith(ctx, old, one, coordinator.Require{Replicas: true}, nil); err == nil ||
+		!strings.Contains(err.Error(), "created with 1 replica; --replicas 3") {
+		t.Fatalf("--replicas 3 on an older record: %v, want refused naming 1 and 3", err)
 	}
 }
