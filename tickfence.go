@@ -78,6 +78,17 @@ type Options struct {
 	// that exists keeps its own. RequireShards makes a different count an error instead.
 	Shards        uint32
 	RequireShards bool
+	// Partitions is the number of data buckets per epoch when this node creates the cluster
+	// (default 1, at most Shards; shard S lives in partition S mod Partitions): on a JetStream
+	// cluster their stream leaders, and so the write load, spread over the servers. Replicas is
+	// the replicas of every bucket and stream of a new cluster (default 1; 3 or 5 on a cluster of
+	// at least as many JetStream servers). Both are recorded in the cluster record and fixed: a
+	// cluster that exists keeps its own, and RequirePartitions / RequireReplicas make a different
+	// value an error instead (DESIGN 10).
+	Partitions        uint32
+	RequirePartitions bool
+	Replicas          uint32
+	RequireReplicas   bool
 	// TickRate is ticks per second of every instance (default 20).
 	TickRate float64
 	// CheckpointEvery writes an instance at least every this many ticks without commands
@@ -153,6 +164,15 @@ func (o *Options) defaults() error {
 	if o.Shards == 0 {
 		o.Shards = store.DefaultCluster().Shards
 	}
+	if o.Partitions == 0 {
+		o.Partitions = store.DefaultCluster().Partitions
+	}
+	if o.Replicas == 0 {
+		o.Replicas = store.DefaultCluster().Replicas
+	}
+	if err := (store.Cluster{Shards: o.Shards, Partitions: o.Partitions, Replicas: o.Replicas, Epoch: 1}).Validate(); err != nil {
+		return fmt.Errorf("tickfence: Options: %w", err)
+	}
 	if o.TickRate == 0 {
 		o.TickRate = 20
 	}
@@ -224,6 +244,16 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n.frames = natscmd.NewFramePublisher(frameConn, 0, opt.Registerer)
+	if n.st, err = natskv.Open(nc, natskv.Options{History: opt.DataHistory}); err != nil {
+		return nil, err
+	}
+	want := store.DefaultCluster()
+	want.Shards, want.Partitions, want.Replicas = opt.Shards, opt.Partitions, opt.Replicas
+	if n.cluster, err = coordinator.BootstrapWith(ctx, n.st, want, coordinator.Require{Shards: opt.RequireShards,
+		Partitions: opt.RequirePartitions, Replicas: opt.RequireReplicas}, n.log); err != nil {
+		return nil, err
+	}
+	n.logPartitions(ctx)
 	fxConn, err := n.connect("effects")
 	if err != nil {
 		return nil, err
@@ -232,18 +262,12 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := natscmd.EnsureEffectsStream(ctx, js, 1); err != nil {
+	// The effects stream has the cluster's replicas, as every bucket has (a node joining an R3
+	// cluster makes R3 streams whatever its own options say).
+	if _, err := natscmd.EnsureEffectsStream(ctx, js, int(n.cluster.ReplicasOr1())); err != nil {
 		return nil, fmt.Errorf("tickfence: effects stream: %w", err)
 	}
 	if n.effects, err = natscmd.NewEffectPublisher(fxConn); err != nil {
-		return nil, err
-	}
-	if n.st, err = natskv.Open(nc, natskv.Options{History: opt.DataHistory}); err != nil {
-		return nil, err
-	}
-	want := store.DefaultCluster()
-	want.Shards = opt.Shards
-	if n.cluster, err = coordinator.Bootstrap(ctx, n.st, want, opt.RequireShards, n.log); err != nil {
 		return nil, err
 	}
 	// The lease reports the p99 tick lateness since its last renewal (operators' tools show it).
@@ -335,6 +359,18 @@ func (n *Node) openNATS() error {
 	return nil
 }
 
+// logPartitions logs each data bucket's stream: replicas and, on a JetStream cluster, its leader.
+func (n *Node) logPartitions(ctx context.Context) {
+	ps, err := n.st.PartitionStreams(ctx, n.cluster.Epoch, n.cluster.Partitions)
+	if err != nil {
+		n.log.Warn("data buckets' stream info", "err", err)
+		return
+	}
+	for _, p := range ps {
+		n.log.Info("data partition", "bucket", p.Bucket, "replicas", p.Replicas, "leader", p.Leader, "peers", p.Peers)
+	}
+}
+
 // keep records a connection for Close (Client may be called from any goroutine).
 func (n *Node) keep(nc *nats.Conn) {
 	n.connsMu.Lock()
@@ -360,7 +396,7 @@ func (n *Node) ClientURL() string {
 	return n.srv.ClientURL()
 }
 
-// Cluster is the cluster record as this node joined it (shard count, partitions, epoch).
+// Cluster is the cluster record as this node joined it (shard count, partitions, replicas, epoch).
 func (n *Node) Cluster() store.Cluster { return n.cluster }
 
 // Engine is the tick engine of this node (its statistics: Skipped, Lag).

@@ -31,8 +31,9 @@ func (c *cli) backup(ctx context.Context, path string) error {
 	if !c.g.json {
 		fmt.Fprint(os.Stderr, "\r\033[K")
 	}
-	return c.done(map[string]any{"file": path, "epoch": b.Cluster.Epoch, "keys": len(b.Entries), "bytes": len(data)},
-		"backed up epoch %d: %d keys, %d bytes, to %s", b.Cluster.Epoch, len(b.Entries), len(data), path)
+	return c.done(map[string]any{"file": path, "epoch": b.Cluster.Epoch, "keys": len(b.Entries), "bytes": len(data),
+		"shards": b.Cluster.Shards, "partitions": b.Cluster.Partitions, "replicas": b.Cluster.ReplicasOr1()},
+		"backed up epoch %d (%s): %d keys, %d bytes, to %s", b.Cluster.Epoch, shape(b.Cluster), len(b.Entries), len(data), path)
 }
 
 // restore makes a backup the state of a new epoch (DESIGN 6): it seals the current epoch, restores
@@ -48,8 +49,8 @@ func (c *cli) restore(ctx context.Context, path string) error {
 		return fmt.Errorf("%s: not a tickctl backup: %w", path, err)
 	}
 	if !c.g.yes {
-		return usageError{fmt.Sprintf("restore replaces the state of every instance with the backup of epoch %d (%d keys); "+
-			"it seals epoch %d for good. Run again with --yes to do it", b.Cluster.Epoch, len(b.Entries), c.cl.Epoch)}
+		return usageError{fmt.Sprintf("restore replaces the state of every instance with the backup of epoch %d (%d keys, %s); "+
+			"it seals epoch %d for good. Run again with --yes to do it", b.Cluster.Epoch, len(b.Entries), shape(b.Cluster), c.cl.Epoch)}
 	}
 	// FromEpoch: the epoch the operator was told would be sealed. If another restore finished
 	// meanwhile, this one is refused instead of restoring again over the live epoch.
@@ -95,4 +96,9 @@ func operator() string {
 	}
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s@%s (tickctl pid %d)", name, host, os.Getpid())
+}
+
+// shape is a cluster's shards, partitions and replicas (a backup restores only into its shape).
+func shape(cl store.Cluster) string {
+	return fmt.Sprintf("%d shards, %d partitions, %d replicas", cl.Shards, cl.Partitions, cl.ReplicasOr1())
 }

@@ -29,7 +29,9 @@ import (
 const usage = `tickctl inspects and drives a tickfence cluster.
 
 Usage:
-  tickctl status                                  leader, nodes with load and lease age, imbalance
+  tickctl status                                  shards, partitions and replicas, each partition's stream
+                                                  leader, the coordinator leader, nodes with load and
+                                                  lease age, imbalance
   tickctl nodes                                   the live nodes
   tickctl shards                                  owner, session and token of every shard
   tickctl instances [--shard N]                   instances with shard, token, tick and kind
@@ -291,7 +293,7 @@ func (c *cli) shards(ctx context.Context) error {
 	if c.g.json {
 		return c.printJSON(map[string]any{"cluster": c.cl, "shards": rows})
 	}
-	fmt.Fprintf(c.out, "cluster: %d shards, %d partitions, epoch %d\n", c.cl.Shards, c.cl.Partitions, c.cl.Epoch)
+	fmt.Fprintf(c.out, "cluster: %s, epoch %d\n", shape(c.cl), c.cl.Epoch)
 	var names []string
 	for o := range owners {
 		names = append(names, o)

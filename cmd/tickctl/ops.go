@@ -12,6 +12,7 @@ import (
 
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/natskv"
 )
 
 // Operator commands: placement inputs live in the control bucket (drain.<node>, pin.<S>,
@@ -21,13 +22,25 @@ func (c *cli) state(ctx context.Context) (*coordinator.State, error) {
 	return coordinator.ReadState(ctx, c.st)
 }
 
+// statusJSON is `tickctl status --json`: the cluster's state, its replicas (1 for a record that
+// does not name them) and the stream of each data bucket of the current epoch.
+type statusJSON struct {
+	*coordinator.State
+	Replicas   uint32                   `json:"replicas"`
+	Partitions []natskv.PartitionStream `json:"partitions"`
+}
+
 func (c *cli) status(ctx context.Context) error {
 	s, err := c.state(ctx)
 	if err != nil {
 		return err
 	}
+	parts, err := c.st.PartitionStreams(ctx, s.Cluster.Epoch, s.Cluster.Partitions)
+	if err != nil {
+		return fmt.Errorf("data buckets of epoch %d: %w", s.Cluster.Epoch, err)
+	}
 	if c.g.json {
-		return c.printJSON(s)
+		return c.printJSON(statusJSON{State: s, Replicas: s.Cluster.ReplicasOr1(), Partitions: parts})
 	}
 	leader := "(none)"
 	if s.Leader != nil {
@@ -39,14 +52,36 @@ func (c *cli) status(ctx context.Context) error {
 			unassigned++
 		}
 	}
-	fmt.Fprintf(c.out, "cluster: %d shards, epoch %d; coordinator leader: %s\n", s.Cluster.Shards, s.Cluster.Epoch, leader)
+	fmt.Fprintf(c.out, "cluster: %s, epoch %d; coordinator leader: %s\n", shape(s.Cluster), s.Cluster.Epoch, leader)
 	fmt.Fprintf(c.out, "imbalance (max/mean node load): %.2f; unassigned shards: %d; moves under way: %d\n", s.Imbalance, unassigned, len(s.Moves))
 	for _, st := range s.Stuck {
 		fmt.Fprintf(c.out, "warning: %s is leaving but cannot hand off its %d shards: every other node is drained (%s); undrain one\n",
 			st.Node, st.Shards, strings.Join(st.Drained, ", "))
 	}
 	fmt.Fprintln(c.out)
+	if err := c.partitionTable(parts); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.out)
 	return c.nodeTable(s)
+}
+
+// partitionTable shows each data bucket's stream: replicas (how many are current), its leader
+// and the servers holding it.
+func (c *cli) partitionTable(parts []natskv.PartitionStream) error {
+	w := c.table()
+	fmt.Fprintln(w, "PARTITION\tBUCKET\tREPLICAS\tCURRENT\tLEADER\tPEERS\tMESSAGES")
+	for _, p := range parts {
+		leader, peers := p.Leader, strings.Join(p.Peers, ",")
+		if leader == "" {
+			leader, peers = "(none: electing)", "-"
+		}
+		if p.Sealed {
+			leader += " (sealed)"
+		}
+		fmt.Fprintf(w, "%d\t%s\t%d\t%d\t%s\t%s\t%d\n", p.Partition, p.Bucket, p.Replicas, p.Current, leader, peers, p.Messages)
+	}
+	return w.Flush()
 }
 
 func (c *cli) nodeTable(s *coordinator.State) error {

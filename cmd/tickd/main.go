@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/actor/dungeon"
 	"github.com/tickfence/tickfence/cmd/tickd/internal/demo"
+	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/shard/node"
@@ -41,6 +43,8 @@ type options struct {
 	natsListen      string
 	nodeID          string
 	shards          uint
+	partitions      uint
+	replicas        uint
 	tickRate        float64
 	demo            int
 	demoPlayers     int
@@ -76,6 +80,11 @@ func main() {
 	fs.StringVar(&o.natsListen, "nats-listen", "", "also accept NATS clients (tickctl, the nats CLI) on this HOST:PORT; off by default")
 	fs.StringVar(&o.nodeID, "node-id", host, "this node's ID (instance ID rules: A-Z a-z 0-9 _ -)")
 	fs.UintVar(&o.shards, "shards", 256, "shard count of a new cluster (fixed once created)")
+	fs.UintVar(&o.partitions, "partitions", 1, "data buckets per epoch of a new cluster, 1..shards (fixed once created): shard S lives in\n"+
+		"partition S mod P, and on a JetStream cluster the partitions' stream leaders spread the writes over the servers\n"+
+		"(P ≥ the number of servers)")
+	fs.UintVar(&o.replicas, "replicas", 1, "replicas of every bucket and stream of a new cluster: 1, 3 or 5 (fixed once created; 3 and 5 need a\n"+
+		"JetStream cluster of at least as many servers: tickd server --cluster). R3 survives the loss of one server, R5 of two")
 	fs.Float64Var(&o.tickRate, "tick-rate", 20, "ticks per second of every instance (Hz)")
 	fs.IntVar(&o.demo, "demo", 100, "create demo dungeons demo-0 … demo-N-1 if missing and play them with simulated players (0: none)")
 	fs.IntVar(&o.demoPlayers, "demo-players", 4, "simulated players per demo dungeon (at least 1); each joins, then attacks")
@@ -84,7 +93,8 @@ func main() {
 		"on tickfence.out.<S>.<id>, for watchers (tickctl instance watch); 0: none. 1 costs ~3 µs of node CPU and ~2.5 µs\n"+
 		"of server CPU per frame (tickbench frames): at 2 500 dungeons, 50 000 frames/s")
 	fs.Uint64Var(&o.checkpointEvery, "checkpoint-every", 20, "write an instance at least every this many ticks even without commands")
-	fs.BoolVar(&o.sync, "sync", false, "embedded server fsyncs every write (survives power loss; slower)")
+	fs.BoolVar(&o.sync, "sync", false, "embedded server fsyncs every write (survives power loss; slower); for an external server\n"+
+		"see tickd server --sync or sync_interval: always")
 	fs.StringVar(&o.metricsAddr, "metrics", "127.0.0.1:9464", "serve Prometheus metrics on HOST:PORT/metrics (empty: off)")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler (net/http/pprof) under /debug/pprof/ on the --metrics listener, and sample\n"+
 		"lock contention and blocking for its mutex and block profiles (costs a little CPU); for diagnosis: whoever\n"+
@@ -113,8 +123,9 @@ instance's state and exits.
 
 Usage:
   tickd [flags]                              a node (and coordinator candidate)
-  tickd server --listen HOST:PORT --data DIR only the embedded JetStream server, for multi-node setups
-
+  tickd server --listen HOST:PORT --data DIR only the embedded JetStream server, for multi-node setups;
+                                             with --cluster, one server of a JetStream cluster
+                                             (tickd server --help)
 
 Flags:
 `)
@@ -131,6 +142,16 @@ Examples:
   tickd server --listen 127.0.0.1:4222 --data nats-data &
   tickd --nats nats://127.0.0.1:4222 --node-id n1 --metrics 127.0.0.1:9465
   tickd --nats nats://127.0.0.1:4222 --node-id n2 --metrics 127.0.0.1:9466 --demo 0
+  # on a three-server JetStream cluster (tickd server --help): R3 buckets, three partitions
+  tickd --nats nats://10.0.0.1:4222,nats://10.0.0.2:4222,nats://10.0.0.3:4222 --replicas 3 --partitions 3
+
+Profiles (what an acknowledged write survives):
+  tickd                               a kill of the process (embedded server, no fsync)
+  tickd --sync                        a power loss of the machine (embedded server fsyncs every write)
+  3 servers, tickd --replicas 3       the loss of any one server
+  5 servers, tickd --replicas 5       the loss of any two servers
+A node that joins a cluster without --shards, --partitions or --replicas takes the cluster's own; given
+explicitly, a value other than the cluster's is refused.
 
 Signals: SIGINT or SIGTERM hands every shard off to the other nodes (or, alone, flushes and
 releases them) and exits; a second signal exits at once.
@@ -141,9 +162,12 @@ releases them) and exits; a second signal exits at once.
 		fmt.Fprintf(os.Stderr, "tickd: unexpected argument %q (see tickd --help)\n", fs.Arg(0))
 		os.Exit(2)
 	}
-	shardsSet, gcSet := false, false
+	var set shapeSet
+	gcSet := false
 	fs.Visit(func(f *flag.Flag) {
-		shardsSet = shardsSet || f.Name == "shards"
+		set.Shards = set.Shards || f.Name == "shards"
+		set.Partitions = set.Partitions || f.Name == "partitions"
+		set.Replicas = set.Replicas || f.Name == "replicas"
 		gcSet = gcSet || f.Name == "gc-percent"
 	})
 	if gcSet || os.Getenv("GOGC") == "" {
@@ -154,7 +178,7 @@ releases them) and exits; a second signal exits at once.
 		fmt.Fprintln(os.Stderr, "tickd:", err)
 		os.Exit(2)
 	}
-	if err := run(o, shardsSet, log); err != nil {
+	if err := run(o, set, log); err != nil {
 		log.Error("tickd failed", "err", err)
 		os.Exit(1)
 	}
@@ -172,12 +196,26 @@ func newLogger(level string, asJSON bool) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
 }
 
-func run(o options, shardsSet bool, log *slog.Logger) error {
+// shapeSet says which of a new cluster's shape flags were given (an existing cluster with another
+// value is then an error; coordinator.Require).
+type shapeSet = coordinator.Require
+
+func run(o options, set shapeSet, log *slog.Logger) error {
 	if err := store.ValidID(o.nodeID); err != nil {
 		return fmt.Errorf("--node-id: %w", err)
 	}
 	if o.shards == 0 || o.shards > 1<<16 {
 		return fmt.Errorf("--shards must be in 1..65536, got %d", o.shards)
+	}
+	if o.partitions == 0 || o.partitions > o.shards {
+		return fmt.Errorf("--partitions must be in 1..shards (%d), got %d", o.shards, o.partitions)
+	}
+	if o.replicas != 1 && o.replicas != 3 && o.replicas != 5 {
+		return fmt.Errorf("--replicas must be 1, 3 or 5, got %d (an even count survives no more server losses than the odd one below it)", o.replicas)
+	}
+	if o.replicas > 1 && o.natsURL == "" {
+		return fmt.Errorf("--replicas %d needs a JetStream cluster of at least %d servers, not the embedded server: start them with "+
+			"tickd server --cluster (see tickd server --help) and give this node --nats", o.replicas, o.replicas)
 	}
 	if o.checkpointEvery == 0 {
 		return errors.New("--checkpoint-every must be at least 1")
@@ -218,7 +256,7 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 		return err
 	}
 	defer stopMetrics()
-	node, err := tickfence.Start(ctx, nodeOptions(o, shardsSet, reg, log))
+	node, err := tickfence.Start(ctx, nodeOptions(o, set, reg, log))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -262,12 +300,13 @@ func run(o options, shardsSet bool, log *slog.Logger) error {
 // nodeOptions are the node's options from the flags: NATS (embedded unless --nats/NATS_URL
 // names a server), the store, the engine, the shards' host, the command transport and a
 // coordinator candidate (package tickfence), with the demo dungeon as the only kind.
-func nodeOptions(o options, shardsSet bool, reg prometheus.Registerer, log *slog.Logger) tickfence.Options {
+func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.Logger) tickfence.Options {
 	beforeWrite, beforeRelease := faultHooks(log)
 	return tickfence.Options{
 		Kinds: []actor.Kind{dungeon.Kind{FrameEvery: o.demoFrameEvery}}, NodeID: o.nodeID,
 		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync,
-		Shards: uint32(o.shards), RequireShards: shardsSet, TickRate: o.tickRate, CheckpointEvery: o.checkpointEvery,
+		Shards: uint32(o.shards), RequireShards: set.Shards, Partitions: uint32(o.partitions), RequirePartitions: set.Partitions,
+		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, CheckpointEvery: o.checkpointEvery,
 		LeaseTTL: o.lease, DataHistory: o.dataHistory,
 		NoCoordinator: o.noCoordinator, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
 		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending,
@@ -363,25 +402,94 @@ func summarize(ctx context.Context, every time.Duration, nd *node.Node, engine *
 }
 
 // serverMain runs only the embedded JetStream server (`tickd server`): nodes connect to it with
-// --nats, so freezing or killing a node never freezes the store.
+// --nats, so freezing or killing a node never freezes the store. With --cluster it is one server
+// of a JetStream cluster (R3/R5 buckets: DESIGN 10).
 func serverMain(args []string) int {
 	fs := flag.NewFlagSet("tickd server", flag.ExitOnError)
 	listen := fs.String("listen", "127.0.0.1:4222", "HOST:PORT for NATS clients")
 	data := fs.String("data", "tickd-server-data", "directory of JetStream's files (reused on restart)")
-	sync := fs.Bool("sync", false, "fsync every write (survives power loss; slower)")
+	sync := fs.Bool("sync", false, "fsync every write (JetStream sync_interval: always): an acknowledged write survives a power loss\n"+
+		"of this machine, not only a kill of the process; slower")
+	clusterAddr := fs.String("cluster", "", "HOST:PORT to accept the routes of the other servers of a JetStream cluster on (empty: standalone)")
+	routes := fs.String("routes", "", "comma-separated URLs of the cluster's servers, nats-route://HOST:PORT (or nats://HOST:PORT);\n"+
+		"this server's own may be in the list, so every server can be given the same one")
+	name := fs.String("server-name", "", "this server's name (default \"tickd-server\" standalone); required with --cluster: unique in the\n"+
+		"cluster and the same on every restart, as JetStream's peers know each other by name")
+	clusterName := fs.String("cluster-name", natsserver.DefaultClusterName, "the JetStream cluster's name; the same on every server of it")
+	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "tickd server runs only the embedded NATS JetStream server that tickd nodes share.\n\nUsage: tickd server [flags]\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), `tickd server runs only the embedded NATS JetStream server that tickd nodes share: on its own, or
+as one server of a JetStream cluster (--cluster), for replicated buckets (tickd --replicas 3).
+
+Usage: tickd server [flags]
+
+Flags:
+`)
 		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), `
+What each profile survives (an acknowledged write is kept through):
+  tickd server                     a kill of the server process; a power loss may lose the last writes
+  tickd server --sync              a power loss of that machine
+  3 servers, tickd --replicas 3    the loss of any one server, power loss included (all three losing power
+                                   at once: add --sync on each)
+  5 servers, tickd --replicas 5    the loss of any two servers
+
+Examples:
+  tickd server --listen 127.0.0.1:4222 --data nats-data
+  tickd server --sync --listen 0.0.0.0:4222 --data /var/lib/tickd
+
+  # three servers of one cluster (one per machine in production; here, one machine):
+  R=nats-route://127.0.0.1:6222,nats-route://127.0.0.1:6223,nats-route://127.0.0.1:6224
+  tickd server --server-name s1 --listen 127.0.0.1:4222 --cluster 127.0.0.1:6222 --routes $R --data d1 --sync &
+  tickd server --server-name s2 --listen 127.0.0.1:4223 --cluster 127.0.0.1:6223 --routes $R --data d2 --sync &
+  tickd server --server-name s3 --listen 127.0.0.1:4224 --cluster 127.0.0.1:6224 --routes $R --data d3 --sync &
+  tickd --nats nats://127.0.0.1:4222,nats://127.0.0.1:4223,nats://127.0.0.1:4224 --replicas 3 --partitions 3
+`)
 	}
 	_ = fs.Parse(args)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	dir, _ := filepath.Abs(*data)
-	srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Listen: *listen, Sync: *sync, Name: "tickd-server"})
+	var log *slog.Logger
+	if *logJSON {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	} else {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if fs.NArg() > 0 {
+		log.Error("tickd server: unexpected argument (see tickd server --help)", "arg", fs.Arg(0))
+		return 2
+	}
+	cfg := natsserver.Config{Listen: *listen, Sync: *sync, Name: *name, Cluster: *clusterAddr}
+	cfg.DataDir, _ = filepath.Abs(*data)
+	if *clusterAddr == "" {
+		if *routes != "" {
+			log.Error("tickd server: --routes needs --cluster (the address this server accepts routes on)")
+			return 2
+		}
+		if cfg.Name == "" {
+			cfg.Name = "tickd-server"
+		}
+	} else {
+		if cfg.Name == "" {
+			log.Error("tickd server: --cluster needs --server-name: every server of a JetStream cluster needs a name of its own, " +
+				"unique in the cluster and the same on every restart, because JetStream's peers know each other by name")
+			return 2
+		}
+		cfg.ClusterName = *clusterName
+		for r := range strings.SplitSeq(*routes, ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				cfg.Routes = append(cfg.Routes, r)
+			}
+		}
+	}
+	srv, err := natsserver.Start(cfg)
 	if err != nil {
 		log.Error("tickd server", "err", err)
 		return 1
 	}
-	log.Info("NATS JetStream server ready", "url", srv.ClientURL(), "data", dir, "sync_every_write", *sync)
+	attrs := []any{"name", srv.Name(), "url", srv.ClientURL(), "data", cfg.DataDir, "sync_every_write", *sync}
+	if *clusterAddr != "" {
+		attrs = append(attrs, "cluster", srv.ClusterName(), "route_url", srv.RouteURL(), "routes", strings.Join(cfg.Routes, ","))
+	}
+	log.Info("NATS JetStream server ready", attrs...)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	<-sigs

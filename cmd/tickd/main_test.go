@@ -5,15 +5,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tickfence/tickfence/internal/proc"
+	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/store"
 )
 
 // TestTickdRunsAndRestarts runs the real binary as a newcomer would: it starts, ticks demo
@@ -141,9 +148,19 @@ func TestTickdRefusesBadFlags(t *testing.T) {
 		{[]string{"--demo-rate", "NaN"}, "--demo-rate must be"},
 		{[]string{"--demo-rate", "+Inf"}, "--demo-rate must be"},
 		{[]string{"--pprof", "--metrics", ""}, "--pprof serves the profiler on the --metrics listener"},
+		{[]string{"--partitions", "0"}, "--partitions must be in 1..shards (256), got 0"},
+		{[]string{"--shards", "4", "--partitions", "5"}, "--partitions must be in 1..shards (4), got 5"},
+		{[]string{"--replicas", "2", "--nats", "nats://127.0.0.1:1"}, "--replicas must be 1, 3 or 5, got 2"},
+		{[]string{"--replicas", "3"}, "--replicas 3 needs a JetStream cluster of at least 3 servers, not the embedded server"},
+		{[]string{"server", "--cluster", "127.0.0.1:0"}, "--cluster needs --server-name"},
+		{[]string{"server", "--routes", "nats-route://127.0.0.1:1"}, "--routes needs --cluster"},
+		{[]string{"server", "--cluster", "127.0.0.1:0", "--server-name", "a", "--routes", "127.0.0.1:1"}, "want nats-route://HOST:PORT"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		args := append([]string{"--data", filepath.Join(dir, "data"), "--metrics", "127.0.0.1:0"}, tc.args...)
+		if tc.args[0] == "server" {
+			args = append(tc.args[:1:1], append(tc.args[1:], "--data", filepath.Join(dir, "server-data"), "--listen", "127.0.0.1:0")...)
+		}
 		out, err := exec.CommandContext(ctx, tickd, args...).CombinedOutput()
 		timedOut := ctx.Err() != nil
 		cancel()
@@ -151,4 +168,185 @@ func TestTickdRefusesBadFlags(t *testing.T) {
 			t.Errorf("tickd %q: %v, output %q; want a prompt failure saying %q", tc.args, err, out, tc.want)
 		}
 	}
+}
+
+// TestTickdServerCluster runs three `tickd server` processes as one JetStream cluster (--cluster,
+// --routes with every server's route URL, --server-name), waits until the cluster places an R3
+// stream, and runs a node that creates a tickfence cluster of 3 replicas and 3 partitions on it:
+// it serves its demo dungeons; the data buckets, the control bucket and the effects stream have 3
+// replicas; the partitions' leaders are three distinct servers; tickctl status shows the shape;
+// and a second node asking for --replicas 1 is refused, naming both values.
+func TestTickdServerCluster(t *testing.T) {
+	dir := t.TempDir()
+	tickd, err := proc.Build(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tickctl := filepath.Join(dir, "tickctl")
+	if out, err := exec.Command("go", "build", "-o", tickctl, "../tickctl").CombinedOutput(); err != nil {
+		t.Fatalf("build tickctl: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ports := freePorts(t, 6)
+	var routes, urls []string
+	for i := range 3 {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3+i]))
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+	}
+	var servers []*proc.Proc
+	for i := range 3 {
+		name := fmt.Sprintf("s%d", i+1)
+		p, err := proc.Start(tickd, name, nil, "server", "--server-name", name, "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]),
+			"--cluster", fmt.Sprintf("127.0.0.1:%d", ports[3+i]), "--routes", strings.Join(routes, ","),
+			"--data", filepath.Join(dir, name), "--log-json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Kill)
+		servers = append(servers, p)
+	}
+	for i, p := range servers {
+		_, m, err := p.WaitLog(ctx, 0, proc.Msg("NATS JetStream server ready"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m["name"] != fmt.Sprintf("s%d", i+1) || m["url"] != urls[i] || m["cluster"] != "tickfence" || m["route_url"] != routes[i] {
+			t.Fatalf("server %d logged %v; want its name, client URL %s, cluster tickfence, route URL %s", i+1, m, urls[i], routes[i])
+		}
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Formed: a meta leader that places an R3 stream (a request made before it is elected is
+	// never answered, hence the short tries).
+	for {
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.CreateStream(actx, jetstream.StreamConfig{Name: "probe", Replicas: 3, Storage: jetstream.MemoryStorage})
+		acancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the three tickd servers formed no JetStream cluster: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := js.DeleteStream(ctx, "probe"); err != nil {
+		t.Fatal(err)
+	}
+
+	node, err := proc.Start(tickd, "n1", nil, "--nats", strings.Join(urls, ","), "--node-id", "n1", "--replicas", "3", "--partitions", "3",
+		"--shards", "16", "--demo", "10", "--metrics", "127.0.0.1:0", "--summary-every", "1s", "--log-json", "--data", filepath.Join(dir, "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Kill)
+	if _, m, err := node.WaitLog(ctx, 0, func(m map[string]any) bool {
+		tps, _ := m["ticks_per_s"].(float64)
+		return m["level"] == "ERROR" || m["msg"] == "summary" && m["instances"] == float64(10) && tps > 0
+	}); err != nil || m["level"] == "ERROR" {
+		t.Fatalf("the node on the R3 cluster does not serve its dungeons: %v %v", err, m)
+	}
+	streamInfo := func(name string) *jetstream.StreamInfo {
+		t.Helper()
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		return info
+	}
+	for _, name := range []string{"KV_" + store.ControlBucket, natscmd.EffectsStream} {
+		if r := streamInfo(name).Config.Replicas; r != 3 {
+			t.Errorf("%s: %d replicas, want 3", name, r)
+		}
+	}
+	var leaders []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		leaders = leaders[:0]
+		for p := range uint32(3) {
+			info := streamInfo("KV_" + store.DataBucket(1, p))
+			if info.Config.Replicas != 3 || !info.Config.AllowAtomicPublish {
+				t.Fatalf("%s: %d replicas, atomic publish %v; want 3, true", info.Config.Name, info.Config.Replicas, info.Config.AllowAtomicPublish)
+			}
+			leaders = append(leaders, info.Cluster.Leader)
+		}
+		if sorted := slices.Sorted(slices.Values(leaders)); sorted[0] != "" && len(slices.Compact(sorted)) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition leaders %q, want three distinct servers", leaders)
+		}
+	}
+
+	out, err := exec.CommandContext(ctx, tickctl, "status", "--json", "--nats", strings.Join(urls, ",")).Output()
+	if err != nil {
+		t.Fatalf("tickctl status --json: %v", err)
+	}
+	var status struct {
+		Cluster    store.Cluster `json:"cluster"`
+		Replicas   int           `json:"replicas"`
+		Partitions []struct {
+			Leader   string `json:"leader"`
+			Replicas int    `json:"replicas"`
+		} `json:"partitions"`
+	}
+	if err := json.Unmarshal(out, &status); err != nil || status.Replicas != 3 || status.Cluster.Partitions != 3 ||
+		len(status.Partitions) != 3 || status.Partitions[0].Replicas != 3 || status.Partitions[0].Leader == "" {
+		t.Fatalf("tickctl status --json: %s (%v); want 3 replicas and 3 partitions with their leaders", out, err)
+	}
+	table, err := exec.CommandContext(ctx, tickctl, "status", "--nats", strings.Join(urls, ",")).Output()
+	if err != nil || !strings.Contains(string(table), "16 shards, 3 partitions, 3 replicas") || !strings.Contains(string(table), "LEADER") {
+		t.Fatalf("tickctl status: %v\n%s", err, table)
+	}
+	t.Logf("tickctl status:\n%s", table)
+
+	// A node that asks for R1 explicitly is refused; its flags name what to do.
+	out, err = exec.CommandContext(ctx, tickd, "--nats", strings.Join(urls, ","), "--node-id", "n2", "--replicas", "1",
+		"--demo", "0", "--metrics", "127.0.0.1:0", "--data", filepath.Join(dir, "n2")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "the cluster was created with 3 replicas; --replicas 1 cannot change it") {
+		t.Fatalf("a node asking an R3 cluster for --replicas 1: %v\n%s", err, out)
+	}
+
+	if err := node.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-node.Exited():
+	case <-ctx.Done():
+		t.Fatal("the node did not exit after SIGINT")
+	}
+	if err := node.ExitErr(); err != nil {
+		t.Fatalf("node exit: %v", err)
+	}
+	for _, p := range servers {
+		if err := p.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		<-p.Exited()
+	}
+}
+
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
 }

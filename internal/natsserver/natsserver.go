@@ -3,11 +3,13 @@
 package natsserver
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -22,9 +24,22 @@ type Config struct {
 	Listen string
 	// Sync makes JetStream fsync every write (the durable profile; slower).
 	Sync bool
-	// Name of the server (defaults to a random one).
+	// Name of the server (defaults to a random one standalone). Required with Cluster: JetStream's
+	// peers know each other by name, so it must be unique in the cluster and the same on every
+	// restart.
 	Name string
+	// Cluster is HOST:PORT to accept routes from the other servers of a JetStream cluster on (port
+	// 0: a free one); empty: a standalone server.
+	Cluster string
+	// Routes are the URLs of the cluster's servers, nats-route://HOST:PORT or nats://HOST:PORT;
+	// the server's own may be among them (it ignores a route to itself).
+	Routes []string
+	// ClusterName names the cluster (default DefaultClusterName); every server of it uses the same.
+	ClusterName string
 }
+
+// DefaultClusterName is the JetStream cluster's name unless Config.ClusterName says otherwise.
+const DefaultClusterName = "tickfence"
 
 // Server is a running embedded server.
 type Server struct {
@@ -32,8 +47,10 @@ type Server struct {
 	cfg Config
 }
 
-// Start starts the server and waits until it accepts connections.
-func Start(cfg Config) (*Server, error) {
+// Options are the NATS server options of cfg: JetStream with its files in DataDir, fsync on every
+// write with Sync, a 1 MiB max payload, and a cluster block with Cluster. A plain nats-server
+// config with the same settings is in the README ("Your own NATS servers").
+func Options(cfg Config) (*server.Options, error) {
 	opts := &server.Options{
 		ServerName:         cfg.Name,
 		JetStream:          true,
@@ -46,18 +63,63 @@ func Start(cfg Config) (*Server, error) {
 		JetStreamMaxMemory: 1 << 30,
 	}
 	if cfg.Listen != "" {
-		host, port, err := net.SplitHostPort(cfg.Listen)
+		host, port, err := hostPort(cfg.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("nats listen address %q: %w", cfg.Listen, err)
 		}
-		p, err := strconv.Atoi(port)
-		if err != nil {
-			return nil, fmt.Errorf("nats listen port %q: %w", port, err)
+		opts.Host, opts.Port = host, port
+	}
+	if cfg.Cluster == "" {
+		if len(cfg.Routes) > 0 || cfg.ClusterName != "" {
+			return nil, errors.New("routes and a cluster name need a cluster listen address (HOST:PORT for the routes)")
 		}
-		if p == 0 {
-			p = server.RANDOM_PORT
+		return opts, nil
+	}
+	if cfg.Name == "" {
+		return nil, errors.New("a server of a JetStream cluster needs a name of its own, unique in the cluster and the same " +
+			"on every restart: JetStream's peers know each other by name")
+	}
+	host, port, err := hostPort(cfg.Cluster)
+	if err != nil {
+		return nil, fmt.Errorf("cluster listen address %q: %w", cfg.Cluster, err)
+	}
+	name := cfg.ClusterName
+	if name == "" {
+		name = DefaultClusterName
+	}
+	opts.Cluster = server.ClusterOpts{Name: name, Host: host, Port: port}
+	for _, r := range cfg.Routes {
+		u, err := url.Parse(r)
+		if err != nil || (u.Scheme != "nats-route" && u.Scheme != "nats") || u.Hostname() == "" || u.Port() == "" {
+			return nil, fmt.Errorf("route %q: want nats-route://HOST:PORT (or nats://HOST:PORT)", r)
 		}
-		opts.Host, opts.Port = host, p
+		opts.Routes = append(opts.Routes, u)
+	}
+	return opts, nil
+}
+
+// hostPort splits HOST:PORT; port 0 is a free one.
+func hostPort(addr string) (string, int, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("port %q", port)
+	}
+	if p == 0 {
+		p = server.RANDOM_PORT
+	}
+	return host, p, nil
+}
+
+// Start starts the server and waits until it accepts connections (a clustered server does not
+// wait for its peers: see WaitCluster).
+func Start(cfg Config) (*Server, error) {
+	opts, err := Options(cfg)
+	if err != nil {
+		return nil, err
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -74,26 +136,32 @@ func Start(cfg Config) (*Server, error) {
 // ConnectOption connects a client in-process, or over TCP when the server listens.
 func (s *Server) ConnectOption() nats.Option { return nats.InProcessServer(s.Server) }
 
+// RouteURL is the URL other servers of its cluster route to ("" standalone).
+func (s *Server) RouteURL() string {
+	if a := s.ClusterAddr(); a != nil {
+		return "nats-route://" + a.String()
+	}
+	return ""
+}
+
 // Stop shuts the server down and waits for it.
 func (s *Server) Stop() {
 	s.Shutdown()
 	s.WaitForShutdown()
 }
 
-// StartCluster starts n clustered servers (routes between them, JetStream on each, data under
-// dir) on loopback, and waits for a JetStream meta leader. Tests use it for R3 buckets.
+// StartCluster starts n clustered servers s0 … s<n-1> (routes between them, JetStream on each,
+// data under dir) on loopback, and waits until they form a JetStream cluster: a meta leader that
+// knows all n servers, so R3 (R5) streams can be placed at once. Tests use it for R3 buckets.
 func StartCluster(n int, dir string) ([]*Server, error) {
-	routePorts := make([]int, n)
-	var routes []*url.URL
-	for i := range routePorts {
+	routes := make([]string, n)
+	for i := range routes {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}
-		routePorts[i] = ln.Addr().(*net.TCPAddr).Port
+		routes[i] = fmt.Sprintf("nats-route://%s", ln.Addr())
 		ln.Close()
-		u, _ := url.Parse(fmt.Sprintf("nats://127.0.0.1:%d", routePorts[i]))
-		routes = append(routes, u)
 	}
 	var srvs []*Server
 	stopAll := func() {
@@ -101,34 +169,31 @@ func StartCluster(n int, dir string) ([]*Server, error) {
 			s.Stop()
 		}
 	}
-	for i := 0; i < n; i++ {
-		opts := &server.Options{ServerName: fmt.Sprintf("s%d", i), JetStream: true,
-			StoreDir: filepath.Join(dir, fmt.Sprintf("s%d", i)), NoSigs: true, NoLog: true,
-			Host: "127.0.0.1", Port: server.RANDOM_PORT, MaxPayload: 1 << 20, JetStreamMaxMemory: 1 << 30,
-			Cluster: server.ClusterOpts{Name: "tickfence", Host: "127.0.0.1", Port: routePorts[i]}, Routes: routes}
-		s, err := server.NewServer(opts)
+	for i := range n {
+		s, err := Start(Config{Name: fmt.Sprintf("s%d", i), DataDir: filepath.Join(dir, fmt.Sprintf("s%d", i)),
+			Listen: "127.0.0.1:0", Cluster: strings.TrimPrefix(routes[i], "nats-route://"), Routes: routes})
 		if err != nil {
 			stopAll()
 			return nil, err
 		}
-		go s.Start()
-		srvs = append(srvs, &Server{Server: s})
+		srvs = append(srvs, s)
 	}
-	for _, s := range srvs {
-		if !s.ReadyForConnections(30 * time.Second) {
-			stopAll()
-			return nil, fmt.Errorf("clustered server %s not ready", s.Name())
-		}
+	if err := WaitCluster(srvs, 30*time.Second); err != nil {
+		stopAll()
+		return nil, err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	return srvs, nil
+}
+
+// WaitCluster waits until one of srvs is the JetStream meta leader and knows every one of them
+// as a peer with JetStream.
+func WaitCluster(srvs []*Server, within time.Duration) error {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		for _, s := range srvs {
-			if s.JetStreamIsLeader() {
-				return srvs, nil
+			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == len(srvs) {
+				return nil
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	stopAll()
-	return nil, fmt.Errorf("no JetStream meta leader within 30s")
+	return fmt.Errorf("no JetStream meta leader with all %d servers as peers within %v", len(srvs), within)
 }
