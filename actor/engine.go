@@ -192,12 +192,26 @@ func (e *Engine) Ticks() uint64 { return e.ticks.Load() }
 // Skipped is the number of ticks skipped by the overrun policy so far.
 func (e *Engine) Skipped() uint64 { return e.skipped.Load() }
 
-// Add schedules t; it first ticks within one period.
+// Add schedules t; it first ticks within one period. Instances are spread evenly over the
+// period's phase buckets.
 func (e *Engine) Add(t Ticker) *Handle {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	h := &Handle{slot: int32(e.next), t: t}
+	slot := e.next
 	e.next = (e.next + 1) % e.nslots
+	return e.addLocked(t, slot)
+}
+
+// AddInPhase schedules t in the phase bucket of key: tickers added with the same key tick
+// together, in one bucket of each period (a shard whose records leave in one batch per tick).
+func (e *Engine) AddInPhase(t Ticker, key uint64) *Handle {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.addLocked(t, int(key%uint64(e.nslots)))
+}
+
+func (e *Engine) addLocked(t Ticker, slot int) *Handle {
+	h := &Handle{slot: int32(slot), t: t}
 	h.idx = int32(len(e.slots[h.slot]))
 	e.slots[h.slot] = append(e.slots[h.slot], h)
 	e.count++

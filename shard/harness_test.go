@@ -141,6 +141,7 @@ type nodeOpt struct {
 	maxCmdDelay     time.Duration
 	frames          func(reg prometheus.Registerer) shard.FramePublisher
 	effects         func(reg prometheus.Registerer) shard.EffectPublisher
+	writeStrategy   shard.WriteStrategy
 }
 
 func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
@@ -158,7 +159,7 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{}, bomb{}, shower{}, emitter{}, fxbomb{})
 	n := &node{t: t, name: name, st: st, engine: e, metrics: m, freeze: &freezer{}}
 	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Registerer: reg,
-		CheckpointEvery: opt.checkpointEvery, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL, MaxCommandDelay: opt.maxCmdDelay,
+		CheckpointEvery: opt.checkpointEvery, WriteStrategy: opt.writeStrategy, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL, MaxCommandDelay: opt.maxCmdDelay,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)}
 	if opt.commands != nil {
 		cfg.Commands = opt.commands(reg)

@@ -108,6 +108,9 @@ type Config struct {
 	// MaxPendingCommands bounds the commands admitted and not yet answered; more are refused
 	// with busy (default 50000).
 	MaxPendingCommands int
+	// WriteStrategy: single fenced writes, or one atomic batch per shard in flight (DESIGN 10).
+	// Default WriteAuto: batches when the cluster's data buckets have more than one replica.
+	WriteStrategy WriteStrategy
 }
 
 // Host runs the shards granted to one node session.
@@ -145,6 +148,12 @@ type Host struct {
 	// holds a tick back. Once the host is cancelled (writersDone), writes are sent in place.
 	// sessionTTL and requestTTL: store.ClientSessionTTL and store.RequestTTL in ticks.
 	sessionTTL, requestTTL uint64
+
+	// bw sends batches when batches is set (Config.WriteStrategy); batchesOff is set for good
+	// when the store says a data bucket cannot take them (store.ErrBatchesOff).
+	bw         store.BatchWriter
+	batches    bool
+	batchesOff atomic.Bool
 
 	writeQ      chan queuedWrite
 	writeMu     sync.RWMutex
@@ -229,6 +238,12 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if cfg.ReconcileEvery == 0 {
 		cfg.ReconcileEvery = 5 * time.Second
 	}
+	if cfg.WriteStrategy == "" {
+		cfg.WriteStrategy = WriteAuto
+	}
+	if _, err := ParseWriteStrategy(string(cfg.WriteStrategy)); err != nil {
+		return nil, fmt.Errorf("shard host: %w", err)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -241,6 +256,11 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		ctx: hctx, cancel: cancel, shards: map[uint32]*shardRun{}, lastLoad: time.Now(),
 		seen: map[uint32]uint64{}, released: map[uint32]handedOn{},
 		reconcileNow: make(chan struct{}, 1), adm: newAdmission(cfg.MaxCommandDelay, cfg.MaxPendingCommands, cfg.metrics.CommandsPending, cfg.metrics.Shedding, cfg.Logger.With("session", cfg.Session))}
+	if h.bw, h.batches, err = batching(cfg, cl); err != nil {
+		cancel()
+		return nil, err
+	}
+	h.log.Info("write strategy", "strategy", cfg.WriteStrategy, "batches", h.batches, "replicas", cl.Replicas)
 	h.sessionTTL = store.TTLTicks(store.ClientSessionTTL, cfg.Engine.Period())
 	h.requestTTL = store.TTLTicks(store.RequestTTL, cfg.Engine.Period())
 	if h.adm != nil && !cfg.Engine.Manual() {

@@ -96,7 +96,11 @@ func newInstance(sh *shardRun, g store.Grant, id string, kind actor.Kind, logic 
 func (in *instance) schedule() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if !in.dead {
+	switch {
+	case in.dead:
+	case in.sh.batch != nil: // the shard's instances tick together, so their records share a batch
+		in.handle = in.sh.h.cfg.Engine.AddInPhase(in, uint64(in.sh.id))
+	default:
 		in.handle = in.sh.h.cfg.Engine.Add(in)
 	}
 }
@@ -597,6 +601,10 @@ func (in *instance) send(w *write) {
 			_, err := h.cfg.Store.End(in.sh.ctx, in.grant, in.id)
 			in.written(w, err)
 		})
+		return
+	}
+	if in.sh.batch != nil && !h.batchesOff.Load() {
+		in.sh.batch.add(in, w)
 		return
 	}
 	h.cfg.Store.WriteAsync(in.grant, in.id, w.rec, func(_ uint64, err error) { in.written(w, err) })

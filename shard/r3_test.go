@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tickfence/tickfence/internal/natsserver"
+	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"
@@ -19,6 +20,12 @@ import (
 // leader is shut down; after re-election writes continue and every acknowledged command is in the
 // stored state exactly once.
 func TestR3StreamLeaderKilled(t *testing.T) {
+	for _, ws := range []shard.WriteStrategy{shard.WriteSingle, shard.WriteBatches} {
+		t.Run(string(ws), func(t *testing.T) { testR3StreamLeaderKilled(t, ws) })
+	}
+}
+
+func testR3StreamLeaderKilled(t *testing.T, ws shard.WriteStrategy) {
 	srvs, err := natsserver.StartCluster(3, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +60,7 @@ func TestR3StreamLeaderKilled(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30})
+	n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30, writeStrategy: ws})
 	for s := uint32(0); s < testShards; s++ {
 		n.grant(s)
 	}
@@ -151,6 +158,13 @@ func TestR3StreamLeaderKilled(t *testing.T) {
 		_, cs := load(t, st, id)
 		if cs.N != acked[i] {
 			t.Fatalf("%s: stored n = %d, acknowledged %d adds", id, cs.N, acked[i])
+		}
+	}
+	if ws == shard.WriteBatches {
+		if m := batchHistogram(t, n); m.count == 0 {
+			t.Error("no batch was sent")
+		} else {
+			t.Logf("%d batches of %.1f records on average", m.count, m.sum/float64(m.count))
 		}
 	}
 	t.Logf("%d commands acknowledged (%d retries), every effect stored exactly once after the stream leader was killed", sent, retried)

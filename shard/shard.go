@@ -50,15 +50,21 @@ type shardRun struct {
 	// outcome: no write is sent under it any more (DESIGN 4); the rebuild rotates away from it.
 	uncertainToken atomic.Uint64
 
+	batch *batcher // the shard's batches, with the batch write strategy (nil: single writes)
+
 	cpu    atomic.Int64 // nanoseconds spent ticking this shard's instances since the last report
 	cpuAvg float64      // smoothed tick CPU (s/s), under mu
 }
 
 func newShardRun(h *Host, g store.Grant) *shardRun {
 	ctx, cancel := context.WithCancel(h.ctx)
-	return &shardRun{h: h, id: g.Shard, grant: g, state: loading, insts: map[string]*instance{},
+	sh := &shardRun{h: h, id: g.Shard, grant: g, state: loading, insts: map[string]*instance{},
 		creating: map[string][]Command{}, ctx: ctx, cancel: cancel, started: time.Now(),
 		log: h.log.With("shard", g.Shard, "epoch", g.Epoch)}
+	if h.batches {
+		sh.batch = &batcher{sh: sh, bw: h.bw}
+	}
+	return sh
 }
 
 var errShardUncertain = errors.New("another write of the shard under this token has an unknown outcome")

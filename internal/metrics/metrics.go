@@ -37,6 +37,7 @@ type Node struct {
 	CommandsPending prometheus.Gauge
 	Shedding        prometheus.Gauge
 	WriteSeconds    prometheus.Histogram
+	WriteBatch      prometheus.Histogram
 
 	// Cluster operation.
 	Failovers         prometheus.Counter
@@ -115,6 +116,8 @@ func newNode(reg prometheus.Registerer) *Node {
 			Help: "Commands admitted and not answered yet (admission control bounds them)."}),
 		WriteSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_state_write_seconds",
 			Help: "Fenced state write, sent to acknowledged by the store (accepted writes only).", Buckets: LatencyBuckets}),
+		WriteBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_write_batch_records",
+			Help: "Records per atomic batch, with the batch write strategy (one batch in flight per shard).", Buckets: prometheus.ExponentialBuckets(1, 2, 9)}),
 		Shedding: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_admission_shedding",
 			Help: "1 while the node refuses a share of new commands with busy: an answer slower than the admission target for a whole interval, or ticks running late, cut the share admitted."}),
 	}
@@ -160,7 +163,7 @@ func newNode(reg prometheus.Registerer) *Node {
 		m.StateWrites.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Ticks, m.TicksSkipped, m.TickLateness, m.TickDuration, m.StateWrites, m.Instances,
-		m.ShardsOwned, m.Commands, m.CommandSeconds, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding, m.WriteSeconds)
+		m.ShardsOwned, m.Commands, m.CommandSeconds, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding, m.WriteSeconds, m.WriteBatch)
 	return m
 }
 

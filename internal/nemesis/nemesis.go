@@ -118,6 +118,9 @@ type Config struct {
 	// (store.RestoreOptions.SkipClaim): the protocol before issue 9.4, which a second or retried
 	// restore turns into a clobbered live epoch.
 	RestoreSkipClaim bool
+	// WriteStrategy of every node (DESIGN 10). Empty: chosen by the seed, atomic batches per
+	// shard for odd seeds and single writes for even ones, so both strategies meet every fault.
+	WriteStrategy shard.WriteStrategy
 }
 
 func (c *Config) defaults() {
@@ -312,6 +315,12 @@ func (c *cluster) session() string {
 func Run(seed uint64, cfg Config) Result {
 	vary := cfg.Faults == nil
 	cfg.defaults()
+	if cfg.WriteStrategy == "" {
+		cfg.WriteStrategy = shard.WriteSingle
+		if seed%2 == 1 {
+			cfg.WriteStrategy = shard.WriteBatches
+		}
+	}
 	if vary {
 		o := varyFaults(seed, *cfg.Faults)
 		cfg.Faults = &o
@@ -344,7 +353,7 @@ func Run(seed uint64, cfg Config) Result {
 		p.start()
 	}
 	net.SetOptions(*cfg.Faults)
-	net.Logf("seed %d: %d nodes, %d shards, %d clients, chaos %v", seed, cfg.Nodes, cfg.Shards, cfg.Clients, cfg.Chaos)
+	net.Logf("seed %d: %d nodes, %d shards, %d clients, chaos %v, write strategy %s", seed, cfg.Nodes, cfg.Shards, cfg.Clients, cfg.Chaos, cfg.WriteStrategy)
 
 	// The served-shards monitor runs until stopMonitor closes.
 	stopMonitor := make(chan struct{})
@@ -556,7 +565,7 @@ func (p *proc) start() {
 	}
 	log := slog.New(&logHandler{net: c.net, name: name, node: p.id, onStale: c.staleStop, onAdopt: c.adopted})
 	nd, err := node.New(node.Config{Config: shard.Config{Node: p.id, Store: p.nodeC, Kinds: c.kinds,
-		Engine: engine, Effects: p.pub, Registerer: reg, Logger: log, CheckpointEvery: 5}, LeaseTTL: 2 * time.Second})
+		Engine: engine, Effects: p.pub, Registerer: reg, Logger: log, CheckpointEvery: 5, WriteStrategy: c.cfg.WriteStrategy}, LeaseTTL: 2 * time.Second})
 	if err != nil {
 		panic(err)
 	}

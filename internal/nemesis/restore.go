@@ -227,6 +227,16 @@ func (a *auditStore) WriteAsync(g store.Grant, id string, rec store.Record, done
 	})
 }
 
+// WriteBatch implements store.BatchWriter (each stored record counted).
+func (a *auditStore) WriteBatch(g store.Grant, writes []store.BatchWrite, done func(int, uint64, error)) {
+	a.Store.WriteBatch(g, writes, func(i int, rev uint64, err error) {
+		if err == nil {
+			a.wrote(g.Epoch)
+		}
+		done(i, rev, err)
+	})
+}
+
 // --- the operator's restore episode ---
 
 // restoreKinds of episode.

@@ -464,13 +464,17 @@ func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done fun
 	c.settleDeferred()
 	desc := fmt.Sprintf("write %s tick %d under %s", id, rec.Tick, g)
 	do := func(ctx context.Context) (uint64, error) { return c.n.under.Write(ctx, g, id, rec) }
-	recf := c.instRec(g, id, encodeRec(g, rec, false), false)
+	c.writeAsync(store.InstanceKey(g.Shard, id), desc, do, c.instRec(g, id, encodeRec(g, rec, false), false), done)
+}
+
+// writeAsync runs one pipelined write (a record, or a whole batch) through the faults.
+func (c *Client) writeAsync(key, desc string, do func(context.Context) (uint64, error), recf func(uint64), done func(uint64, error)) {
 	n := c.n
 	n.mu.Lock()
 	inflight := n.roll(n.opts.InFlight, "in_flight")
 	n.mu.Unlock()
 	if !inflight {
-		rev, err := c.mutateLosing(context.Background(), n.loseAsyncAnswer, store.InstanceKey(g.Shard, id), desc, do, recf)
+		rev, err := c.mutateLosing(context.Background(), n.loseAsyncAnswer, key, desc, do, recf)
 		if err != nil && (errors.Is(err, store.ErrUnknownOutcome) || errors.Is(err, errTransient)) {
 			c.answerLater(desc, err, func() { done(rev, err) })
 			return
@@ -478,12 +482,12 @@ func (c *Client) WriteAsync(g store.Grant, id string, rec store.Record, done fun
 		done(rev, err)
 		return
 	}
-	n.observe(c, store.InstanceKey(g.Shard, id))
+	n.observe(c, key)
 	if err := c.enter(desc); err != nil {
 		go done(0, err)
 		return
 	}
-	w := &asyncWrite{key: store.InstanceKey(g.Shard, id), desc: desc, do: do, rec: recf, done: done}
+	w := &asyncWrite{key: key, desc: desc, do: do, rec: recf, done: done}
 	n.mu.Lock()
 	d := n.delayLocked(n.opts.MaxInFlight)
 	c.inflight[w] = time.AfterFunc(d, func() {

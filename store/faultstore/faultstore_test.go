@@ -27,3 +27,5 @@ func TestConformance(t *testing.T) { storetest.Run(t, backend()) }
 func TestControlConformance(t *testing.T) { storetest.RunControl(t, backend()) }
 
 func TestRestoreConformance(t *testing.T) { storetest.RunRestore(t, backend()) }
+
+func TestBatchConformance(t *testing.T) { storetest.RunBatch(t, backend()) }

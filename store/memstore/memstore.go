@@ -576,22 +576,12 @@ func (s *Store) Create(_ context.Context, g store.Grant, id string, rec store.Re
 	return b.put(key, v, false), nil
 }
 
-// fenced applies a fenced write or delete marker, the one place the fence is checked.
+// fenced applies a fenced write or delete marker.
 func (s *Store) fenced(g store.Grant, id string, v []byte, del bool) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b, _, err := s.dataBucket(g.Epoch, g.Shard)
+	b, err := s.fence(g, "write "+id)
 	if err != nil {
-		return 0, err
-	}
-	if b.sealed {
-		return 0, &store.StaleOwnerError{Op: "write " + id, Grant: g, Sealed: true}
-	}
-	if e := b.keys[store.ShardKey(g.Shard)]; e.rev != g.Token {
-		err := &store.StaleOwnerError{Op: "write " + id, Grant: g, Revision: e.rev, HolderKnown: e.rev != 0}
-		if !e.deleted && e.rev != 0 && json.Unmarshal(e.value, &err.Holder) != nil {
-			err.HolderKnown = false
-		}
 		return 0, err
 	}
 	tok := uint64(0)
@@ -599,6 +589,97 @@ func (s *Store) fenced(g store.Grant, id string, v []byte, del bool) (uint64, er
 		tok = g.Token
 	}
 	return b.putToken(store.InstanceKey(g.Shard, id), v, del, tok), nil
+}
+
+// fence is the one place the fence is checked: the data bucket of g if shard.<S> is still at g's
+// token, under s.mu.
+func (s *Store) fence(g store.Grant, op string) (*bucket, error) {
+	b, _, err := s.dataBucket(g.Epoch, g.Shard)
+	if err != nil {
+		return nil, err
+	}
+	if b.sealed {
+		return nil, &store.StaleOwnerError{Op: op, Grant: g, Sealed: true}
+	}
+	if e := b.keys[store.ShardKey(g.Shard)]; e.rev != g.Token {
+		err := &store.StaleOwnerError{Op: op, Grant: g, Revision: e.rev, HolderKnown: e.rev != 0}
+		if !e.deleted && e.rev != 0 && json.Unmarshal(e.value, &err.Holder) != nil {
+			err.HolderKnown = false
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// WriteBatch implements store.BatchWriter: the batch is checked against the fence once and
+// stored whole, under one lock.
+func (s *Store) WriteBatch(g store.Grant, writes []store.BatchWrite, done func(int, uint64, error)) {
+	batch := heldBatch{s: s, g: g}
+	held := false
+	for i, w := range writes {
+		v, err := s.prepare(g, w.ID, w.Rec)
+		if err != nil {
+			done(i, 0, err)
+			continue
+		}
+		batch.idx, batch.ids, batch.vs = append(batch.idx, i), append(batch.ids, w.ID), append(batch.vs, v)
+		held = held || s.holds(w.ID)
+	}
+	if len(batch.idx) == 0 {
+		return
+	}
+	if held {
+		s.mu.Lock()
+		s.held = append(s.held, batch)
+		s.mu.Unlock()
+		for _, i := range batch.idx {
+			done(i, 0, fmt.Errorf("write %s: its batch is held by fault injection: %w", writes[i].ID, store.ErrUnknownOutcome))
+		}
+		return
+	}
+	revs, err := batch.commit()
+	for k, i := range batch.idx {
+		if err != nil {
+			done(i, 0, err)
+		} else {
+			done(i, revs[k], nil)
+		}
+	}
+}
+
+// heldBatch is a prepared batch: ids[k] with encoded record vs[k] was writes[idx[k]].
+type heldBatch struct {
+	s   *Store
+	g   store.Grant
+	idx []int
+	ids []string
+	vs  [][]byte
+}
+
+func (h heldBatch) Instance() string { return h.ids[0] }
+func (h heldBatch) Deliver(context.Context) error {
+	_, err := h.commit()
+	return err
+}
+
+func (h heldBatch) commit() ([]uint64, error) {
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	b, err := h.s.fence(h.g, fmt.Sprintf("batch of %d writes (%s…)", len(h.ids), h.ids[0]))
+	if err != nil {
+		return nil, err
+	}
+	revs := make([]uint64, len(h.ids))
+	for k, id := range h.ids {
+		revs[k] = b.putToken(store.InstanceKey(h.g.Shard, id), h.vs[k], false, 0)
+	}
+	return revs, nil
+}
+
+func (s *Store) holds(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hold != nil && s.hold(id)
 }
 
 func (s *Store) prepare(g store.Grant, id string, rec store.Record) ([]byte, error) {

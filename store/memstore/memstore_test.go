@@ -34,3 +34,9 @@ func TestRestoreConformance(t *testing.T) {
 		},
 	})
 }
+
+func TestBatchConformance(t *testing.T) {
+	storetest.RunBatch(t, storetest.Backend{
+		New: func(t *testing.T) store.Store { return memstore.New() },
+	})
+}

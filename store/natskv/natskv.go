@@ -46,6 +46,10 @@ type Options struct {
 	AckTimeout time.Duration
 	// MaxPending bounds pipelined writes in flight.
 	MaxPending int
+	// MaxBatchesInFlight bounds this adapter's atomic batches awaiting their commit per data
+	// bucket (default 16). The server refuses a stream more than max_batch_inflight_per_stream
+	// (50 by default) from all its clients together: keep nodes × this under it.
+	MaxBatchesInFlight int
 }
 
 func (o *Options) defaults() {
@@ -57,6 +61,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxPending == 0 {
 		o.MaxPending = 16384
+	}
+	if o.MaxBatchesInFlight <= 0 {
+		o.MaxBatchesInFlight = defaultBatchesInFlight
 	}
 }
 
@@ -72,6 +79,8 @@ type Store struct {
 	cluster *store.Cluster
 	hold    func(string) bool
 	held    []store.HeldWrite
+	// batchSlots bounds the atomic batches in flight per data bucket (Options.MaxBatchesInFlight).
+	batchSlots map[string]chan struct{}
 
 	// Pipelined writes awaiting their outcome, in submission order. Unbounded: a done callback
 	// that submits the instance's next write must never wait for the goroutine that runs it.
@@ -115,7 +124,7 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{nc: nc, js: js, opts: opts, buckets: map[string]jetstream.KeyValue{},
+	s := &Store{nc: nc, js: js, opts: opts, buckets: map[string]jetstream.KeyValue{}, batchSlots: map[string]chan struct{}{},
 		wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	s.wg.Add(1)
 	go s.settle()

@@ -1,0 +1,97 @@
+package faultstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/tickfence/tickfence/store"
+)
+
+var _ store.BatchWriter = (*Client)(nil)
+
+// WriteBatch implements store.BatchWriter over a store that has it: the whole batch is one write
+// to the faults (its answer lost, landing now, later or never, in flight at a reconnect), which
+// the wrapped store commits atomically whenever it lands. Over a store without batches each
+// record goes as its own WriteAsync.
+func (c *Client) WriteBatch(g store.Grant, writes []store.BatchWrite, done func(int, uint64, error)) {
+	bw, ok := c.n.under.(store.BatchWriter)
+	if !ok {
+		for i, w := range writes {
+			c.WriteAsync(g, w.ID, w.Rec, func(rev uint64, err error) { done(i, rev, err) })
+		}
+		return
+	}
+	c.settleDeferred()
+	if len(writes) == 0 {
+		return
+	}
+	for _, w := range writes[1:] {
+		c.n.observe(c, store.InstanceKey(g.Shard, w.ID))
+	}
+	// outcome is what the wrapped store answered the last time the batch was sent: the records
+	// refused before sending get their own errors, the rest share the batch's.
+	var mu sync.Mutex
+	revs := make([]uint64, len(writes))
+	errs := make([]error, len(writes))
+	do := func(ctx context.Context) (uint64, error) {
+		r, e := writeBatchSync(ctx, bw, g, writes)
+		mu.Lock()
+		copy(revs, r)
+		copy(errs, e)
+		mu.Unlock()
+		return batchOutcome(r, e)
+	}
+	recf := func(uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i, w := range writes {
+			if errs[i] == nil && revs[i] != 0 {
+				c.instRec(g, w.ID, encodeRec(g, w.Rec, false), false)(revs[i])
+			}
+		}
+	}
+	desc := fmt.Sprintf("batch of %d writes (%s tick %d, …) under %s", len(writes), writes[0].ID, writes[0].Rec.Tick, g)
+	c.writeAsync(store.InstanceKey(g.Shard, writes[0].ID), desc, do, recf, func(_ uint64, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range writes {
+			switch {
+			case err != nil && (errs[i] == nil || !store.Refused(errs[i])):
+				done(i, 0, err) // the batch's own fault or outcome
+			case errs[i] != nil:
+				done(i, 0, errs[i]) // refused before it was sent: its own error
+			default:
+				done(i, revs[i], nil)
+			}
+		}
+	})
+}
+
+// writeBatchSync runs WriteBatch and waits for every write's outcome.
+func writeBatchSync(ctx context.Context, bw store.BatchWriter, g store.Grant, writes []store.BatchWrite) ([]uint64, []error) {
+	revs := make([]uint64, len(writes))
+	errs := make([]error, len(writes))
+	var wg sync.WaitGroup
+	wg.Add(len(writes))
+	bw.WriteBatch(g, writes, func(i int, rev uint64, err error) {
+		revs[i], errs[i] = rev, err
+		wg.Done()
+	})
+	wg.Wait()
+	return revs, errs
+}
+
+// batchOutcome is the outcome of the records that were sent (all share it), or nil if every
+// record was refused before sending (each has its own error).
+func batchOutcome(revs []uint64, errs []error) (uint64, error) {
+	for i, err := range errs {
+		if err == nil {
+			return revs[i], nil
+		}
+		if !store.Refused(err) {
+			return 0, err
+		}
+	}
+	return 0, nil
+}
