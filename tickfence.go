@@ -112,6 +112,9 @@ type Options struct {
 	// unanswered commands (default 50 000).
 	MaxCommandDelay    time.Duration
 	MaxPendingCommands int
+	// WriteStrategy: single fenced writes or one atomic batch per shard in flight (DESIGN 10).
+	// Default (shard.WriteAuto): batches when the cluster's buckets are replicated.
+	WriteStrategy shard.WriteStrategy
 
 	// Registerer receives the node's Prometheus metrics (default: none).
 	Registerer prometheus.Registerer
@@ -284,7 +287,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	n.node, err = node.New(node.Config{Config: shard.Config{Node: opt.NodeID, Store: n.st,
 		Commands: cmds, Frames: n.frames, Effects: n.effects, Kinds: kinds, Engine: n.engine, CheckpointEvery: opt.CheckpointEvery, Logger: n.log,
 		Registerer: opt.Registerer, BeforeWrite: opt.BeforeWrite, MaxCommandDelay: opt.MaxCommandDelay,
-		MaxPendingCommands: opt.MaxPendingCommands},
+		MaxPendingCommands: opt.MaxPendingCommands, WriteStrategy: opt.WriteStrategy},
 		BeforeRelease: opt.BeforeRelease, LeaseTTL: opt.LeaseTTL,
 		P99Lateness: func() time.Duration { return late.Take().Quantile(0.99) }})
 	if err != nil {

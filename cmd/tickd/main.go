@@ -33,6 +33,7 @@ import (
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/internal/natsserver"
+	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/node"
 	"github.com/tickfence/tickfence/store"
 )
@@ -65,6 +66,7 @@ type options struct {
 	handoffTimeout  time.Duration
 	maxCmdDelay     time.Duration
 	maxPending      int
+	writeStrategy   string
 	dataHistory     int64
 }
 
@@ -112,6 +114,9 @@ func main() {
 	fs.Int64Var(&o.dataHistory, "data-history", 1, "revisions kept per key when this node creates the data buckets (fault tests keep every one to check the history)")
 	fs.DurationVar(&o.maxCmdDelay, "max-command-delay", 250*time.Millisecond, "admission control: when for 100 ms every command took longer than this from arrival to answer, refuse new ones with busy until answers are quick again (negative, e.g. -1s: admit everything)")
 	fs.IntVar(&o.maxPending, "max-pending-commands", 50000, "admission control: commands admitted and not answered yet, at most; more are refused with busy")
+	fs.StringVar(&o.writeStrategy, "write-strategy", "auto", "how records are written: single (each its own fenced write, pipelined), batches (a shard's records of a\n"+
+		"tick as one atomic batch, one in flight per shard) or auto (batches when the cluster's buckets have replicas: a\n"+
+		"replicated stream's leader takes one fenced write per shard at a time)")
 	fs.DurationVar(&o.handoffTimeout, "handoff-timeout", 5*time.Second, "coordinator: reassign a moving shard anyway if its old owner has not released it by then")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tickd runs a tickfence node.
@@ -230,6 +235,9 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	if o.dataHistory < 1 {
 		return fmt.Errorf("--data-history must be at least 1, got %d", o.dataHistory)
 	}
+	if _, err := shard.ParseWriteStrategy(o.writeStrategy); err != nil {
+		return fmt.Errorf("--write-strategy: %w", err)
+	}
 	if o.pprof && o.metricsAddr == "" {
 		return errors.New("--pprof serves the profiler on the --metrics listener: give --metrics an address")
 	}
@@ -309,7 +317,7 @@ func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.L
 		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, CheckpointEvery: o.checkpointEvery,
 		LeaseTTL: o.lease, DataHistory: o.dataHistory,
 		NoCoordinator: o.noCoordinator, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
-		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending,
+		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending, WriteStrategy: shard.WriteStrategy(o.writeStrategy),
 		Registerer: reg, Logger: log, BeforeWrite: beforeWrite, BeforeRelease: beforeRelease}
 }
 

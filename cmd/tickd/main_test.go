@@ -148,6 +148,7 @@ func TestTickdRefusesBadFlags(t *testing.T) {
 		{[]string{"--demo-rate", "NaN"}, "--demo-rate must be"},
 		{[]string{"--demo-rate", "+Inf"}, "--demo-rate must be"},
 		{[]string{"--pprof", "--metrics", ""}, "--pprof serves the profiler on the --metrics listener"},
+		{[]string{"--write-strategy", "fast"}, "want auto, single or batches"},
 		{[]string{"--partitions", "0"}, "--partitions must be in 1..shards (256), got 0"},
 		{[]string{"--shards", "4", "--partitions", "5"}, "--partitions must be in 1..shards (4), got 5"},
 		{[]string{"--replicas", "2", "--nats", "nats://127.0.0.1:1"}, "--replicas must be 1, 3 or 5, got 2"},
