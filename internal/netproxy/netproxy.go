@@ -127,6 +127,22 @@ func (p *Proxy) Conns() int {
 	return len(p.links)
 }
 
+// Greetings are the first bytes (up to 1 KiB) the client of each open connection sent, in no
+// particular order: a test tells connections apart by them (a NATS client's CONNECT line carries
+// the name it was given).
+func (p *Proxy) Greetings() []string {
+	p.mu.Lock()
+	links := p.linksLocked()
+	p.mu.Unlock()
+	out := make([]string, 0, len(links))
+	for _, l := range links {
+		l.mu.Lock()
+		out = append(out, string(l.greeting))
+		l.mu.Unlock()
+	}
+	return out
+}
+
 // Close stops accepting, closes every connection and waits for the proxy's goroutines.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
@@ -191,8 +207,8 @@ func (p *Proxy) serve(l *link) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(l, l.client, s) }()
-	go func() { defer wg.Done(); p.pipe(l, s, l.client) }()
+	go func() { defer wg.Done(); p.pipe(l, l.client, s, l.greet) }()
+	go func() { defer wg.Done(); p.pipe(l, s, l.client, nil) }()
 	wg.Wait()
 }
 
@@ -227,14 +243,17 @@ type chunk struct {
 // pipe forwards src to dst: a reader goroutine reads ahead into a small queue (so a hold keeps
 // reading for a while, then the kernel's buffers fill), and this goroutine writes each chunk once
 // its delay has passed and the proxy does not hold. An end of src is passed on as a half-close;
-// any other error kills the link.
-func (p *Proxy) pipe(l *link, src, dst net.Conn) {
+// any other error kills the link. seen, if set, is given every chunk read.
+func (p *Proxy) pipe(l *link, src, dst net.Conn, seen func([]byte)) {
 	queue := make(chan chunk, 64)
 	go func() {
 		defer close(queue)
 		for {
 			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
+			if n > 0 && seen != nil {
+				seen(buf[:n])
+			}
 			if n > 0 {
 				select {
 				case queue <- chunk{data: buf[:n], at: time.Now()}:
@@ -293,9 +312,23 @@ type link struct {
 	done   <-chan struct{} // ctx.Done()
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	server net.Conn
-	killed bool
+	mu       sync.Mutex
+	server   net.Conn
+	killed   bool
+	greeting []byte // the first bytes the client sent
+}
+
+// greetingSize is how much of what a client sends first a proxy keeps: enough for a protocol's
+// greeting (a NATS client's CONNECT line names the client).
+const greetingSize = 1024
+
+// greet keeps the start of what the client sends.
+func (l *link) greet(b []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := greetingSize - len(l.greeting); n > 0 {
+		l.greeting = append(l.greeting, b[:min(n, len(b))]...)
+	}
 }
 
 func newLink(client net.Conn) *link {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -155,6 +157,26 @@ func waitConns(t *testing.T, p *netproxy.Proxy, want int) {
 			t.Fatalf("proxy has %d connections, want %d", p.Conns(), want)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestGreetings(t *testing.T) {
+	e := newEcho(t)
+	p := newProxy(t, e.ln.Addr().String())
+	a, b := dial(t, p), dial(t, p)
+	mustEcho(t, a, "CONNECT {\"name\":\"a\"}\r\n")
+	mustEcho(t, b, "CONNECT {\"name\":\"b\"}")
+	mustEcho(t, b, strings.Repeat("x", 2000)) // only the first KiB is kept
+	got := p.Greetings()
+	slices.Sort(got)
+	want := []string{"CONNECT {\"name\":\"a\"}\r\n", ("CONNECT {\"name\":\"b\"}" + strings.Repeat("x", 2000))[:1024]}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Greetings() = %q, want %q", got, want)
+	}
+	a.Close()
+	waitConns(t, p, 1)
+	if got := p.Greetings(); len(got) != 1 || !strings.HasPrefix(got[0], "CONNECT {\"name\":\"b\"}") {
+		t.Fatalf("after a connection closed: Greetings() = %q, want b's only", got)
 	}
 }
 
