@@ -42,9 +42,13 @@ type Cluster struct {
 	NC     *nats.Conn
 	Store  *natskv.Store
 
-	mu    sync.Mutex
-	nodes map[string]*Proc // the current process of each node ID
-	all   []*Proc          // every process ever started, for Close
+	// Set by StartServers: a node's --nats (its own proxies), and what Close ends last.
+	nodeNATS func(id string) (string, error)
+
+	mu      sync.Mutex
+	nodes   map[string]*Proc // the current process of each node ID
+	all     []*Proc          // every process ever started, for Close
+	closers []func()
 }
 
 // StartCluster starts `tickd server` on a free port and connects to it.
@@ -131,7 +135,14 @@ func (c *Cluster) StartNode(id string, args ...string) (*Proc, error) {
 
 // StartNodeEnv is StartNode with extra environment variables for this process.
 func (c *Cluster) StartNodeEnv(id string, env []string, args ...string) (*Proc, error) {
-	all := []string{"--nats", c.URL, "--node-id", id, "--metrics", "127.0.0.1:0", "--log-json",
+	url := c.URL
+	if c.nodeNATS != nil {
+		var err error
+		if url, err = c.nodeNATS(id); err != nil {
+			return nil, err
+		}
+	}
+	all := []string{"--nats", url, "--node-id", id, "--metrics", "127.0.0.1:0", "--log-json",
 		"--lease", c.cfg.Lease.String(), "--summary-every", "1s", "--shards", fmt.Sprint(c.cfg.Shards),
 		"--data-history", fmt.Sprint(c.cfg.History), "--demo", "0"}
 	all = append(append(all, c.cfg.NodeArgs...), args...)
@@ -189,6 +200,12 @@ func (c *Cluster) Close() {
 	}
 	if c.NC != nil {
 		c.NC.Close()
+	}
+	c.mu.Lock()
+	closers := c.closers
+	c.mu.Unlock()
+	for _, f := range closers {
+		f()
 	}
 }
 
