@@ -104,11 +104,23 @@ var (
 )
 
 // Connect dials NATS the way the adapter needs: the reconnect buffer is disabled, so a publish
-// made while disconnected fails at once instead of being flushed, unseen, after a reconnect.
+// made while disconnected fails at once instead of being flushed, unseen, after a reconnect; and
+// a server that stops answering (a hung process, a link dropping packets) is given up after
+// PingInterval × (MaxPingsOutstanding + 1), 4–6 s, for another server of the cluster — nats.go's
+// defaults (2 minutes, 2 pings) leave a node's commands stuck on a hung server for minutes while
+// its lease, renewed over another connection, keeps its shards from failing over. opts win.
 func Connect(url string, opts ...nats.Option) (*nats.Conn, error) {
-	opts = append([]nats.Option{nats.ReconnectBufSize(-1), nats.MaxReconnects(-1)}, opts...)
+	opts = append([]nats.Option{nats.ReconnectBufSize(-1), nats.MaxReconnects(-1),
+		nats.PingInterval(PingInterval), nats.MaxPingsOutstanding(MaxPingsOutstanding)}, opts...)
 	return nats.Connect(url, opts...)
 }
+
+// How Connect finds a server that stopped answering: a ping every PingInterval, given up with more
+// than MaxPingsOutstanding unanswered.
+const (
+	PingInterval        = 2 * time.Second
+	MaxPingsOutstanding = 2
+)
 
 // Open wraps a connection. The connection must have its reconnect buffer disabled (Connect does
 // that; for nats.Connect pass nats.ReconnectBufSize(-1)).
