@@ -434,6 +434,9 @@ func TestR3(t *testing.T) {
 	r.run(t, "StopServer", r.stopServer)
 	r.run(t, "KillStreamLeader", r.killStreamLeader)
 	r.run(t, "PartitionServer", r.partitionServer)
+	if *r3Long {
+		r.run(t, "HoldServer", r.holdServer)
+	}
 }
 
 // owners says who owns the shards of instances, by the cluster state: "inst (shard 3 on n2)".
@@ -558,6 +561,15 @@ func (r *r3) partitionServer(t *testing.T, c *cluster) {
 		cutFor = 30 * time.Second
 	}
 	r.leaderFault(t, c, "iso", "partition", victim, cutFor, false, func() { r.srv.CutServer(victim) }, func() { r.srv.HealServer(victim) })
+}
+
+// holdServer (-r3.long): the leader of the data stream is cut off from the other two servers by a
+// partition that drops packets instead of closing connections (its routes hold: TCP stays up,
+// nothing passes), for 30 s; then everything held is delivered.
+func (r *r3) holdServer(t *testing.T, c *cluster) {
+	const victim = 2
+	r.leaderFault(t, c, "hold", "held partition", victim, 30*time.Second, false, func() { r.srv.HoldServer(victim) },
+		func() { r.srv.HealServer(victim) })
 }
 
 // partitionNode: a node loses every server (its links hold: connections open, nothing through,
