@@ -40,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/natsserver"
@@ -65,6 +66,15 @@ type Options struct {
 	NATS string
 	// NATSOptions are added to every connection to NATS (credentials, TLS, names).
 	NATSOptions []nats.Option
+	// Creds is a credentials file (package auth: node.creds from tickctl auth init) every
+	// connection to NATS authenticates with, with the user's own inbox prefix. Default: none, or
+	// the auth directory's node.creds with Auth.
+	Creds string
+	// Auth is an auth directory (tickctl auth init) whose roles the embedded server enforces
+	// (DESIGN 9); with an external server, configure it there (its server.conf).
+	Auth string
+	// Insecure lets the embedded server listen on an address other than loopback without Auth.
+	Insecure bool
 	// DataDir of the embedded server (default "tickfence-data"); reused on restart.
 	DataDir string
 	// Listen makes the embedded server accept clients on HOST:PORT (default: in-process only,
@@ -323,13 +333,21 @@ func (n *Node) openNATS() error {
 	o := n.opt
 	url, where := o.NATS, "at "+o.NATS
 	var base []nats.Option
+	creds := o.Creds
 	if o.NATS != "" {
 		if o.Sync {
 			n.log.Warn("Options.Sync applies to the embedded server only; configure sync on the external server")
 		}
+		if o.Auth != "" {
+			n.log.Warn("Options.Auth applies to the embedded server only; give an external server the auth directory's server.conf")
+		}
 	} else {
+		if creds == "" && o.Auth != "" {
+			creds = auth.CredsFile(o.Auth, string(auth.Node))
+		}
 		dir, _ := filepath.Abs(o.DataDir)
-		srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Listen: o.Listen, Sync: o.Sync, Name: o.NodeID})
+		srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Listen: o.Listen, Sync: o.Sync, Name: o.NodeID,
+			AuthDir: o.Auth, Insecure: o.Insecure})
 		if err != nil {
 			return err
 		}
@@ -338,9 +356,19 @@ func (n *Node) openNATS() error {
 		if o.Listen != "" {
 			attrs = append(attrs, "listen", srv.ClientURL())
 		}
+		if o.Auth != "" {
+			attrs = append(attrs, "auth", o.Auth)
+		}
 		n.log.Info("embedded NATS JetStream server started", attrs...)
 		url, where = "", "(embedded)"
 		base = []nats.Option{srv.ConnectOption()}
+	}
+	if creds != "" {
+		copts, err := auth.ClientOptions(creds, func(w string) { n.log.Warn(w) })
+		if err != nil {
+			return err
+		}
+		base = append(base, copts...)
 	}
 	n.connect = func(purpose string) (*nats.Conn, error) {
 		opts := append(append(base[:len(base):len(base)], nats.Name("tickfence "+o.NodeID+" "+purpose),

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
@@ -54,10 +55,18 @@ Usage:
   tickctl restore <file> --yes                    seal the current epoch, restore the backup into the next
   tickctl restore <file> --yes --takeover         finish a restore that crashed or hangs, into the next epoch (safe even if it wakes)
   tickctl restore --undo --yes                    undo a crashed restore that sealed nothing yet (its process must be gone)
+  tickctl auth init <dir>                         new credentials: one file per role (node, gateway, operator,
+                                                  observer, admin .creds, mode 0600) and server.conf that enforces
+                                                  them (tickd --auth DIR, tickd server --auth DIR, nats-server)
+  tickctl auth user <dir> <role> <name>           one more credential of a role, e.g. a second gateway with
+                                                  its own reply inbox (_INBOX.<name>)
 
 Flags (before or after the arguments):
   --nats URL          NATS server (default $NATS_URL, else nats://127.0.0.1:4222; start tickd with
                       --nats-listen 127.0.0.1:4222 to expose its embedded server)
+  --creds FILE        NATS credentials (default $NATS_CREDS): operator.creds for the control plane,
+                      observer.creds to look only; restore and gc need admin.creds (they write a new
+                      epoch's records, drop buckets and delete blobs, which operators may not)
   --json              JSON output for scripts
   --request-id ID     request ID of create/end/send (default: a new random one; reuse one to retry)
   --timeout D         give up after D (default 10s; drain and rebalance: 2m; watch: none)
@@ -74,6 +83,7 @@ Flags (before or after the arguments):
 
 type globals struct {
 	natsURL   string
+	creds     string
 	json      bool
 	requestID string
 	timeout   time.Duration
@@ -115,6 +125,7 @@ func parse(args []string) (globals, []string, error) {
 		url = "nats://127.0.0.1:4222"
 	}
 	fs.StringVar(&g.natsURL, "nats", url, "")
+	fs.StringVar(&g.creds, "creds", auth.CredsFromEnv(), "")
 	fs.BoolVar(&g.json, "json", false, "")
 	fs.StringVar(&g.requestID, "request-id", "", "")
 	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "")
@@ -155,6 +166,9 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if pos[0] == "auth" {
+		return authCmd(pos[1:], out)
+	}
 	if !timeoutSet(args) && len(pos) > 0 && (pos[0] == "drain" || pos[0] == "rebalance" || pos[0] == "move" || pos[0] == "backup" || pos[0] == "restore" || pos[0] == "gc") {
 		g.timeout = 2 * time.Minute
 	}
@@ -170,7 +184,15 @@ func run(args []string, out io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(base, g.timeout)
 	defer cancel()
-	nc, err := natskv.Connect(g.natsURL, nats.Name("tickctl"), nats.Timeout(3*time.Second))
+	copts := []nats.Option{nats.Name("tickctl"), nats.Timeout(3 * time.Second)}
+	if g.creds != "" {
+		ao, err := auth.ClientOptions(g.creds, func(w string) { fmt.Fprintln(os.Stderr, "tickctl: warning:", w) })
+		if err != nil {
+			return err
+		}
+		copts = append(copts, ao...)
+	}
+	nc, err := natskv.Connect(g.natsURL, copts...)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w (is tickd running with --nats-listen?)", g.natsURL, err)
 	}

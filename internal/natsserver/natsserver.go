@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/tickfence/tickfence/auth"
 )
 
 // Config of an embedded server.
@@ -36,6 +38,13 @@ type Config struct {
 	Routes []string
 	// ClusterName names the cluster (default DefaultClusterName); every server of it uses the same.
 	ClusterName string
+	// AuthDir is an auth directory (tickctl auth init): the server enforces its roles, and every
+	// client needs one of its credentials (package auth). Empty: no authentication.
+	AuthDir string
+	// Insecure lets a server without AuthDir listen on an address other than loopback.
+	Insecure bool
+	// Logger receives the server's own log (permission violations, refused clients); nil: none.
+	Logger server.Logger
 }
 
 // DefaultClusterName is the JetStream cluster's name unless Config.ClusterName says otherwise.
@@ -67,7 +76,17 @@ func Options(cfg Config) (*server.Options, error) {
 		if err != nil {
 			return nil, fmt.Errorf("nats listen address %q: %w", cfg.Listen, err)
 		}
+		if cfg.AuthDir == "" && !cfg.Insecure && !Loopback(host) {
+			return nil, fmt.Errorf("refusing to listen on %s without authentication: anyone who reaches it could reassign shards, "+
+				"overwrite records and delete buckets; give --auth DIR (made by tickctl auth init DIR), listen on 127.0.0.1, "+
+				"or --insecure on a network you trust", cfg.Listen)
+		}
 		opts.Host, opts.Port = host, port
+	}
+	if cfg.AuthDir != "" {
+		if err := auth.ServerOptions(opts, cfg.AuthDir); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Cluster == "" {
 		if len(cfg.Routes) > 0 || cfg.ClusterName != "" {
@@ -98,6 +117,16 @@ func Options(cfg Config) (*server.Options, error) {
 	return opts, nil
 }
 
+// Loopback says whether host (an IP or a name) is a loopback address only; "" and 0.0.0.0 are every
+// interface.
+func Loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // hostPort splits HOST:PORT; port 0 is a free one.
 func hostPort(addr string) (string, int, error) {
 	host, port, err := net.SplitHostPort(addr)
@@ -124,6 +153,9 @@ func Start(cfg Config) (*Server, error) {
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("nats server: %w", err)
+	}
+	if cfg.Logger != nil {
+		s.SetLoggerV2(cfg.Logger, false, false, false)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(30 * time.Second) {

@@ -1,0 +1,330 @@
+// Package auth makes NATS enforce tickfence's roles (DESIGN 9): node, gateway, operator and
+// observer, and admin for restore and gc, each with the narrowest subject permissions that let it work.
+//
+// Credentials are NATS's decentralized JWTs: one operator, a system account and one account,
+// TICKFENCE, whose users carry their role's permissions signed into their JWT. Init writes a
+// directory with one .creds file per role (what nats.go's UserCredentials and the nats CLI's
+// --creds read), the keys that sign more users (NewUser: a second gateway, each with its own reply
+// inbox) and server.conf, a nats-server configuration with a memory resolver preloaded with both
+// accounts, which enforces them. tickd --auth DIR (the embedded server and tickd server) loads the
+// same directory (ServerOptions).
+//
+// Every user receives replies only under its own inbox prefix, _INBOX.<user name> (InboxPrefix):
+// a client must connect with nats.CustomInboxPrefix(InboxPrefix(name)) — ClientOptions does it
+// from the credentials file — so that one gateway cannot subscribe to another's replies. Nodes
+// answer commands with NATS's allow_responses (one reply per request received), not with publish
+// rights on inboxes.
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/conf"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// Role is what a credential may do (DESIGN 9).
+type Role string
+
+// The four roles.
+const (
+	// Node runs shards and may hold the coordinator: reads and writes the data buckets and its
+	// control keys, publishes frames, effects and replies, serves commands. The first node also
+	// creates the buckets and the cluster record. It never deletes a bucket.
+	Node Role = "node"
+	// Gateway sends commands, receives its own replies and watches frames: nothing else.
+	Gateway Role = "gateway"
+	// Operator reads everything and writes the control plane's placement inputs (move, drain,
+	// pin, weight), and sends commands like a gateway; never an instance record or a shard.
+	Operator Role = "operator"
+	// Observer reads the control bucket and the records; writes nothing.
+	Observer Role = "observer"
+	// Admin runs tickctl restore and gc: a restore makes, seals and drops buckets and writes a
+	// new epoch's records, gc deletes blobs — more than an operator may (it never writes a
+	// record) and than a node may (it never deletes a bucket). Keep its file offline.
+	Admin Role = "admin"
+)
+
+// Roles are the roles, in the order Init writes them.
+var Roles = []Role{Node, Gateway, Operator, Observer, Admin}
+
+// ParseRole reads a role's name.
+func ParseRole(s string) (Role, error) {
+	if r := Role(s); slices.Contains(Roles, r) {
+		return r, nil
+	}
+	return "", fmt.Errorf("unknown role %q: want node, gateway, operator, observer or admin", s)
+}
+
+// Account is the name of the account holding tickfence's streams and users.
+const Account = "TICKFENCE"
+
+// Files in an auth directory.
+const (
+	ServerConf  = "server.conf"  // the nats-server configuration that enforces the roles
+	operatorKey = "operator.nk"  // the operator's seed: signs accounts
+	accountKey  = "account.nk"   // the TICKFENCE account's seed: signs users (NewUser)
+	operatorJWT = "operator.jwt" // the operator's JWT (also inside server.conf)
+)
+
+// InboxPrefix is the prefix of the reply subjects a user may receive: _INBOX.<name>.
+func InboxPrefix(name string) string { return "_INBOX." + name }
+
+// CredsFile is the credentials file of user name in dir.
+func CredsFile(dir, name string) string { return filepath.Join(dir, name+".creds") }
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Init creates dir (which must not hold an auth directory already) with a new operator, system
+// account and TICKFENCE account, one credentials file per role named after it (node.creds,
+// gateway.creds, operator.creds, observer.creds, admin.creds; mode 0600) and server.conf. It returns the
+// files written.
+func Init(dir string) ([]string, error) {
+	if _, err := os.Stat(filepath.Join(dir, accountKey)); err == nil {
+		return nil, fmt.Errorf("%s already holds credentials (%s): remove it first, or issue more users with NewUser", dir, accountKey)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	op, err := nkeys.CreateOperator()
+	if err != nil {
+		return nil, err
+	}
+	sys, err := nkeys.CreateAccount()
+	if err != nil {
+		return nil, err
+	}
+	acc, err := nkeys.CreateAccount()
+	if err != nil {
+		return nil, err
+	}
+	opPub, _ := op.PublicKey()
+	sysPub, _ := sys.PublicKey()
+	accPub, _ := acc.PublicKey()
+
+	oc := jwt.NewOperatorClaims(opPub)
+	oc.Name = "tickfence"
+	oc.SystemAccount = sysPub
+	opJWT, err := oc.Encode(op)
+	if err != nil {
+		return nil, err
+	}
+	sc := jwt.NewAccountClaims(sysPub)
+	sc.Name = "SYS"
+	sysJWT, err := sc.Encode(op)
+	if err != nil {
+		return nil, err
+	}
+	ac := jwt.NewAccountClaims(accPub)
+	ac.Name = Account
+	// JetStream on, no limits of its own (the servers' limits apply).
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1, MaxAckPending: -1,
+		MemoryMaxStreamBytes: -1, DiskMaxStreamBytes: -1}
+	accJWT, err := ac.Encode(op)
+	if err != nil {
+		return nil, err
+	}
+	var written []string
+	write := func(name string, data []byte) error {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			return err
+		}
+		written = append(written, p)
+		return nil
+	}
+	opSeed, _ := op.Seed()
+	accSeed, _ := acc.Seed()
+	if err := write(operatorKey, append(opSeed, '\n')); err != nil {
+		return nil, err
+	}
+	if err := write(accountKey, append(accSeed, '\n')); err != nil {
+		return nil, err
+	}
+	if err := write(operatorJWT, []byte(opJWT+"\n")); err != nil {
+		return nil, err
+	}
+	cfg := fmt.Sprintf(`# tickfence roles (DESIGN 9), made by tickctl auth init on %s.
+# Load it in nats-server with "include" or run nats-server -c on a file that includes it, beside
+# the server's own settings (jetstream, listen, cluster); tickd --auth DIR and tickd server --auth DIR
+# read it themselves. Users' permissions are in their JWTs (the .creds files), signed by the
+# TICKFENCE account: adding a user needs no change here.
+operator: %q
+system_account: %s
+resolver: MEMORY
+resolver_preload: {
+  %s: %q
+  %s: %q
+}
+`, time.Now().UTC().Format(time.RFC3339), opJWT, sysPub, sysPub, sysJWT, accPub, accJWT)
+	if err := write(ServerConf, []byte(cfg)); err != nil {
+		return nil, err
+	}
+	for _, r := range Roles {
+		p, err := NewUser(dir, r, string(r))
+		if err != nil {
+			return nil, err
+		}
+		written = append(written, p)
+	}
+	return written, nil
+}
+
+// NewUser signs a new user of role r named name (its inbox prefix: InboxPrefix(name)) with dir's
+// account key and writes its credentials to CredsFile(dir, name), mode 0600. Several gateways
+// each get a name of their own, so none receives another's replies.
+func NewUser(dir string, r Role, name string) (string, error) {
+	if _, err := ParseRole(string(r)); err != nil {
+		return "", err
+	}
+	if !validName.MatchString(name) {
+		return "", fmt.Errorf("user name %q: want 1-64 of A-Z a-z 0-9 _ - (it is a subject token of its inbox)", name)
+	}
+	seed, err := os.ReadFile(filepath.Join(dir, accountKey))
+	if err != nil {
+		return "", fmt.Errorf("the account key (made by tickctl auth init): %w", err)
+	}
+	acc, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", accountKey, err)
+	}
+	u, err := nkeys.CreateUser()
+	if err != nil {
+		return "", err
+	}
+	uPub, _ := u.PublicKey()
+	uc := jwt.NewUserClaims(uPub)
+	uc.Name = name
+	uc.Tags.Add("role:" + string(r))
+	p := rolePerms(r, name)
+	uc.Pub.Allow.Add(p.pubAllow...)
+	uc.Pub.Deny.Add(p.pubDeny...)
+	uc.Sub.Allow.Add(p.subAllow...)
+	uc.Sub.Deny.Add(p.subDeny...)
+	if p.responses {
+		uc.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: 5 * time.Minute}
+	}
+	token, err := uc.Encode(acc)
+	if err != nil {
+		return "", err
+	}
+	uSeed, _ := u.Seed()
+	creds, err := jwt.FormatUserConfig(token, uSeed)
+	if err != nil {
+		return "", err
+	}
+	path := CredsFile(dir, name)
+	if err := os.WriteFile(path, creds, 0o600); err != nil {
+		return "", err
+	}
+	return path, os.Chmod(path, 0o600)
+}
+
+// User is what a credentials file says about its user.
+type User struct {
+	Name string // the JWT's name: the inbox prefix is InboxPrefix(Name)
+	Role Role   // from the role tag ("" if it has none)
+}
+
+// ReadCreds reads a credentials file's user.
+func ReadCreds(file string) (User, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return User{}, err
+	}
+	token, err := jwt.ParseDecoratedJWT(b)
+	if err != nil {
+		return User{}, fmt.Errorf("credentials %s: %w", file, err)
+	}
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return User{}, fmt.Errorf("credentials %s: %w", file, err)
+	}
+	u := User{Name: uc.Name}
+	for _, t := range uc.Tags {
+		if r, ok := strings.CutPrefix(t, "role:"); ok {
+			u.Role = Role(r)
+		}
+	}
+	if u.Name == "" {
+		u.Name = uc.Subject
+	}
+	return u, nil
+}
+
+// LooseMode says why a credentials file's mode is too open ("" if it is not): a group or others
+// can read it.
+func LooseMode(file string) string {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return ""
+	}
+	if m := fi.Mode().Perm(); m&0o077 != 0 {
+		return fmt.Sprintf("credentials file %s has mode %v: its group or others can read it (chmod 600 %s)", file, m, file)
+	}
+	return ""
+}
+
+// ClientOptions connect as the user of a credentials file: nats.UserCredentials and the user's
+// own inbox prefix. warn (if not nil) receives LooseMode's warning.
+func ClientOptions(file string, warn func(string)) ([]nats.Option, error) {
+	u, err := ReadCreds(file)
+	if err != nil {
+		return nil, err
+	}
+	if w := LooseMode(file); w != "" && warn != nil {
+		warn(w)
+	}
+	return []nats.Option{nats.UserCredentials(file), nats.CustomInboxPrefix(InboxPrefix(u.Name))}, nil
+}
+
+// CredsFromEnv is the credentials file a flag's default should be: $NATS_CREDS.
+func CredsFromEnv() string { return os.Getenv("NATS_CREDS") }
+
+// ServerOptions makes opts enforce the roles of auth directory dir: its trusted operator, system
+// account and a memory resolver preloaded with both accounts (what server.conf says).
+func ServerOptions(opts *server.Options, dir string) error {
+	path := filepath.Join(dir, ServerConf)
+	m, err := conf.ParseFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no %s in %s: make one with tickctl auth init %s", ServerConf, dir, dir)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	opJWT, _ := m["operator"].(string)
+	sys, _ := m["system_account"].(string)
+	pre, _ := m["resolver_preload"].(map[string]any)
+	if opJWT == "" || sys == "" || len(pre) == 0 {
+		return fmt.Errorf("%s: want operator, system_account and resolver_preload (as tickctl auth init writes)", path)
+	}
+	oc, err := jwt.DecodeOperatorClaims(opJWT)
+	if err != nil {
+		return fmt.Errorf("%s: operator: %w", path, err)
+	}
+	res := &server.MemAccResolver{}
+	for pub, v := range pre {
+		s, _ := v.(string)
+		if _, err := jwt.DecodeAccountClaims(s); err != nil {
+			return fmt.Errorf("%s: account %s: %w", path, pub, err)
+		}
+		if err := res.Store(pub, s); err != nil {
+			return err
+		}
+	}
+	opts.TrustedOperators = []*jwt.OperatorClaims{oc}
+	opts.SystemAccount = sys
+	opts.AccountResolver = res
+	return nil
+}

@@ -1,0 +1,133 @@
+package auth
+
+// The permissions of every role, in one place (DESIGN 9). Each subject is a NATS subject
+// permission of the role's users; the comment beside it says what needs it. They were found by
+// running tickd, tickctl and a gateway against a server enforcing them and reading the permission
+// violations the server logs (TestRolesWork and the break-in tests in this package keep them
+// honest).
+//
+// Subject permissions see one token per stream name, and `*` is a whole token: the data buckets
+// of every epoch (tickfence-data-e<E>-p<k>, a name not known in advance) can only be matched by
+// `*`. The account holds nothing but tickfence's streams, so `*` there means "a tickfence
+// stream"; where a role needs only the control bucket, it is named.
+
+// Stream and bucket names of the storage layout (DESIGN 3), as subject tokens.
+const (
+	controlKV  = "$KV.tickfence-control." // control bucket keys
+	blobsO     = "$O.tickfence-blobs.>"   // its chunk and meta subjects
+	cmds       = "tickfence.cmd.>"        // commands (DESIGN 5)
+	frames     = "tickfence.out.>"        // frames (DESIGN 8)
+	fxSubj     = "tickfence.fx.>"         // effects' subjects
+	jsAPI      = "$JS.API."               // JetStream API prefix
+	flowCtl    = "$JS.FC.>"               // flow-control answers of ordered push consumers (object reads)
+	dataKVAll  = "$KV.*.>"                // any bucket's keys: the data buckets of every epoch
+	dataDirAll = "$JS.API.DIRECT.GET.*.>" // KV Get on a bucket whose stream allows direct gets (the control bucket)
+)
+
+// perms is one role's permission lists (the user JWT's pub/sub allow and deny lists, and
+// whether it may answer requests it received).
+type perms struct {
+	pubAllow, pubDeny, subAllow, subDeny []string
+	// responses lets the user publish one reply to the reply subject of each request it
+	// received (NATS allow_responses), without publish rights on anyone's inbox.
+	responses bool
+}
+
+// rolePerms is the permissions of role r for the user named name (its inbox prefix is
+// InboxPrefix(name)).
+func rolePerms(r Role, name string) perms {
+	inbox := InboxPrefix(name) + ".>" // replies to this user's own requests (nats.CustomInboxPrefix)
+	switch r {
+	case Node:
+		return perms{
+			pubAllow: []string{
+				jsAPI + "INFO",                     // jetstream.AccountInfo when the store opens
+				jsAPI + "STREAM.INFO.*",            // open a bucket (KeyValue/ObjectStore), the partitions' streams
+				jsAPI + "STREAM.CREATE.*",          // the first node creates the control and data buckets, the effects and blob streams; a new epoch's buckets
+				jsAPI + "STREAM.UPDATE.*",          // data buckets allow atomic batches (set on the stream once the bucket is made)
+				jsAPI + "STREAM.LEADER.STEPDOWN.*", // spread the partitions' stream leaders over the servers (R3/R5)
+				jsAPI + "STREAM.MSG.GET.*",         // KV Get on the data buckets (their stream, updated for atomic batches, answers no direct get)
+				dataDirAll,                         // KV Get: every bucket's last value by subject
+				jsAPI + "CONSUMER.CREATE.*.>",      // KV watches and key listings (ordered consumers), object reads
+				jsAPI + "CONSUMER.DELETE.*.*",      // ordered consumers are deleted when a watch stops
+				flowCtl,                            // flow control of object reads (large state: ordered push consumers)
+				dataKVAll,                          // KV puts: shard.<S> (rotation, the coordinator's grants), inst.<S>.<id>, and the control keys: node.<id>, leader, move.<S>, cluster (the first node creates it)
+				blobsO,                             // large state uploaded before the record that points at it
+				fxSubj,                             // effects, published after the write that holds them
+				frames,                             // frames after each tick
+			},
+			pubDeny: []string{
+				controlKV + "drain.*",     // the operator's placement inputs are not a node's to write
+				controlKV + "pin.*",       //
+				controlKV + "weight.*",    //
+				controlKV + "restore",     // a restore's claim is the admin's
+				jsAPI + "STREAM.DELETE.>", // never delete a bucket (DESIGN 9)
+			},
+			subAllow: []string{
+				cmds,  // serve commands of the shards it owns
+				inbox, // its own requests' replies: JetStream API, KV acknowledgements, watches' deliveries
+			},
+			responses: true, // answer each command once, on the gateway's reply subject
+		}
+	case Admin:
+		return perms{
+			pubAllow: []string{
+				jsAPI + ">", // restore makes, seals and drops buckets (a half-made epoch's partitions are dropped and made again); gc purges objects
+				"$KV.>",     // restore writes the new epoch's records and shards, the restore claim and cluster.epoch
+				"$O.>",      // restore uploads the backup's blobs; gc deletes unreferenced ones
+				flowCtl,     // flow control of its watches and object reads
+			},
+			subAllow: []string{
+				inbox, // its own requests' replies
+			},
+		}
+	case Gateway:
+		return perms{
+			pubAllow: []string{
+				cmds, // send commands (DESIGN 5)
+			},
+			subAllow: []string{
+				inbox,  // its own commands' replies, and nobody else's
+				frames, // watch instances' frames
+			},
+		}
+	case Operator:
+		return perms{
+			pubAllow: []string{
+				jsAPI + "INFO",                // jetstream.AccountInfo when the store opens
+				jsAPI + "STREAM.INFO.*",       // open buckets, tickctl status' partition streams
+				dataDirAll,                    // read every key (KV Get)
+				jsAPI + "STREAM.MSG.GET.*",    // KV Get on the data buckets (their stream, updated for atomic batches, answers no direct get)
+				jsAPI + "CONSUMER.CREATE.*.>", // list keys and watch (ordered consumers): shards, instances, progress of a move or drain
+				jsAPI + "CONSUMER.DELETE.*.*", // a watch's consumer goes when it stops
+				flowCtl,                       // flow control of object reads (backup of the blobs)
+				controlKV + "move.*",          // tickctl move / rebalance request a hand-off
+				controlKV + "drain.*",         // tickctl drain / undrain
+				controlKV + "pin.*",           // tickctl pin / unpin
+				controlKV + "weight.*",        // tickctl weight
+				cmds,                          // tickctl instance create/send/end go through the owner, like a gateway's
+			},
+			subAllow: []string{
+				inbox,  // its own requests' replies
+				frames, // tickctl instance watch
+			},
+		}
+	case Observer:
+		return perms{
+			pubAllow: []string{
+				jsAPI + "INFO",                // jetstream.AccountInfo when the store opens
+				jsAPI + "STREAM.INFO.*",       // open buckets, partitions' streams
+				dataDirAll,                    // read every key
+				jsAPI + "STREAM.MSG.GET.*",    // KV Get on the data buckets (their stream, updated for atomic batches, answers no direct get)
+				jsAPI + "CONSUMER.CREATE.*.>", // list keys (ordered consumers): tickctl shards, instances
+				jsAPI + "CONSUMER.DELETE.*.*", // a listing's consumer goes when it is done
+				flowCtl,                       // flow control of object reads (a record whose state is a blob)
+			},
+			subAllow: []string{
+				inbox,  // its own requests' replies
+				frames, // watch frames (display only)
+			},
+		}
+	}
+	return perms{}
+}
