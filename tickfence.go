@@ -204,6 +204,9 @@ func (o *Options) defaults() error {
 	if o.DataHistory < 1 {
 		return fmt.Errorf("tickfence: Options.DataHistory must be at least 1, got %d", o.DataHistory)
 	}
+	if _, err := shard.ParseWriteStrategy(string(o.WriteStrategy)); err != nil {
+		return fmt.Errorf("tickfence: Options.WriteStrategy: %w", err)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}

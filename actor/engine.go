@@ -203,12 +203,22 @@ func (e *Engine) Add(t Ticker) *Handle {
 }
 
 // AddInPhase schedules t in the phase bucket of key: tickers added with the same key tick
-// together, in one bucket of each period (a shard whose records leave in one batch per tick).
+// together, in one bucket of each period (a shard whose records leave in one batch per tick). A
+// bucket already holding well over its share of the tickers passes t on to the next ones, so a
+// key with many tickers spreads over a few adjacent buckets instead of making one late.
 func (e *Engine) AddInPhase(t Ticker, key uint64) *Handle {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.addLocked(t, int(key%uint64(e.nslots)))
+	slot := int(key % uint64(e.nslots))
+	limit := 2*e.count/e.nslots + phaseSlack
+	for i := 0; i < e.nslots && len(e.slots[slot]) >= limit; i++ {
+		slot = (slot + 1) % e.nslots
+	}
+	return e.addLocked(t, slot)
 }
+
+// phaseSlack is how many tickers any bucket takes under AddInPhase, beyond twice the average.
+const phaseSlack = 16
 
 func (e *Engine) addLocked(t Ticker, slot int) *Handle {
 	h := &Handle{slot: int32(slot), t: t}

@@ -114,7 +114,7 @@ func (b *batcher) take() []batchItem {
 	var items, rest []batchItem
 	bytes := 0
 	for _, it := range b.queue {
-		size := len(it.w.rec.State) + 512 // the record's tickfence part is small (client sessions)
+		size := it.w.rec.ApproxSize()
 		if it.in.grant.Token != tok || len(items) == store.MaxBatchWrites ||
 			len(items) > 0 && bytes+size > store.MaxBatchBytes {
 			rest = append(rest, it)
@@ -131,7 +131,6 @@ func (b *batcher) take() []batchItem {
 func (b *batcher) send(items []batchItem) {
 	g := items[0].in.grant
 	h := b.sh.h
-	h.cfg.metrics.WriteBatch.Observe(float64(len(items)))
 	if b.sh.uncertain(g.Token) {
 		// DESIGN 4: nothing more is sent under a token with an uncertain write; the rebuild
 		// under way answers these writes' commands retry.
@@ -148,6 +147,7 @@ func (b *batcher) send(items []batchItem) {
 		b.next()
 		return
 	}
+	h.cfg.metrics.WriteBatch.Observe(float64(len(items)))
 	writes := make([]store.BatchWrite, len(items))
 	for i, it := range items {
 		writes[i] = store.BatchWrite{ID: it.in.id, Rec: it.w.rec}

@@ -200,3 +200,59 @@ func TestStaleBatchStopsTheShard(t *testing.T) {
 		}
 	}
 }
+
+// measuringBatches records the largest batch it is given, in records and encoded bytes.
+type measuringBatches struct {
+	*memstore.Store
+	mu       sync.Mutex
+	maxBytes int
+	maxN     int
+}
+
+func (s *measuringBatches) WriteBatch(g store.Grant, writes []store.BatchWrite, done func(int, uint64, error)) {
+	total := 0
+	for _, w := range writes {
+		if b, err := store.EncodeRecord(w.Rec); err == nil {
+			total += len(b)
+		}
+	}
+	s.mu.Lock()
+	s.maxBytes = max(s.maxBytes, total)
+	s.maxN = max(s.maxN, len(writes))
+	s.mu.Unlock()
+	s.Store.WriteBatch(g, writes, done)
+}
+
+// A batch holds at most store.MaxBatchBytes, counting what a record carries besides its state
+// (its effects outbox, up to 64 KiB, and its request window). Found by review: the batcher
+// counted the state alone, and 80 records with full outboxes made batches of 4.4–4.9 MB.
+func TestBatchBytesBound(t *testing.T) {
+	st := &measuringBatches{Store: memstore.New()}
+	n := newNode(t, st, "A", nodeOpt{writeStrategy: shard.WriteBatches, checkpointEvery: 1, maxCmdDelay: -time.Second})
+	n.grant(6)
+	var ids []string
+	for i := 0; i < 80; i++ {
+		ids = append(ids, idIn(6, 1000+i))
+	}
+	for _, id := range ids {
+		mustOK(t, n.send(id, "c-"+id, map[string]any{"type": "create", "kind": "emitter"}), "create")
+	}
+	payload := string(make([]byte, 4000))
+	for round := 0; round < 15; round++ {
+		var chs []<-chan []byte
+		for _, id := range ids {
+			chs = append(chs, n.submit(id, fmt.Sprintf("e%d-%s", round, id), mustBody(t, map[string]any{"type": "emit", "what": payload})))
+		}
+		for _, ch := range chs {
+			r, _ := wire.DecodeReply(<-ch, false)
+			mustOK(t, r, "emit")
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // checkpoints every tick: all 80 records want one batch
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	t.Logf("largest batch: %d records, %d bytes encoded (MaxBatchBytes %d)", st.maxN, st.maxBytes, store.MaxBatchBytes)
+	if st.maxBytes > store.MaxBatchBytes || st.maxN < 2 {
+		t.Errorf("largest batch %d records, %d bytes: want several records, at most store.MaxBatchBytes (%d)", st.maxN, st.maxBytes, store.MaxBatchBytes)
+	}
+}

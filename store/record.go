@@ -186,6 +186,28 @@ func (r *Record) RememberRequest(q Request, ttl uint64) {
 	r.Reqs = reqs[max(drop, 0):]
 }
 
+// ApproxSize is about the encoded size of r, from its byte fields and a few bytes per entry,
+// without encoding it (a state over BlobThreshold leaves the record for a blob).
+func (r Record) ApproxSize() int {
+	n := 64 + len(r.Kind) + len(r.Create)
+	if len(r.State) <= BlobThreshold {
+		n += len(r.State)
+	}
+	for _, q := range r.Reqs {
+		n += 24 + len(q.ID) + len(q.Result)
+	}
+	for _, c := range r.Clients {
+		n += 24 + len(c.ID)
+		for _, d := range c.Done {
+			n += 16 + len(d.Result)
+		}
+	}
+	for _, e := range r.Fx {
+		n += 16 + len(e.Key) + len(e.Kind) + len(e.Payload)
+	}
+	return n
+}
+
 // EncodeRecord encodes a record at the current schema version; ErrTooLarge over MaxRecordBytes.
 func EncodeRecord(r Record) ([]byte, error) {
 	r.V = SchemaVersion

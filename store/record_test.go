@@ -112,3 +112,24 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+// ApproxSize is what a batch is bounded by: it must not undercount what is encoded.
+func TestApproxSizeCoversTheEncoding(t *testing.T) {
+	big := func(n int) []byte { return bytes.Repeat([]byte{'x'}, n) }
+	recs := map[string]store.Record{
+		"empty":   {Kind: "k"},
+		"state":   {Kind: "dungeon", Tick: 1 << 40, Token: 1 << 30, State: big(3000)},
+		"outbox":  {Kind: "k", State: big(10), Fx: []store.Effect{{Key: "a:1:16777217", Kind: "loot", Payload: big(60000)}, {Key: "a:1:16777218", Kind: "loot", Payload: big(100)}}},
+		"reqs":    {Kind: "k", Reqs: []store.Request{{ID: "r1", Fingerprint: 1 << 60, Result: big(500)}, {ID: "r2", Result: big(7)}}},
+		"clients": {Kind: "k", Clients: []store.ClientSession{{ID: "c1", Done: []store.SeqResult{{Seq: 1 << 50, Fingerprint: 1 << 62, Result: big(300)}}}}},
+	}
+	for name, r := range recs {
+		b, err := store.EncodeRecord(r)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if a := r.ApproxSize(); a < len(b) || a > 2*len(b)+256 {
+			t.Errorf("%s: ApproxSize %d, encoded %d bytes: want at least the encoding, at most about twice", name, a, len(b))
+		}
+	}
+}

@@ -23,9 +23,22 @@ func (c *Client) WriteBatch(g store.Grant, writes []store.BatchWrite, done func(
 		return
 	}
 	c.settleDeferred()
+	// What a store refuses before sending leaves the batch with its own error, whatever the
+	// faults then do to the batch.
+	all, idx := writes, []int(nil)
+	writes = nil
+	for i, w := range all {
+		if err := refusedBeforeSending(w.ID, w.Rec); err != nil {
+			done(i, 0, err)
+			continue
+		}
+		idx, writes = append(idx, i), append(writes, w)
+	}
 	if len(writes) == 0 {
 		return
 	}
+	inner := done
+	done = func(k int, rev uint64, err error) { inner(idx[k], rev, err) }
 	for _, w := range writes[1:] {
 		c.n.observe(c, store.InstanceKey(g.Shard, w.ID))
 	}
@@ -94,4 +107,20 @@ func batchOutcome(revs []uint64, errs []error) (uint64, error) {
 		}
 	}
 	return 0, nil
+}
+
+// refusedBeforeSending is the error a store answers a write with before sending anything (an
+// invalid ID, a record over its limits), or nil.
+func refusedBeforeSending(id string, rec store.Record) error {
+	if err := store.ValidID(id); err != nil {
+		return err
+	}
+	if len(rec.State) > store.MaxBlobBytes {
+		return fmt.Errorf("%w: state of %s is %d bytes, limit %d", store.ErrTooLarge, id, len(rec.State), store.MaxBlobBytes)
+	}
+	if len(rec.State) > store.BlobThreshold {
+		rec.State = nil // it would go to a blob
+	}
+	_, err := store.EncodeRecord(rec)
+	return err
 }

@@ -142,11 +142,16 @@ func (s *Store) commitBatch(b *nbatch) ([]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	release, err := s.slot(ctx, bucket)
+	// The wait for a slot is not the commit's: a slot comes back within an AckTimeout, and only
+	// then does the batch's own AckTimeout start (nothing was sent yet, so no outcome is unknown).
+	release, err := s.slot(context.Background(), bucket)
 	if err != nil {
 		return nil, fmt.Errorf("%s: no batch slot: %w: %v", b.op(), store.ErrRefused, err)
 	}
 	defer release()
+	cancel()
+	ctx, cancel = context.WithTimeout(context.Background(), s.opts.AckTimeout)
+	defer cancel()
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 50*time.Millisecond) {
 		ack, err := s.sendBatch(ctx, b)
 		if err != nil {
