@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,8 @@ type loadGen struct {
 type rttSample struct {
 	sent float64 // s since the window opened
 	rtt  time.Duration
+	inst int32 // the instance's index
+	ok   bool  // acknowledged (applied), not refused
 }
 
 const maxInflight = 20000
@@ -190,7 +193,7 @@ func (g *loadGen) attackOutcome(i int) string {
 	g.rtt.Record(rtt)
 	if g.keep {
 		g.mu.Lock()
-		g.samples = append(g.samples, rttSample{sent: float64(start.UnixNano()-g.window0.Load()) / 1e9, rtt: rtt})
+		g.samples = append(g.samples, rttSample{sent: float64(start.UnixNano()-g.window0.Load()) / 1e9, rtt: rtt, inst: int32(i), ok: r.OK})
 		g.mu.Unlock()
 	}
 	if !r.OK {
@@ -277,4 +280,50 @@ func (g *loadGen) series(window time.Duration) []rttPoint {
 		out = append(out, rttPoint{At: float64(i) + 0.5, N: int(h.Count()), P99: h.Quantile(0.99), Max: h.Max()})
 	}
 	return out
+}
+
+// indexSet maps instance IDs to their indexes in g.ids.
+func (g *loadGen) indexSet(ids []string) map[int]bool {
+	idx := make(map[string]int, len(g.ids))
+	for i, id := range g.ids {
+		idx[id] = i
+	}
+	out := make(map[int]bool, len(ids))
+	for _, id := range ids {
+		if i, ok := idx[id]; ok {
+			out[i] = true
+		}
+	}
+	return out
+}
+
+// ackPause is ackPauseOf over the round trips kept so far.
+func (g *loadGen) ackPause(from, end float64, in func(int) bool) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return ackPauseOf(g.samples, from, end, in)
+}
+
+// ackPauseOf is the longest stretch, from from (s since the window opened) on, without an
+// acknowledgement of a command to an instance in: the gaps between from, the answers (sent +
+// round trip) of the acknowledged commands after it, and end (the window's end) if the last one
+// came before it.
+func ackPauseOf(samples []rttSample, from, end float64, in func(int) bool) time.Duration {
+	var acks []float64
+	for _, s := range samples {
+		// sent > end: a warm-up command, kept before the window's start was marked
+		if a := s.sent + s.rtt.Seconds(); s.ok && a > from && s.sent <= end && in(int(s.inst)) {
+			acks = append(acks, a)
+		}
+	}
+	slices.Sort(acks)
+	last, gap := from, 0.0
+	for _, a := range acks {
+		gap = math.Max(gap, a-last)
+		last = a
+	}
+	if end > last {
+		gap = math.Max(gap, end-last)
+	}
+	return time.Duration(gap * 1e9)
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,16 +16,24 @@ import (
 	"github.com/tickfence/tickfence/store"
 )
 
-// benchCluster is a tickd server and its nodes, run as processes from a freshly built binary.
+// benchCluster is a tickd server (or several forming a JetStream cluster) and its nodes, run as
+// processes from a freshly built binary.
 type benchCluster struct {
 	*proc.Cluster
-	ids    []string
-	dir    string
-	shards uint32
-	epoch  uint64
+	ids     []string
+	dir     string
+	shards  uint32
+	epoch   uint64
+	servers []benchServer // servers[0] is the Cluster's own Server
 }
 
 func startBenchCluster(ctx context.Context, p *progress, bin string, cfg proc.ClusterConfig, ids []string) (*benchCluster, error) {
+	return startBenchServers(ctx, p, bin, cfg, 1, 1, ids)
+}
+
+// startBenchServers starts n tickd servers (n > 1: one JetStream cluster that can place streams of
+// the given replicas) and the nodes ids, and waits until every node owns shards.
+func startBenchServers(ctx context.Context, p *progress, bin string, cfg proc.ClusterConfig, n, replicas int, ids []string) (*benchCluster, error) {
 	dir, err := os.MkdirTemp("", "tickbench-cluster")
 	if err != nil {
 		return nil, err
@@ -38,9 +47,15 @@ func startBenchCluster(ctx context.Context, p *progress, bin string, cfg proc.Cl
 		}
 	}
 	cfg.Bin, cfg.DataDir = bin, dir+"/nats"
-	p.line("starting tickd server")
-	if b.Cluster, err = proc.StartCluster(ctx, cfg); err != nil {
-		os.RemoveAll(dir)
+	if n == 1 {
+		p.line("starting tickd server")
+		if b.Cluster, err = proc.StartCluster(ctx, cfg); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		b.servers = []benchServer{{Name: "tickd-server", URL: b.URL, proc: b.Server}}
+	} else if err := b.startServers(ctx, p, cfg, n, replicas); err != nil {
+		b.close()
 		return nil, err
 	}
 	// The first node creates the cluster; the others join it.
@@ -56,8 +71,9 @@ func startBenchCluster(ctx context.Context, p *progress, bin string, cfg proc.Cl
 			cancel()
 		}
 		if err != nil {
+			err = fmt.Errorf("node %s: %w%s", id, err, lastLogLines(b.Node(id), 5))
 			b.close()
-			return nil, fmt.Errorf("node %s: %w", id, err)
+			return nil, err
 		}
 	}
 	p.line("%d nodes joined; waiting until every node owns shards", len(ids))
@@ -83,7 +99,12 @@ func startBenchCluster(ctx context.Context, p *progress, bin string, cfg proc.Cl
 }
 
 func (b *benchCluster) close() {
-	b.Close()
+	if b.Cluster != nil {
+		b.Close()
+	}
+	for _, s := range b.servers[min(1, len(b.servers)):] { // the first is the Cluster's
+		s.proc.Kill()
+	}
 	os.RemoveAll(b.dir)
 }
 
@@ -122,6 +143,9 @@ func (b *benchCluster) inject(ctx context.Context, p *progress, sam *sampler, ki
 		}
 	}
 	res.Instances = len(insts)
+	for id := range insts {
+		res.affected = append(res.affected, id)
+	}
 	before := map[string]store.Record{}
 	for id, sh := range insts {
 		r, err := b.Load(ctx, b.epoch, sh, id)
@@ -137,6 +161,7 @@ func (b *benchCluster) inject(ctx context.Context, p *progress, sam *sampler, ki
 	if kind == "pause" {
 		sig = syscall.SIGSTOP
 	}
+	sam.cpu.sampleProc(victim)
 	if err := victim.Signal(sig); err != nil {
 		return fail(err)
 	}
@@ -176,4 +201,21 @@ func (b *benchCluster) inject(ctx context.Context, p *progress, sam *sampler, ki
 		<-resumed
 	}
 	return res
+}
+
+// lastLogLines is a process's last n log lines (message and error), for an error that says why it
+// exited.
+func lastLogLines(p *proc.Proc, n int) string {
+	if p == nil {
+		return ""
+	}
+	lines := p.Lines(max(0, p.LineCount()-n))
+	var out strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&out, "\n  %s: %v", p.Name, l["msg"])
+		if e, ok := l["err"]; ok {
+			fmt.Fprintf(&out, " (err: %v)", e)
+		}
+	}
+	return out.String()
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"html"
+	"io"
 	"math"
 	"os"
 	"sort"
@@ -13,43 +14,124 @@ import (
 	"time"
 )
 
-func printCluster(rep clusterReport) {
-	fmt.Println("tick lateness per node over the window (Prometheus histogram deltas, interpolated in its buckets):")
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "node\tinstances\tshards\tticks/s\tlate p50 ms\tp99 ms\tticks >10ms\tstale rejected\thand-offs\tscraped s\t\t")
+// printCluster prints the report as tables and lines.
+func printCluster(w io.Writer, rep clusterReport) {
+	cpu := map[string]float64{}
+	for _, p := range rep.CPU.Procs {
+		cpu[p.Name] = p.CPU
+	}
+	fmt.Fprintln(w, "per node over the window (Prometheus deltas; lateness interpolated in its histogram's buckets):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "node\tinstances\tshards\tticks/s\tlate p50 ms\tp99 ms\tticks >10ms\trecords/s\trec/batch\twrite p99 ms\tstale rejected\tself-fenced\trotations\thand-offs\tCPU %\tscraped s\t\t")
 	for _, n := range rep.Nodes {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%s\t\n", n.ID, n.Instances, n.Shards, n.TicksPerSec,
-			ms(n.LateP50), ms(n.LateP99), n.Over10ms, n.StaleRejected, n.Handoffs, n.Seconds, n.Note)
+		recs, perBatch := 0.0, "-"
+		if n.Seconds > 0 {
+			recs = n.Records / n.Seconds
+		}
+		if n.Batches > 0 {
+			perBatch = fmt.Sprintf("%.1f", n.BatchRecords/n.Batches)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%.1f\t%s\t\n", n.ID, n.Instances, n.Shards, n.TicksPerSec,
+			ms(n.LateP50), ms(n.LateP99), n.Over10ms, recs, perBatch, ms(n.WriteP99), n.StaleRejected, n.SelfFenced, n.Rotations, n.Handoffs,
+			pct(cpu[n.ID], rep.CPU.Seconds), n.Seconds, n.Note)
 	}
 	tw.Flush()
-	c := rep.Commands
-	fmt.Printf("\ncommands (attacks, warm-up included): sent %d, answered %d (ok %d", c.Sent, c.Answered, c.OK)
-	codes := make([]string, 0, len(c.Errors))
-	for k := range c.Errors {
+	t := rep.Totals
+	fmt.Fprintf(w, "\ncluster: %d instances served; %.0f ticks/s of %.0f scheduled (%.2f %%), %.0f skipped; tick lateness p50 %s ms, p99 %s ms\n",
+		t.Instances, t.TicksPerSec, t.Scheduled, t.TicksPct, t.Skipped, ms(t.LateP50), ms(t.LateP99))
+	batches := "single writes (no batches)"
+	if t.Batches > 0 {
+		batches = fmt.Sprintf("%.2f records per batch (%.0f batches)", t.RecordsPerBatch, t.Batches)
+	}
+	fmt.Fprintf(w, "fenced records: %.0f/s (%.0f written ok), %s; write (sent → acknowledged) p50 %s ms, p99 %s ms\n",
+		t.RecordsPerSec, t.Records, batches, ms(t.WriteP50), ms(t.WriteP99))
+	if t.StaleRejected > 0 || t.SelfFenced > 0 || t.Rotations > 0 || t.Handoffs > 0 {
+		fmt.Fprintf(w, "stale writes rejected %.0f, self-fenced %.0f, token rotations %.0f, hand-offs %.0f\n", t.StaleRejected, t.SelfFenced, t.Rotations, t.Handoffs)
+	}
+	c := rep.CPU
+	fmt.Fprintln(w, c.line())
+	if t.Records > 0 {
+		fmt.Fprintf(w, "CPU per 1 000 fenced records: servers %.0f CPU-ms, nodes %.0f CPU-ms\n", c.ServerMsPerK, c.NodeMsPerK)
+	}
+	if len(rep.Streams) > 0 {
+		var parts []string
+		for _, st := range rep.Streams {
+			parts = append(parts, fmt.Sprintf("p%d %s", st.Partition, st.Leader))
+		}
+		fmt.Fprintf(w, "data partitions' leaders as the window opened: %s; the load client on %s\n", strings.Join(parts, ", "), rep.LoadOn)
+	}
+	cm := rep.Commands
+	fmt.Fprintf(w, "\ncommands (attacks, warm-up included): sent %d, answered %d (ok %d", cm.Sent, cm.Answered, cm.OK)
+	codes := make([]string, 0, len(cm.Errors))
+	for k := range cm.Errors {
 		codes = append(codes, k)
 	}
 	sort.Strings(codes)
 	for _, k := range codes {
-		fmt.Printf(", %s %d", k, c.Errors[k])
+		fmt.Fprintf(w, ", %s %d", k, cm.Errors[k])
 	}
-	fmt.Printf("), unknown %d, retries %d (%d requests published), not sent %d\n", c.Unknown, c.Retried, c.Attempts, c.Dropped)
-	fmt.Printf("command round trip (request → answer after commit, retries included): p50 %s ms, p99 %s ms, p99.9 %s ms, max %s ms\n",
-		ms(c.P50), ms(c.P99), ms(c.P999), ms(c.Max))
+	fmt.Fprintf(w, "), unknown %d, retries %d (%d requests published), not sent %d\n", cm.Unknown, cm.Retried, cm.Attempts, cm.Dropped)
+	fmt.Fprintf(w, "command round trip (request → answer after commit, retries included): p50 %s ms, p99 %s ms, p99.9 %s ms, max %s ms\n",
+		ms(cm.P50), ms(cm.P99), ms(cm.P999), ms(cm.Max))
 	if f := rep.Fault; f != nil {
-		what := "kill -9"
-		if f.Kind == "pause" {
-			what = fmt.Sprintf("SIGSTOP for %v of", f.Pause)
+		printFault(w, f)
+	}
+}
+
+func pct(cpuSeconds, window float64) string {
+	if window <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", 100*cpuSeconds/window)
+}
+
+// printFault prints what the fault cost.
+func printFault(w io.Writer, f *faultResult) {
+	switch f.Kind {
+	case "kill-leader":
+		fmt.Fprintf(w, "\nfault: kill -9 of server %s at %.1fs, leader of %s", f.Server, f.At, strings.Join(f.Led, ", "))
+		if len(f.Partitions) > 0 {
+			fmt.Fprintf(w, " (data partitions %v: %d instances on %d shards)", f.Partitions, f.Instances, f.Shards)
+		} else {
+			fmt.Fprintf(w, " (no data partition: all %d instances counted)", f.Instances)
 		}
-		fmt.Printf("\nfault: %s %s at %.1fs (%d instances on %d shards)\n", what, f.Node, f.At, f.Instances, f.Shards)
-		switch {
-		case f.Error != "":
-			fmt.Printf("fault failed: %s\n", f.Error)
-		case f.Complete:
-			fmt.Printf("failover: %s ms until every one of its instances had a record under another token with a higher tick\n", ms(f.Failover))
-			fmt.Printf("command round trip max during the failover: %s ms (%d commands under way)\n", ms(f.RttMaxDuring), f.CommandsDuring)
-		default:
-			fmt.Printf("failover INCOMPLETE: %d of %d instances not ticking elsewhere after %v\n", f.Pending, f.Instances, f.Failover.Round(time.Millisecond))
+		if f.LoadOnIt {
+			fmt.Fprint(w, "; the load client was connected to it")
 		}
+		fmt.Fprintln(w)
+	case "pause":
+		fmt.Fprintf(w, "\nfault: SIGSTOP for %v of %s at %.1fs (%d instances on %d shards)\n", f.Pause, f.Node, f.At, f.Instances, f.Shards)
+	default:
+		fmt.Fprintf(w, "\nfault: kill -9 %s at %.1fs (%d instances on %d shards)\n", f.Node, f.At, f.Instances, f.Shards)
+	}
+	if f.Error != "" {
+		fmt.Fprintf(w, "fault failed: %s\n", f.Error)
+		return
+	}
+	if f.Kind == "kill-leader" {
+		if f.NewLeader != "" {
+			fmt.Fprintf(w, "new leader of %s: %s after %s ms\n", f.Stream, f.NewLeader, ms(f.Elected))
+		} else {
+			fmt.Fprintf(w, "%s had NO new leader after %v\n", f.Stream, f.Failover.Round(time.Millisecond))
+		}
+	}
+	switch {
+	case f.Complete && f.Kind == "kill-leader":
+		fmt.Fprintf(w, "writes resumed: %s ms until every one of %d sampled instances of those partitions had a record stored with a higher tick\n", ms(f.Failover), f.Sampled)
+	case f.Complete:
+		fmt.Fprintf(w, "failover: %s ms until every one of its instances had a record under another token with a higher tick\n", ms(f.Failover))
+	default:
+		n := f.Instances
+		if f.Kind == "kill-leader" {
+			n = f.Sampled
+		}
+		fmt.Fprintf(w, "failover INCOMPLETE: %d of %d instances with no newer record after %v\n", f.Pending, n, f.Failover.Round(time.Millisecond))
+	}
+	fmt.Fprintf(w, "acknowledged commands paused (longest stretch without one, from the fault on): %s ms for the affected instances, %s ms for all\n",
+		ms(f.AckPause), ms(f.AckPauseAll))
+	fmt.Fprintf(w, "ticks from the fault's second on: lowest second %.0f %% of the schedule, %d s under 90 %%\n", f.TickMinPct, f.TickSecsBelow90)
+	if f.Complete {
+		fmt.Fprintf(w, "command round trip max during the failover: %s ms (%d commands under way)\n", ms(f.RttMaxDuring), f.CommandsDuring)
 	}
 }
 
