@@ -296,10 +296,10 @@ func CredsFromEnv() string { return os.Getenv("NATS_CREDS") }
 // account and a memory resolver preloaded with both accounts (what server.conf says).
 func ServerOptions(opts *server.Options, dir string) error {
 	path := filepath.Join(dir, ServerConf)
-	m, err := conf.ParseFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("no %s in %s: make one with tickctl auth init %s", ServerConf, dir, dir)
 	}
+	m, err := conf.ParseFile(path)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

@@ -55,6 +55,7 @@ func rolePerms(r Role, name string) perms {
 				blobsO,                             // large state uploaded before the record that points at it
 				fxSubj,                             // effects, published after the write that holds them
 				frames,                             // frames after each tick
+				cmds,                               // Node.Client: the program's own players and bots (tickd's demo) send commands; a node runs the instances' logic anyway
 			},
 			pubDeny: []string{
 				controlKV + "drain.*",     // the operator's placement inputs are not a node's to write

@@ -1,0 +1,83 @@
+package main_test
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tickfence/tickfence/internal/proc"
+)
+
+// TestAuthProcesses runs the processes as an operator would deploy them: tickctl auth init, a
+// tickd server --auth, two tickd nodes on node.creds (one through NATS_CREDS), tickctl status and
+// drain on operator.creds, status on observer.creds, and tickctl without credentials refused. A
+// tickd server on a non-loopback address without --auth refuses to start and says why.
+func TestAuthProcesses(t *testing.T) {
+	dir := t.TempDir()
+	tickd, err := proc.Build(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tickctl := filepath.Join(dir, "tickctl")
+	if out, err := exec.Command("go", "build", "-o", tickctl, "../tickctl").CombinedOutput(); err != nil {
+		t.Fatalf("build tickctl: %v\n%s", err, out)
+	}
+	out, err := exec.Command(tickd, "server", "--listen", "0.0.0.0:0", "--data", filepath.Join(dir, "open")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "without authentication") || !strings.Contains(string(out), "--insecure") {
+		t.Fatalf("tickd server on 0.0.0.0 without --auth: %v\n%s", err, out)
+	}
+	adir := filepath.Join(dir, "auth")
+	if out, err := exec.Command(tickctl, "auth", "init", adir).CombinedOutput(); err != nil {
+		t.Fatalf("tickctl auth init: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := proc.Start(tickd, "server", nil, "server", "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "nats"), "--auth", adir, "--log-json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Kill)
+	_, ready, err := srv.WaitLog(ctx, 0, proc.Msg("NATS JetStream server ready"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, _ := ready["url"].(string)
+	node := func(id string, alone bool, env []string, args ...string) *proc.Proc {
+		p, err := proc.Start(tickd, id, env, append([]string{"--nats", url, "--node-id", id, "--shards", "8", "--metrics", "", "--log-json",
+			"--summary-every", "1s"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Kill)
+		if _, m, err := p.WaitLog(ctx, 0, func(m map[string]any) bool {
+			return m["level"] == "ERROR" || m["msg"] == "summary" && (!alone || m["instances"] == float64(4))
+		}); err != nil || m["level"] == "ERROR" {
+			t.Fatalf("node %s: %v %v", id, m, err)
+		}
+		return p
+	}
+	node("n1", true, nil, "--creds", filepath.Join(adir, "node.creds"), "--demo", "4")
+	node("n2", false, []string{"NATS_CREDS=" + filepath.Join(adir, "node.creds")}, "--demo", "4") // the same demo dungeons, players of its own
+	tc := func(creds string, args ...string) (string, error) {
+		a := append(args, "--nats", url)
+		if creds != "" {
+			a = append(a, "--creds", filepath.Join(adir, creds+".creds"))
+		}
+		out, err := exec.CommandContext(ctx, tickctl, a...).CombinedOutput()
+		return string(out), err
+	}
+	for _, c := range [][]string{{"operator", "status"}, {"operator", "drain", "n2"}, {"operator", "undrain", "n2"}, {"observer", "status"}, {"observer", "instances"}} {
+		if out, err := tc(c[0], c[1:]...); err != nil {
+			t.Errorf("tickctl %s as %s: %v\n%s", c[1:], c[0], err, out)
+		}
+	}
+	if out, err := tc("observer", "drain", "n2"); err == nil || !strings.Contains(strings.ToLower(out), "permission") {
+		t.Errorf("tickctl drain as observer: %v\n%s", err, out)
+	}
+	if out, err := tc("", "status"); err == nil || !strings.Contains(strings.ToLower(out), "authorization") {
+		t.Errorf("tickctl status without credentials: %v\n%s", err, out)
+	}
+}
