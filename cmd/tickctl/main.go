@@ -157,7 +157,24 @@ func parse(args []string) (globals, []string, error) {
 	}
 }
 
-func run(args []string, out io.Writer) error {
+// permissionError is the server refusing what the credentials may not do (package auth's roles).
+type permissionError struct {
+	err   error
+	creds string
+}
+
+func (e permissionError) Error() string {
+	who := "no credentials"
+	if e.creds != "" {
+		who = "credentials " + e.creds
+		if u, err := auth.ReadCreds(e.creds); err == nil {
+			who += fmt.Sprintf(" (user %s, role %s)", u.Name, u.Role)
+		}
+	}
+	return fmt.Sprintf("refused by the NATS server: %v; %s may not do this (see tickctl --help, --creds)", e.err, who)
+}
+
+func run(args []string, out io.Writer) (err error) {
 	g, pos, err := parse(args)
 	if errors.Is(err, flag.ErrHelp) || (err == nil && len(pos) == 0) {
 		fmt.Fprint(out, usage)
@@ -182,9 +199,24 @@ func run(args []string, out io.Writer) error {
 		base, stop = signal.NotifyContext(base, os.Interrupt, syscall.SIGTERM)
 		defer stop()
 	}
-	ctx, cancel := context.WithTimeout(base, g.timeout)
+	tctx, cancel := context.WithTimeout(base, g.timeout)
 	defer cancel()
-	copts := []nats.Option{nats.Name("tickctl"), nats.Timeout(3 * time.Second)}
+	// A permission violation comes back asynchronously while the request waits for its answer:
+	// end the command at once and say so.
+	ctx, refuse := context.WithCancelCause(tctx)
+	defer refuse(nil)
+	defer func() {
+		var pe permissionError
+		if err != nil && errors.As(context.Cause(ctx), &pe) {
+			err = pe
+		}
+	}()
+	copts := []nats.Option{nats.Name("tickctl"), nats.Timeout(3 * time.Second),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				refuse(permissionError{err: err, creds: g.creds})
+			}
+		})}
 	if g.creds != "" {
 		ao, err := auth.ClientOptions(g.creds, func(w string) { fmt.Fprintln(os.Stderr, "tickctl: warning:", w) })
 		if err != nil {

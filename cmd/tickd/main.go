@@ -29,6 +29,7 @@ import (
 	"github.com/tickfence/tickfence"
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/actor/dungeon"
+	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/cmd/tickd/internal/demo"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/metrics"
@@ -42,6 +43,9 @@ type options struct {
 	data            string
 	natsURL         string
 	natsListen      string
+	creds           string
+	authDir         string
+	insecure        bool
 	nodeID          string
 	shards          uint
 	partitions      uint
@@ -80,6 +84,11 @@ func main() {
 	fs.StringVar(&o.data, "data", "tickd-data", "directory of the embedded JetStream server's files (reused on restart)")
 	fs.StringVar(&o.natsURL, "nats", os.Getenv("NATS_URL"), "use this external NATS server instead of the embedded one (default $NATS_URL)")
 	fs.StringVar(&o.natsListen, "nats-listen", "", "also accept NATS clients (tickctl, the nats CLI) on this HOST:PORT; off by default")
+	fs.StringVar(&o.creds, "creds", auth.CredsFromEnv(), "NATS credentials file of this node (node.creds from tickctl auth init; default $NATS_CREDS)")
+	fs.StringVar(&o.authDir, "auth", "", "the embedded server enforces the roles of this directory (tickctl auth init DIR); the node\n"+
+		"connects with its node.creds unless --creds says otherwise")
+	fs.BoolVar(&o.insecure, "insecure", false, "let --nats-listen take an address other than loopback without --auth (anyone reaching it can\n"+
+		"rewrite shards and records)")
 	fs.StringVar(&o.nodeID, "node-id", host, "this node's ID (instance ID rules: A-Z a-z 0-9 _ -)")
 	fs.UintVar(&o.shards, "shards", 256, "shard count of a new cluster (fixed once created)")
 	fs.UintVar(&o.partitions, "partitions", 1, "data buckets per epoch of a new cluster, 1..shards (fixed once created): shard S lives in\n"+
@@ -138,6 +147,7 @@ Flags:
 		fmt.Fprintf(fs.Output(), `
 Environment:
   NATS_URL   default of --nats
+  NATS_CREDS default of --creds
 
 Examples:
   tickd                                   # everything embedded
@@ -312,7 +322,7 @@ func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.L
 	beforeWrite, beforeRelease := faultHooks(log)
 	return tickfence.Options{
 		Kinds: []actor.Kind{dungeon.Kind{FrameEvery: o.demoFrameEvery}}, NodeID: o.nodeID,
-		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync,
+		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync, Creds: o.creds, Auth: o.authDir, Insecure: o.insecure,
 		Shards: uint32(o.shards), RequireShards: set.Shards, Partitions: uint32(o.partitions), RequirePartitions: set.Partitions,
 		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, CheckpointEvery: o.checkpointEvery,
 		LeaseTTL: o.lease, DataHistory: o.dataHistory,
@@ -425,6 +435,9 @@ func serverMain(args []string) int {
 		"cluster and the same on every restart, as JetStream's peers know each other by name")
 	clusterName := fs.String("cluster-name", natsserver.DefaultClusterName, "the JetStream cluster's name; the same on every server of it")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
+	authDir := fs.String("auth", "", "enforce the roles of this directory (tickctl auth init DIR): every client needs one of its credentials")
+	insecure := fs.Bool("insecure", false, "let --listen take an address other than loopback without --auth (anyone reaching it can rewrite\n"+
+		"shards and records)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tickd server runs only the embedded NATS JetStream server that tickd nodes share: on its own, or
 as one server of a JetStream cluster (--cluster), for replicated buckets (tickd --replicas 3).
@@ -444,7 +457,7 @@ What each profile survives (an acknowledged write is kept through):
 
 Examples:
   tickd server --listen 127.0.0.1:4222 --data nats-data
-  tickd server --sync --listen 0.0.0.0:4222 --data /var/lib/tickd
+  tickd server --sync --listen 0.0.0.0:4222 --data /var/lib/tickd --auth /etc/tickd/auth   # tickctl auth init /etc/tickd/auth
 
   # three servers of one cluster (one per machine in production; here, one machine):
   R=nats-route://127.0.0.1:6222,nats-route://127.0.0.1:6223,nats-route://127.0.0.1:6224
@@ -465,7 +478,7 @@ Examples:
 		log.Error("tickd server: unexpected argument (see tickd server --help)", "arg", fs.Arg(0))
 		return 2
 	}
-	cfg := natsserver.Config{Listen: *listen, Sync: *sync, Name: *name, Cluster: *clusterAddr}
+	cfg := natsserver.Config{Listen: *listen, Sync: *sync, Name: *name, Cluster: *clusterAddr, AuthDir: *authDir, Insecure: *insecure}
 	cfg.DataDir, _ = filepath.Abs(*data)
 	if *clusterAddr == "" {
 		if *routes != "" {
@@ -493,7 +506,7 @@ Examples:
 		log.Error("tickd server", "err", err)
 		return 1
 	}
-	attrs := []any{"name", srv.Name(), "url", srv.ClientURL(), "data", cfg.DataDir, "sync_every_write", *sync}
+	attrs := []any{"name", srv.Name(), "url", srv.ClientURL(), "data", cfg.DataDir, "sync_every_write", *sync, "auth", *authDir != ""}
 	if *clusterAddr != "" {
 		attrs = append(attrs, "cluster", srv.ClusterName(), "route_url", srv.RouteURL(), "routes", strings.Join(cfg.Routes, ","))
 	}
