@@ -328,3 +328,19 @@ func ServerOptions(opts *server.Options, dir string) error {
 	opts.AccountResolver = res
 	return nil
 }
+
+// Connect connects to url as the user of credentials file creds (ClientOptions; "" connects
+// without), the other opts after. A gateway:
+//
+//	nc, err := auth.Connect(os.Getenv("NATS_URL"), os.Getenv("NATS_CREDS"), nil)
+//	client := natscmd.NewClient(nc, shards) // commands and frames (Watch), nothing else
+func Connect(url, creds string, warn func(string), opts ...nats.Option) (*nats.Conn, error) {
+	if creds != "" {
+		copts, err := ClientOptions(creds, warn)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(copts, opts...)
+	}
+	return nats.Connect(url, opts...)
+}

@@ -180,6 +180,16 @@ func TestGatewayCannotBreakIn(t *testing.T) {
 		refused(t, gw, "put cluster", put(gw, store.ControlBucket, store.ClusterKey))
 		e.notStored(t, store.ControlBucket, store.ClusterKey)
 	})
+	t.Run("put control keys", func(t *testing.T) {
+		for _, k := range []string{store.DrainKey("n1"), store.PinKey(e.shard), store.WeightKey("n1"), store.MoveKey(e.shard),
+			store.NodeKey("n1"), "leader", store.RestoreKey} {
+			refused(t, gw, "put "+k, put(gw, store.ControlBucket, k))
+			e.notStored(t, store.ControlBucket, k)
+		}
+	})
+	t.Run("upload blob", func(t *testing.T) {
+		refused(t, gw, "$O.tickfence-blobs.M.x", request(gw, "$O.tickfence-blobs.M.x", evil))
+	})
 	t.Run("delete bucket", func(t *testing.T) {
 		refused(t, gw, "delete bucket", request(gw, "$JS.API.STREAM.DELETE.KV_"+store.ControlBucket, ""))
 		if _, err := e.js.KeyValue(context.Background(), store.ControlBucket); err != nil {
@@ -261,6 +271,11 @@ func TestObserverWritesNothing(t *testing.T) {
 	refused(t, ob, "observer delete bucket", request(ob, "$JS.API.STREAM.DELETE.KV_"+data, ""))
 	refused(t, ob, "observer purge", request(ob, "$JS.API.STREAM.PURGE.KV_"+data, ""))
 	refused(t, ob, "observer blob upload", request(ob, "$O.tickfence-blobs.M.x", evil))
+	var mu sync.Mutex
+	got := 0
+	refused(t, ob, "observer subscribe $KV.>", subscribe(ob, "$KV.>", &got, &mu))
+	refused(t, ob, "observer subscribe commands", subscribe(ob, "tickfence.cmd.>", &got, &mu))
+	refused(t, ob, "observer subscribe another's inbox", subscribe(ob, auth.InboxPrefix("gateway")+".>", &got, &mu))
 }
 
 // TestOperatorCannotWriteRecords: an operator writes placement inputs but never an instance
@@ -279,6 +294,11 @@ func TestOperatorCannotWriteRecords(t *testing.T) {
 	}
 	refused(t, op, "operator delete bucket", request(op, "$JS.API.STREAM.DELETE.KV_"+data, ""))
 	refused(t, op, "operator blob upload", request(op, "$O.tickfence-blobs.M.x", evil))
+	var mu sync.Mutex
+	got := 0
+	refused(t, op, "operator subscribe $KV.>", subscribe(op, "$KV.>", &got, &mu))
+	refused(t, op, "operator subscribe commands", subscribe(op, "tickfence.cmd.>", &got, &mu))
+	refused(t, op, "operator subscribe another's inbox", subscribe(op, auth.InboxPrefix("gateway")+".>", &got, &mu))
 	// Its own placement inputs are stored.
 	if _, err := op.Request("$KV."+store.ControlBucket+"."+store.WeightKey("n1"), []byte(`{"weight":1}`), 2*time.Second); err != nil {
 		t.Fatalf("operator's weight: %v", err)

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/tickfence/tickfence"
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/actor/dungeon"
@@ -116,6 +114,7 @@ func TestRolesWork(t *testing.T) {
 	tc("observer", "instances")
 	tc("observer", "instance", "get", "d1")
 	tc("observer", "nodes")
+	tc("observer", "instance", "watch", "d1", "--count", "1")
 	tc("operator", "instance", "create", "d2", "--kind", "dungeon", "--boss-hp", "1")
 	tc("operator", "instance", "send", "d2", `{"type":"join","player":"p1"}`)
 	tc("operator", "instance", "send", "d2", `{"type":"attack","player":"p1"}`) // the boss dies: a loot effect
@@ -125,11 +124,7 @@ func TestRolesWork(t *testing.T) {
 	tc("observer", "instance", "get", "d1")
 
 	// A gateway: commands and frames only.
-	gopts, err := auth.ClientOptions(auth.CredsFile(adir, "gateway"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(url, gopts...)
+	nc, err := auth.Connect(url, auth.CredsFile(adir, "gateway"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
