@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/store"
@@ -51,6 +53,8 @@ func runWrites(args []string) error {
 	cluster := fs.Bool("cluster", false, "also run a three-server in-process cluster with R3 buckets (file storage)")
 	batchShards := fs.Int("batch-shards", 8, "shards of the per-shard comparison (one write in flight per shard vs one atomic batch per shard), run on file storage and, with --cluster, R3; 0 skips it")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
+	withAuth := fs.Bool("auth", false, "also run each R1 profile against a server enforcing the roles (tickctl auth init), writing with\n"+
+		"node credentials, and print the ratio of each method's writes/s with and without (the cost of authentication)")
 	_ = fs.Parse(args)
 
 	rep := writesReport{Machine: thisMachine()}
@@ -71,12 +75,26 @@ func runWrites(args []string) error {
 		if *syncAll {
 			profile += " sync"
 		}
-		rows, err := writesR1(profile, storage, *syncAll, *inflight, *shards, *payload, *duration, p)
+		rows, err := writesR1(profile, storage, *syncAll, false, *inflight, *shards, *payload, *duration, p)
 		if err != nil {
 			return err
 		}
 		printWrites(profile, rows)
 		rep.Results = append(rep.Results, rows...)
+		if *withAuth {
+			arows, err := writesR1(profile+" auth", storage, *syncAll, true, *inflight, *shards, *payload, *duration, p)
+			if err != nil {
+				return err
+			}
+			printWrites(profile+" auth (node credentials, permissions enforced)", arows)
+			for i, r := range arows {
+				if i < len(rows) && rows[i].WritesPerS > 0 {
+					fmt.Printf("ratio %s, auth / without: %.3f\n", r.Method, r.WritesPerS/rows[i].WritesPerS)
+				}
+			}
+			fmt.Println()
+			rep.Results = append(rep.Results, arows...)
+		}
 		if st == "file" && *batchShards > 0 && !*syncAll {
 			prof := fmt.Sprintf("R1 file, %d shards", *batchShards)
 			rows, err := writesPerShard(prof, 1, *inflight, *batchShards, *payload, *duration, p)
@@ -308,19 +326,42 @@ func benchRecord(payload int) (store.Record, []byte) {
 	return rec, enc
 }
 
-func writesR1(profile string, storage jetstream.StorageType, syncAll bool, inflight, shards, payload int, d time.Duration, p *progress) ([]writeResult, error) {
+func writesR1(profile string, storage jetstream.StorageType, syncAll, withAuth bool, inflight, shards, payload int, d time.Duration, p *progress) ([]writeResult, error) {
 	dir, err := os.MkdirTemp("", "tickbench-js-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Sync: syncAll})
+	cfg := natsserver.Config{DataDir: filepath.Join(dir, "js"), Sync: syncAll}
+	if withAuth {
+		cfg.AuthDir = filepath.Join(dir, "auth")
+		if _, err := auth.Init(cfg.AuthDir); err != nil {
+			return nil, err
+		}
+	}
+	srv, err := natsserver.Start(cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.Stop()
 	ctx := context.Background()
-	b, err := openBench(ctx, srv.ConnectOption(), storage, 1, inflight, shards)
+	opt := srv.ConnectOption()
+	if withAuth {
+		copts, err := auth.ClientOptions(auth.CredsFile(cfg.AuthDir, string(auth.Node)), nil)
+		if err != nil {
+			return nil, err
+		}
+		copts = append(copts, opt)
+		opt = func(o *nats.Options) error {
+			for _, f := range copts {
+				if err := f(o); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	b, err := openBench(ctx, opt, storage, 1, inflight, shards)
 	if err != nil {
 		return nil, err
 	}
