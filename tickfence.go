@@ -75,6 +75,9 @@ type Options struct {
 	Auth string
 	// Insecure lets the embedded server listen on an address other than loopback without Auth.
 	Insecure bool
+	// TLSCA makes every connection to an external server TLS, verifying the server's
+	// certificate against this CA file (tickctl auth init --tls writes a dev one: ca.pem).
+	TLSCA string
 	// DataDir of the embedded server (default "tickfence-data"); reused on restart.
 	DataDir string
 	// Listen makes the embedded server accept clients on HOST:PORT (default: in-process only,
@@ -365,6 +368,13 @@ func (n *Node) openNATS() error {
 		n.log.Info("embedded NATS JetStream server started", attrs...)
 		url, where = "", "(embedded)"
 		base = []nats.Option{srv.ConnectOption()}
+	}
+	if o.TLSCA != "" {
+		topts, err := auth.TLSClientOptions(o.TLSCA, "", "")
+		if err != nil {
+			return err
+		}
+		base = append(base, topts...)
 	}
 	if creds != "" {
 		copts, err := auth.ClientOptions(creds, func(w string) { n.log.Warn(w) })

@@ -3,17 +3,31 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/tickfence/tickfence/auth"
 )
 
 // authCmd runs tickctl auth init DIR and tickctl auth user DIR ROLE NAME (no NATS needed).
-func authCmd(args []string, out io.Writer) error {
+func authCmd(g globals, args []string, out io.Writer) error {
 	switch {
 	case len(args) == 2 && args[0] == "init":
 		files, err := auth.Init(args[1])
 		if err != nil {
 			return err
+		}
+		if g.tls {
+			var hosts []string
+			for h := range strings.SplitSeq(g.hosts, ",") {
+				if h = strings.TrimSpace(h); h != "" {
+					hosts = append(hosts, h)
+				}
+			}
+			tf, err := auth.InitTLS(args[1], hosts)
+			if err != nil {
+				return err
+			}
+			files = append(files, tf...)
 		}
 		for _, f := range files {
 			fmt.Fprintln(out, "wrote", f)

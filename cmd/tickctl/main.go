@@ -58,6 +58,8 @@ Usage:
   tickctl auth init <dir>                         new credentials: one file per role (node, gateway, operator,
                                                   observer, admin .creds, mode 0600) and server.conf that enforces
                                                   them (tickd --auth DIR, tickd server --auth DIR, nats-server)
+  tickctl auth init <dir> --tls [--hosts h1,h2]   ... and a self-signed dev CA (ca.pem) with a server certificate
+                                                  (server.pem, server-key.pem) for localhost, 127.0.0.1 and the hosts
   tickctl auth user <dir> <role> <name>           one more credential of a role, e.g. a second gateway with
                                                   its own reply inbox (_INBOX.<name>)
 
@@ -67,6 +69,7 @@ Flags (before or after the arguments):
   --creds FILE        NATS credentials (default $NATS_CREDS): operator.creds for the control plane,
                       observer.creds to look only; restore and gc need admin.creds (they write a new
                       epoch's records, drop buckets and delete blobs, which operators may not)
+  --tls-ca FILE       connect over TLS, verifying the server against this CA (e.g. DIR/ca.pem)
   --json              JSON output for scripts
   --request-id ID     request ID of create/end/send (default: a new random one; reuse one to retry)
   --timeout D         give up after D (default 10s; drain and rebalance: 2m; watch: none)
@@ -84,6 +87,9 @@ Flags (before or after the arguments):
 type globals struct {
 	natsURL   string
 	creds     string
+	tlsCA     string
+	tls       bool
+	hosts     string
 	json      bool
 	requestID string
 	timeout   time.Duration
@@ -126,6 +132,9 @@ func parse(args []string) (globals, []string, error) {
 	}
 	fs.StringVar(&g.natsURL, "nats", url, "")
 	fs.StringVar(&g.creds, "creds", auth.CredsFromEnv(), "")
+	fs.StringVar(&g.tlsCA, "tls-ca", "", "")
+	fs.BoolVar(&g.tls, "tls", false, "")
+	fs.StringVar(&g.hosts, "hosts", "", "")
 	fs.BoolVar(&g.json, "json", false, "")
 	fs.StringVar(&g.requestID, "request-id", "", "")
 	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "")
@@ -184,7 +193,7 @@ func run(args []string, out io.Writer) (err error) {
 		return err
 	}
 	if pos[0] == "auth" {
-		return authCmd(pos[1:], out)
+		return authCmd(g, pos[1:], out)
 	}
 	if !timeoutSet(args) && len(pos) > 0 && (pos[0] == "drain" || pos[0] == "rebalance" || pos[0] == "move" || pos[0] == "backup" || pos[0] == "restore" || pos[0] == "gc") {
 		g.timeout = 2 * time.Minute
@@ -217,6 +226,13 @@ func run(args []string, out io.Writer) (err error) {
 				refuse(permissionError{err: err, creds: g.creds})
 			}
 		})}
+	if g.tlsCA != "" {
+		to, err := auth.TLSClientOptions(g.tlsCA, "", "")
+		if err != nil {
+			return err
+		}
+		copts = append(copts, to...)
+	}
 	if g.creds != "" {
 		ao, err := auth.ClientOptions(g.creds, func(w string) { fmt.Fprintln(os.Stderr, "tickctl: warning:", w) })
 		if err != nil {

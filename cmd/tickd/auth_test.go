@@ -11,9 +11,10 @@ import (
 	"github.com/tickfence/tickfence/internal/proc"
 )
 
-// TestAuthProcesses runs the processes as an operator would deploy them: tickctl auth init, a
-// tickd server --auth, two tickd nodes on node.creds (one through NATS_CREDS), tickctl status and
-// drain on operator.creds, status on observer.creds, and tickctl without credentials refused. A
+// TestAuthProcesses runs the processes as an operator would deploy them: tickctl auth init --tls,
+// a tickd server --auth with TLS, two tickd nodes on node.creds (one through NATS_CREDS), tickctl status and
+// drain on operator.creds, status on observer.creds (all verifying the server against the dev CA),
+// tickctl without credentials refused, and with another CA refused naming the certificate. A
 // tickd server on a non-loopback address without --auth refuses to start and says why.
 func TestAuthProcesses(t *testing.T) {
 	dir := t.TempDir()
@@ -30,12 +31,13 @@ func TestAuthProcesses(t *testing.T) {
 		t.Fatalf("tickd server on 0.0.0.0 without --auth: %v\n%s", err, out)
 	}
 	adir := filepath.Join(dir, "auth")
-	if out, err := exec.Command(tickctl, "auth", "init", adir).CombinedOutput(); err != nil {
+	if out, err := exec.Command(tickctl, "auth", "init", adir, "--tls").CombinedOutput(); err != nil {
 		t.Fatalf("tickctl auth init: %v\n%s", err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := proc.Start(tickd, "server", nil, "server", "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "nats"), "--auth", adir, "--log-json")
+	srv, err := proc.Start(tickd, "server", nil, "server", "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "nats"), "--auth", adir, "--log-json",
+		"--tls-cert", filepath.Join(adir, "server.pem"), "--tls-key", filepath.Join(adir, "server-key.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +49,7 @@ func TestAuthProcesses(t *testing.T) {
 	url, _ := ready["url"].(string)
 	node := func(id string, alone bool, env []string, args ...string) *proc.Proc {
 		p, err := proc.Start(tickd, id, env, append([]string{"--nats", url, "--node-id", id, "--shards", "8", "--metrics", "", "--log-json",
-			"--summary-every", "1s"}, args...)...)
+			"--summary-every", "1s", "--tls-ca", filepath.Join(adir, "ca.pem")}, args...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +64,7 @@ func TestAuthProcesses(t *testing.T) {
 	node("n1", true, nil, "--creds", filepath.Join(adir, "node.creds"), "--demo", "4")
 	node("n2", false, []string{"NATS_CREDS=" + filepath.Join(adir, "node.creds")}, "--demo", "4") // the same demo dungeons, players of its own
 	tc := func(creds string, args ...string) (string, error) {
-		a := append(args, "--nats", url)
+		a := append(args, "--nats", url, "--tls-ca", filepath.Join(adir, "ca.pem"))
 		if creds != "" {
 			a = append(a, "--creds", filepath.Join(adir, creds+".creds"))
 		}
@@ -79,5 +81,14 @@ func TestAuthProcesses(t *testing.T) {
 	}
 	if out, err := tc("", "status"); err == nil || !strings.Contains(strings.ToLower(out), "authorization") {
 		t.Errorf("tickctl status without credentials: %v\n%s", err, out)
+	}
+	other := filepath.Join(dir, "other")
+	if out, err := exec.Command(tickctl, "auth", "init", other, "--tls").CombinedOutput(); err != nil {
+		t.Fatalf("tickctl auth init: %v\n%s", err, out)
+	}
+	out, err = exec.CommandContext(ctx, tickctl, "status", "--nats", url, "--creds", filepath.Join(adir, "operator.creds"),
+		"--tls-ca", filepath.Join(other, "ca.pem")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "certificate signed by unknown authority") {
+		t.Errorf("tickctl status with another CA: %v\n%s", err, out)
 	}
 }

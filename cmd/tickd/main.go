@@ -46,6 +46,7 @@ type options struct {
 	creds           string
 	authDir         string
 	insecure        bool
+	tlsCA           string
 	nodeID          string
 	shards          uint
 	partitions      uint
@@ -89,6 +90,7 @@ func main() {
 		"connects with its node.creds unless --creds says otherwise")
 	fs.BoolVar(&o.insecure, "insecure", false, "let --nats-listen take an address other than loopback without --auth (anyone reaching it can\n"+
 		"rewrite shards and records)")
+	fs.StringVar(&o.tlsCA, "tls-ca", "", "connect to --nats over TLS, verifying the server's certificate against this CA (ca.pem of tickctl auth init --tls)")
 	fs.StringVar(&o.nodeID, "node-id", host, "this node's ID (instance ID rules: A-Z a-z 0-9 _ -)")
 	fs.UintVar(&o.shards, "shards", 256, "shard count of a new cluster (fixed once created)")
 	fs.UintVar(&o.partitions, "partitions", 1, "data buckets per epoch of a new cluster, 1..shards (fixed once created): shard S lives in\n"+
@@ -322,7 +324,7 @@ func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.L
 	beforeWrite, beforeRelease := faultHooks(log)
 	return tickfence.Options{
 		Kinds: []actor.Kind{dungeon.Kind{FrameEvery: o.demoFrameEvery}}, NodeID: o.nodeID,
-		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync, Creds: o.creds, Auth: o.authDir, Insecure: o.insecure,
+		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync, Creds: o.creds, Auth: o.authDir, Insecure: o.insecure, TLSCA: o.tlsCA,
 		Shards: uint32(o.shards), RequireShards: set.Shards, Partitions: uint32(o.partitions), RequirePartitions: set.Partitions,
 		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, CheckpointEvery: o.checkpointEvery,
 		LeaseTTL: o.lease, DataHistory: o.dataHistory,
@@ -438,6 +440,10 @@ func serverMain(args []string) int {
 	authDir := fs.String("auth", "", "enforce the roles of this directory (tickctl auth init DIR): every client needs one of its credentials")
 	insecure := fs.Bool("insecure", false, "let --listen take an address other than loopback without --auth (anyone reaching it can rewrite\n"+
 		"shards and records)")
+	tlsCert := fs.String("tls-cert", "", "TLS certificate of this server (PEM) for clients and, with --cluster, routes (tickctl auth init --tls: server.pem)")
+	tlsKey := fs.String("tls-key", "", "its key (server-key.pem)")
+	tlsCA := fs.String("tls-ca", "", "the CA routes verify each other against (required with --tls-cert and --cluster; ca.pem)")
+	tlsVerify := fs.Bool("tls-verify", false, "clients must present a certificate signed by --tls-ca")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tickd server runs only the embedded NATS JetStream server that tickd nodes share: on its own, or
 as one server of a JetStream cluster (--cluster), for replicated buckets (tickd --replicas 3).
@@ -478,7 +484,8 @@ Examples:
 		log.Error("tickd server: unexpected argument (see tickd server --help)", "arg", fs.Arg(0))
 		return 2
 	}
-	cfg := natsserver.Config{Listen: *listen, Sync: *sync, Name: *name, Cluster: *clusterAddr, AuthDir: *authDir, Insecure: *insecure}
+	cfg := natsserver.Config{Listen: *listen, Sync: *sync, Name: *name, Cluster: *clusterAddr, AuthDir: *authDir, Insecure: *insecure,
+		TLSCert: *tlsCert, TLSKey: *tlsKey, TLSCA: *tlsCA, TLSVerify: *tlsVerify}
 	cfg.DataDir, _ = filepath.Abs(*data)
 	if *clusterAddr == "" {
 		if *routes != "" {
@@ -506,7 +513,7 @@ Examples:
 		log.Error("tickd server", "err", err)
 		return 1
 	}
-	attrs := []any{"name", srv.Name(), "url", srv.ClientURL(), "data", cfg.DataDir, "sync_every_write", *sync, "auth", *authDir != ""}
+	attrs := []any{"name", srv.Name(), "url", srv.ClientURL(), "data", cfg.DataDir, "sync_every_write", *sync, "auth", *authDir != "", "tls", *tlsCert != ""}
 	if *clusterAddr != "" {
 		attrs = append(attrs, "cluster", srv.ClusterName(), "route_url", srv.RouteURL(), "routes", strings.Join(cfg.Routes, ","))
 	}

@@ -41,6 +41,11 @@ type Config struct {
 	// AuthDir is an auth directory (tickctl auth init): the server enforces its roles, and every
 	// client needs one of its credentials (package auth). Empty: no authentication.
 	AuthDir string
+	// TLSCert and TLSKey make the server speak TLS to clients and, on a cluster, to its routes
+	// (both ways: each route presents the certificate and verifies the other's against TLSCA).
+	// TLSCA also makes clients present a certificate signed by it when TLSVerify.
+	TLSCert, TLSKey, TLSCA string
+	TLSVerify              bool
 	// Insecure lets a server without AuthDir listen on an address other than loopback.
 	Insecure bool
 	// Logger receives the server's own log (permission violations, refused clients); nil: none.
@@ -88,6 +93,15 @@ func Options(cfg Config) (*server.Options, error) {
 			return nil, err
 		}
 	}
+	if cfg.TLSCert != "" || cfg.TLSKey != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, CaFile: cfg.TLSCA, Verify: cfg.TLSVerify})
+		if err != nil {
+			return nil, fmt.Errorf("TLS: %w", err)
+		}
+		opts.TLSConfig, opts.TLSTimeout, opts.TLSVerify = tc, 5, cfg.TLSVerify
+	} else if cfg.TLSVerify {
+		return nil, errors.New("TLS client verification needs the server's certificate and key")
+	}
 	if cfg.Cluster == "" {
 		if len(cfg.Routes) > 0 || cfg.ClusterName != "" {
 			return nil, errors.New("routes and a cluster name need a cluster listen address (HOST:PORT for the routes)")
@@ -107,6 +121,17 @@ func Options(cfg Config) (*server.Options, error) {
 		name = DefaultClusterName
 	}
 	opts.Cluster = server.ClusterOpts{Name: name, Host: host, Port: port}
+	if cfg.TLSCert != "" {
+		if cfg.TLSCA == "" {
+			return nil, errors.New("TLS on a cluster needs the CA (routes verify each other's certificate)")
+		}
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, CaFile: cfg.TLSCA, Verify: true})
+		if err != nil {
+			return nil, fmt.Errorf("route TLS: %w", err)
+		}
+		tc.RootCAs = tc.ClientCAs // a route is a client of its peer too: it verifies the peer against the same CA
+		opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = tc, 5
+	}
 	for _, r := range cfg.Routes {
 		u, err := url.Parse(r)
 		if err != nil || (u.Scheme != "nats-route" && u.Scheme != "nats") || u.Hostname() == "" || u.Port() == "" {

@@ -1,0 +1,109 @@
+package auth
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Files of InitTLS in an auth directory.
+const (
+	TLSCA      = "ca.pem"         // the dev CA's certificate: clients' --tls-ca
+	tlsCAKey   = "ca-key.pem"     // its key (signs more certificates; keep it secret)
+	TLSCert    = "server.pem"     // the servers' certificate (clients and routes)
+	TLSCertKey = "server-key.pem" // its key
+)
+
+// InitTLS writes a self-signed CA and one server certificate signed by it into dir, for a test or
+// a dev cluster: valid for localhost, 127.0.0.1, ::1 and hosts (names or IPs), for server and
+// client authentication (routes between the servers use it both ways), for a year. Production
+// clusters should use their own CA.
+func InitTLS(dir string, hosts []string) ([]string, error) {
+	if _, err := os.Stat(filepath.Join(dir, tlsCAKey)); err == nil {
+		return nil, fmt.Errorf("%s already holds a CA (%s)", dir, tlsCAKey)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	ca := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "tickfence dev CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	srv := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "tickfence server"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:    []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			srv.IPAddresses = append(srv.IPAddresses, ip)
+		} else if h != "" {
+			srv.DNSNames = append(srv.DNSNames, h)
+		}
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srv, ca, &srvKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	var written []string
+	for _, f := range []struct {
+		name, typ string
+		der       []byte
+		key       *ecdsa.PrivateKey
+	}{{TLSCA, "CERTIFICATE", caDER, nil}, {tlsCAKey, "", nil, caKey}, {TLSCert, "CERTIFICATE", srvDER, nil}, {TLSCertKey, "", nil, srvKey}} {
+		typ, der := f.typ, f.der
+		if f.key != nil {
+			if der, err = x509.MarshalECPrivateKey(f.key); err != nil {
+				return nil, err
+			}
+			typ = "EC PRIVATE KEY"
+		}
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			return nil, err
+		}
+		written = append(written, p)
+	}
+	return written, nil
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	return n
+}
+
+// TLSClientOptions make a client verify the server against the CA in caFile (and present
+// certFile/keyFile if given).
+func TLSClientOptions(caFile, certFile, keyFile string) ([]nats.Option, error) {
+	if caFile == "" {
+		return nil, errors.New("a TLS client needs the CA that signed the servers' certificates (--tls-ca)")
+	}
+	opts := []nats.Option{nats.RootCAs(caFile)}
+	if certFile != "" {
+		opts = append(opts, nats.ClientCert(certFile, keyFile))
+	}
+	return opts, nil
+}
