@@ -16,14 +16,32 @@ import (
 
 // BenchmarkKVPutAuth measures what authentication costs a KV put: pipelined (64 in flight, as a
 // node writes) and one at a time, on a server without auth and on one enforcing the roles with
-// node credentials (in-process connections, memory storage). Run it several times, interleaved:
+// node credentials (in-process connections, memory storage); and over TCP on loopback without
+// either and with both auth and TLS. Run it several times, interleaved:
 //
 //	for i in 1 2 3 4 5; do go test -run '^$' -bench KVPutAuth ./auth; done
 func BenchmarkKVPutAuth(b *testing.B) {
-	for _, withAuth := range []bool{false, true} {
+	for _, c := range []struct {
+		name          string
+		withAuth, tls bool
+	}{{"open", false, false}, {"auth", true, false}, {"tcp-open", false, false}, {"tcp-auth-tls", true, true}} {
+		withAuth := c.withAuth
+		tcp := c.name[:3] == "tcp"
 		dir := b.TempDir()
 		cfg := natsserver.Config{DataDir: filepath.Join(dir, "js")}
 		var opts []nats.Option
+		if tcp {
+			cfg.Listen = "127.0.0.1:0"
+		}
+		if c.tls {
+			ca := filepath.Join(dir, "ca")
+			if _, err := auth.InitTLS(ca, nil); err != nil {
+				b.Fatal(err)
+			}
+			cfg.TLSCert, cfg.TLSKey = filepath.Join(ca, auth.TLSCert), filepath.Join(ca, auth.TLSCertKey)
+			topts, _ := auth.TLSClientOptions(filepath.Join(ca, auth.TLSCA), "", "")
+			opts = append(opts, topts...)
+		}
 		if withAuth {
 			cfg.AuthDir = filepath.Join(dir, "auth")
 			if _, err := auth.Init(cfg.AuthDir); err != nil {
@@ -33,13 +51,17 @@ func BenchmarkKVPutAuth(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			opts = copts
+			opts = append(opts, copts...)
 		}
 		srv, err := natsserver.Start(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
-		nc, err := nats.Connect("", append(opts, srv.ConnectOption())...)
+		url := srv.ClientURL()
+		if !tcp {
+			url, opts = "", append(opts, srv.ConnectOption())
+		}
+		nc, err := nats.Connect(url, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -49,7 +71,7 @@ func BenchmarkKVPutAuth(b *testing.B) {
 			b.Fatal(err)
 		}
 		val := make([]byte, 600)
-		name := map[bool]string{false: "open", true: "auth"}[withAuth]
+		name := c.name
 		b.Run(name+"/pipelined", func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				for {
