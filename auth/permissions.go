@@ -73,10 +73,11 @@ func rolePerms(r Role, name string) perms {
 	case Admin:
 		return perms{
 			pubAllow: []string{
-				jsAPI + ">", // restore makes, seals and drops buckets (a half-made epoch's partitions are dropped and made again); gc purges objects
-				"$KV.>",     // restore writes the new epoch's records and shards, the restore claim and cluster.epoch
-				"$O.>",      // restore uploads the backup's blobs; gc deletes unreferenced ones
-				flowCtl,     // flow control of its watches and object reads
+				jsAPI + ">",         // restore makes, seals and drops buckets (a half-made epoch's partitions are dropped and made again); gc purges objects
+				"$KV.>",             // restore writes the new epoch's records and shards, the restore claim and cluster.epoch
+				"$O.>",              // restore uploads the backup's blobs; gc deletes unreferenced ones
+				flowCtl,             // flow control of its watches and object reads
+				"tickfence.audit.>", // tickctl records each restore in the audit stream
 			},
 			subAllow: []string{
 				inbox, // its own requests' replies
@@ -95,18 +96,20 @@ func rolePerms(r Role, name string) perms {
 	case Operator:
 		return perms{
 			pubAllow: []string{
-				jsAPI + "INFO",                // jetstream.AccountInfo when the store opens
-				jsAPI + "STREAM.INFO.*",       // open buckets, tickctl status' partition streams
-				dataDirAll,                    // read every key (KV Get)
-				jsAPI + "STREAM.MSG.GET.*",    // KV Get on the data buckets (their stream, updated for atomic batches, answers no direct get)
-				jsAPI + "CONSUMER.CREATE.*.>", // list keys and watch (ordered consumers): shards, instances, progress of a move or drain
-				jsAPI + "CONSUMER.DELETE.*.*", // a watch's consumer goes when it stops
-				flowCtl,                       // flow control of object reads (backup of the blobs)
-				controlKV + "move.*",          // tickctl move / rebalance request a hand-off
-				controlKV + "drain.*",         // tickctl drain / undrain
-				controlKV + "pin.*",           // tickctl pin / unpin
-				controlKV + "weight.*",        // tickctl weight
-				cmds,                          // tickctl instance create/send/end go through the owner, like a gateway's
+				jsAPI + "INFO",                          // jetstream.AccountInfo when the store opens
+				jsAPI + "STREAM.INFO.*",                 // open buckets, tickctl status' partition streams
+				dataDirAll,                              // read every key (KV Get)
+				jsAPI + "STREAM.MSG.GET.*",              // KV Get on the data buckets (their stream, updated for atomic batches, answers no direct get)
+				jsAPI + "CONSUMER.CREATE.*.>",           // list keys and watch (ordered consumers): shards, instances, progress of a move or drain
+				jsAPI + "CONSUMER.DELETE.*.*",           // a watch's consumer goes when it stops
+				flowCtl,                                 // flow control of object reads (backup of the blobs)
+				controlKV + "move.*",                    // tickctl move / rebalance request a hand-off
+				controlKV + "drain.*",                   // tickctl drain / undrain
+				controlKV + "pin.*",                     // tickctl pin / unpin
+				controlKV + "weight.*",                  // tickctl weight
+				cmds,                                    // tickctl instance create/send/end go through the owner, like a gateway's
+				"tickfence.audit.>",                     // tickctl records each action it runs in the audit stream
+				jsAPI + "STREAM.CREATE.tickfence-audit", // ... creating the stream on first use (that name only)
 			},
 			subAllow: []string{
 				inbox,  // its own requests' replies

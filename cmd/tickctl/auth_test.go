@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -122,6 +123,28 @@ func TestRolesWork(t *testing.T) {
 	tc("admin", "restore", filepath.Join(dir, "backup"), "--yes")
 	tc("operator", "status")
 	tc("observer", "instance", "get", "d1")
+	// Every operator action (and the admin's restore) is in the audit stream, with its user.
+	var entries []auditEntry
+	if err := json.Unmarshal([]byte(tc("observer", "audit", "--json", "--count", "100")), &entries); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range entries {
+		if e.Result != "ok" {
+			t.Errorf("audit: %+v", e)
+		}
+		got[strings.SplitN(e.What, " /", 2)[0]] = e.Who + "/" + e.Role
+	}
+	for what, who := range map[string]string{"move 3 n2": "operator/operator", "pin 3": "operator/operator", "unpin 3": "operator/operator",
+		"weight n1 2": "operator/operator", "drain n2": "operator/operator", "undrain n2": "operator/operator", "restore": "admin/admin"} {
+		if got[what] != who {
+			t.Errorf("audit: %q by %q, want %q (all: %v)", what, got[what], who, got)
+		}
+	}
+	audit := fmt.Sprint(got)
+	if strings.Contains(audit, "rebalance") {
+		t.Errorf("a dry-run rebalance was recorded:\n%s", audit)
+	}
 
 	// A gateway: commands and frames only.
 	nc, err := auth.Connect(url, auth.CredsFile(adir, "gateway"), nil)

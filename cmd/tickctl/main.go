@@ -55,6 +55,9 @@ Usage:
   tickctl restore <file> --yes                    seal the current epoch, restore the backup into the next
   tickctl restore <file> --yes --takeover         finish a restore that crashed or hangs, into the next epoch (safe even if it wakes)
   tickctl restore --undo --yes                    undo a crashed restore that sealed nothing yet (its process must be gone)
+  tickctl audit [--count N]                       the last N (50) operator actions: who (the credential's user),
+                                                  role, what, when, result; move, drain, undrain, pin, unpin,
+                                                  weight, rebalance and restore append one each
   tickctl auth init <dir>                         new credentials: one file per role (node, gateway, operator,
                                                   observer, admin .creds, mode 0600) and server.conf that enforces
                                                   them (tickd --auth DIR, tickd server --auth DIR, nats-server)
@@ -245,6 +248,9 @@ func run(args []string, out io.Writer) (err error) {
 		return fmt.Errorf("connect to %s: %w (is tickd running with --nats-listen?)", g.natsURL, err)
 	}
 	defer nc.Close()
+	if audited(pos, g) {
+		defer func() { recordAudit(nc, g, pos, err) }()
+	}
 	st, err := natskv.Open(nc, natskv.Options{})
 	if err != nil {
 		return err
@@ -262,6 +268,8 @@ func run(args []string, out io.Writer) (err error) {
 		return c.instances(ctx)
 	case pos[0] == "status" && len(pos) == 1:
 		return c.status(ctx)
+	case pos[0] == "audit" && len(pos) == 1:
+		return c.audit(ctx)
 	case pos[0] == "nodes" && len(pos) == 1:
 		return c.nodes(ctx)
 	case pos[0] == "move" && len(pos) == 3:
