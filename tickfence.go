@@ -286,6 +286,11 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	if _, err := natscmd.EnsureEffectsStream(ctx, js, int(n.cluster.ReplicasOr1())); err != nil {
 		return nil, fmt.Errorf("tickfence: effects stream: %w", err)
 	}
+	// The audit stream of operators' actions (tickctl audit), made here so that operators need
+	// no right to create streams.
+	if err := auth.EnsureAuditStream(ctx, js, int(n.cluster.ReplicasOr1())); err != nil {
+		return nil, fmt.Errorf("tickfence: audit stream: %w", err)
+	}
 	if n.effects, err = natscmd.NewEffectPublisher(fxConn); err != nil {
 		return nil, err
 	}

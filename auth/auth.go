@@ -17,6 +17,7 @@
 package auth
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -31,6 +32,7 @@ import (
 	"github.com/nats-io/nats-server/v2/conf"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 )
 
@@ -343,4 +345,26 @@ func Connect(url, creds string, warn func(string), opts ...nats.Option) (*nats.C
 		opts = append(copts, opts...)
 	}
 	return nats.Connect(url, opts...)
+}
+
+// The audit stream: tickctl appends one entry per operator action (tickctl audit reads them).
+const (
+	AuditStream  = "tickfence-audit"
+	AuditSubject = "tickfence.audit" // AuditSubject.<verb>
+)
+
+// EnsureAuditStream creates the audit stream if it is missing (file storage, entries kept a
+// year). Nodes make it when they start, so that operators need no right to create streams.
+func EnsureAuditStream(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	if _, err := js.Stream(ctx, AuditStream); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: AuditStream, Subjects: []string{AuditSubject + ".>"},
+		Storage: jetstream.FileStorage, Replicas: max(replicas, 1), MaxAge: 365 * 24 * time.Hour})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return nil
+	}
+	return err
 }

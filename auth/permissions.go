@@ -43,7 +43,7 @@ func rolePerms(r Role, name string) perms {
 			pubAllow: []string{
 				jsAPI + "INFO",                     // jetstream.AccountInfo when the store opens
 				jsAPI + "STREAM.INFO.*",            // open a bucket (KeyValue/ObjectStore), the partitions' streams
-				jsAPI + "STREAM.CREATE.*",          // the first node creates the control and data buckets, the effects and blob streams; a new epoch's buckets
+				jsAPI + "STREAM.CREATE.*",          // the first node creates the control and data buckets, the effects, blob and audit streams
 				jsAPI + "STREAM.UPDATE.*",          // data buckets allow atomic batches (set on the stream once the bucket is made)
 				jsAPI + "STREAM.LEADER.STEPDOWN.*", // spread the partitions' stream leaders over the servers (R3/R5)
 				jsAPI + "STREAM.MSG.GET.*",         // KV Get on the data buckets (their stream, updated for atomic batches, answers no direct get)
@@ -96,20 +96,19 @@ func rolePerms(r Role, name string) perms {
 	case Operator:
 		return perms{
 			pubAllow: []string{
-				jsAPI + "INFO",                          // jetstream.AccountInfo when the store opens
-				jsAPI + "STREAM.INFO.*",                 // open buckets, tickctl status' partition streams
-				dataDirAll,                              // read every key (KV Get)
-				jsAPI + "STREAM.MSG.GET.*",              // KV Get on the data buckets (their stream, updated for atomic batches, answers no direct get)
-				jsAPI + "CONSUMER.CREATE.*.>",           // list keys and watch (ordered consumers): shards, instances, progress of a move or drain
-				jsAPI + "CONSUMER.DELETE.*.*",           // a watch's consumer goes when it stops
-				flowCtl,                                 // flow control of object reads (backup of the blobs)
-				controlKV + "move.*",                    // tickctl move / rebalance request a hand-off
-				controlKV + "drain.*",                   // tickctl drain / undrain
-				controlKV + "pin.*",                     // tickctl pin / unpin
-				controlKV + "weight.*",                  // tickctl weight
-				cmds,                                    // tickctl instance create/send/end go through the owner, like a gateway's
-				"tickfence.audit.>",                     // tickctl records each action it runs in the audit stream
-				jsAPI + "STREAM.CREATE.tickfence-audit", // ... creating the stream on first use (that name only)
+				jsAPI + "INFO",                // jetstream.AccountInfo when the store opens
+				jsAPI + "STREAM.INFO.*",       // open buckets, tickctl status' partition streams
+				dataDirAll,                    // read every key (KV Get)
+				jsAPI + "STREAM.MSG.GET.*",    // KV Get on the data buckets (their stream, updated for atomic batches, answers no direct get)
+				jsAPI + "CONSUMER.CREATE.*.>", // list keys and watch (ordered consumers): shards, instances, progress of a move or drain
+				jsAPI + "CONSUMER.DELETE.*.*", // a watch's consumer goes when it stops
+				flowCtl,                       // flow control of object reads (backup of the blobs)
+				controlKV + "move.*",          // tickctl move / rebalance request a hand-off
+				controlKV + "drain.*",         // tickctl drain / undrain
+				controlKV + "pin.*",           // tickctl pin / unpin
+				controlKV + "weight.*",        // tickctl weight
+				cmds,                          // tickctl instance create/send/end go through the owner, like a gateway's
+				"tickfence.audit.>",           // tickctl records each action it runs in the audit stream
 			},
 			subAllow: []string{
 				inbox,  // its own requests' replies

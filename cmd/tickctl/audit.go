@@ -15,10 +15,10 @@ import (
 	"github.com/tickfence/tickfence/auth"
 )
 
-// The audit stream: one entry per operator action tickctl runs (issue 14.5).
+// The audit stream: one entry per operator action tickctl runs (issue 14.5); nodes create it.
 const (
-	auditStream  = "tickfence-audit"
-	auditSubject = "tickfence.audit." // + the verb
+	auditStream  = auth.AuditStream
+	auditSubject = auth.AuditSubject + "." // + the verb
 )
 
 // auditEntry is one recorded action.
@@ -61,9 +61,8 @@ func recordAudit(nc *nats.Conn, g globals, pos []string, result error) {
 	js, err := jetstream.New(nc)
 	if err == nil {
 		_, err = js.Publish(ctx, auditSubject+pos[0], b)
-		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			if _, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: auditStream, Subjects: []string{auditSubject + ">"},
-				Storage: jetstream.FileStorage, MaxAge: 365 * 24 * time.Hour}); err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) { // a cluster whose nodes predate the audit stream
+			if err = auth.EnsureAuditStream(ctx, js, 1); err == nil {
 				_, err = js.Publish(ctx, auditSubject+pos[0], b)
 			}
 		}
