@@ -113,7 +113,7 @@ func TestBatchesStoreWhatTheyAcknowledge(t *testing.T) {
 		}
 		createAll(t, n, ids)
 		a := startAdders(t, n, ids, 16)
-		waitFor(t, "2 000 adds acknowledged", func() bool { return a.count() >= 2000 })
+		waitFor(t, "600 adds acknowledged", func() bool { return a.count() >= 600 })
 		a.finish(t, st)
 		m := batchHistogram(t, n)
 		if m.count == 0 || m.sum/float64(m.count) < 1.5 {

@@ -186,24 +186,27 @@ func (r *Record) RememberRequest(q Request, ttl uint64) {
 	r.Reqs = reqs[max(drop, 0):]
 }
 
-// ApproxSize is about the encoded size of r, from its byte fields and a few bytes per entry,
-// without encoding it (a state over BlobThreshold leaves the record for a blob).
+// ApproxSize is at least about the encoded size of r (msgpack's field names and headers counted
+// generously per entry), without encoding it; a state over BlobThreshold leaves the record for a
+// blob, whose pointer is counted.
 func (r Record) ApproxSize() int {
-	n := 64 + len(r.Kind) + len(r.Create)
+	n := 128 + len(r.Kind) + len(r.Create)
 	if len(r.State) <= BlobThreshold {
 		n += len(r.State)
+	} else {
+		n += 256 // the blob's name and digest
 	}
 	for _, q := range r.Reqs {
-		n += 24 + len(q.ID) + len(q.Result)
+		n += 48 + len(q.ID) + len(q.Result)
 	}
 	for _, c := range r.Clients {
-		n += 24 + len(c.ID)
+		n += 48 + len(c.ID)
 		for _, d := range c.Done {
-			n += 16 + len(d.Result)
+			n += 40 + len(d.Result)
 		}
 	}
 	for _, e := range r.Fx {
-		n += 16 + len(e.Key) + len(e.Kind) + len(e.Payload)
+		n += 32 + len(e.Key) + len(e.Kind) + len(e.Payload)
 	}
 	return n
 }

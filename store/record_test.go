@@ -3,6 +3,7 @@ package store_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -122,7 +123,16 @@ func TestApproxSizeCoversTheEncoding(t *testing.T) {
 		"outbox":  {Kind: "k", State: big(10), Fx: []store.Effect{{Key: "a:1:16777217", Kind: "loot", Payload: big(60000)}, {Key: "a:1:16777218", Kind: "loot", Payload: big(100)}}},
 		"reqs":    {Kind: "k", Reqs: []store.Request{{ID: "r1", Fingerprint: 1 << 60, Result: big(500)}, {ID: "r2", Result: big(7)}}},
 		"clients": {Kind: "k", Clients: []store.ClientSession{{ID: "c1", Done: []store.SeqResult{{Seq: 1 << 50, Fingerprint: 1 << 62, Result: big(300)}}}}},
+		"many":    {Kind: "k", Tick: 1 << 60, Token: 1 << 60, FxSeq: 1 << 60, Ended: true, EndedAt: 1 << 60},
 	}
+	many := recs["many"]
+	for i := range 100 {
+		many.Fx = append(many.Fx, store.Effect{Key: fmt.Sprintf("instance-%d:%d:%d", i, 1<<40, 1<<60), Kind: "loot", Payload: big(3)})
+		many.Reqs = append(many.Reqs, store.Request{ID: fmt.Sprintf("request-%d", i), Fingerprint: 1 << 63, Result: big(2), At: 1 << 60})
+		many.Clients = append(many.Clients, store.ClientSession{ID: fmt.Sprint("c", i), Ack: 1 << 60, Seen: 1 << 60,
+			Done: []store.SeqResult{{Seq: 1 << 60, Fingerprint: 1 << 63, Result: big(1)}}})
+	}
+	recs["many"] = many
 	for name, r := range recs {
 		b, err := store.EncodeRecord(r)
 		if err != nil {
