@@ -14,7 +14,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tickfence/tickfence/store"
@@ -76,29 +78,64 @@ func Check(ctx context.Context, js jetstream.JetStream, bucket string) (Report, 
 	if st.LastSeq == 0 {
 		return rep, nil
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	msgs, err := read(ctx, stream, bucket, st.LastSeq)
 	if err != nil {
 		return rep, err
 	}
-	prefix := "$KV." + bucket + "."
-	msgs := make([]Message, 0, st.Msgs)
-	for len(msgs) < int(st.Msgs) {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5_000_000_000))
-		if err != nil {
-			return rep, fmt.Errorf("read message %d of %d: %w", len(msgs)+1, st.Msgs, err)
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return rep, err
-		}
-		m := Message{Seq: meta.Sequence.Stream, Key: strings.TrimPrefix(msg.Subject(), prefix), Value: msg.Data()}
-		if op := msg.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-			m.Deleted = true
-			m.Token, _ = strconv.ParseUint(msg.Headers().Get("Tickfence-Token"), 10, 64)
-		}
-		msgs = append(msgs, m)
-	}
 	return CheckMessages(bucket, msgs)
+}
+
+// read reads messages 1..last of a data bucket's stream in order, with a pull consumer of its own
+// that it makes again at the next sequence after any error. (An ordered consumer makes a new
+// consumer for every reset, and on a JetStream cluster the pull that follows can reach the
+// client's server before the consumer's interest has crossed the route: "no responders".)
+func read(ctx context.Context, stream jetstream.Stream, bucket string, last uint64) ([]Message, error) {
+	prefix := "$KV." + bucket + "."
+	msgs := make([]Message, 0, last)
+	var lastErr error
+	for uint64(len(msgs)) < last {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("read message %d of %d: %w (last error: %v)", len(msgs)+1, last, ctx.Err(), lastErr)
+		}
+		cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy,
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: uint64(len(msgs)) + 1,
+			MemoryStorage: true, Replicas: 1, InactiveThreshold: time.Minute})
+		if err != nil {
+			lastErr = err
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for uint64(len(msgs)) < last {
+			batch, err := cons.Fetch(256, jetstream.FetchMaxWait(2*time.Second))
+			if err != nil {
+				lastErr = err
+				break
+			}
+			gap := false
+			for msg := range batch.Messages() {
+				meta, err := msg.Metadata()
+				if err != nil {
+					return nil, err
+				}
+				if meta.Sequence.Stream != uint64(len(msgs))+1 { // a message lost on the way: read again from it
+					gap = true
+					break
+				}
+				m := Message{Seq: meta.Sequence.Stream, Key: strings.TrimPrefix(msg.Subject(), prefix), Value: msg.Data()}
+				if op := msg.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+					m.Deleted = true
+					m.Token, _ = strconv.ParseUint(msg.Headers().Get("Tickfence-Token"), 10, 64)
+				}
+				msgs = append(msgs, m)
+			}
+			if gap || batch.Error() != nil && !errors.Is(batch.Error(), nats.ErrTimeout) {
+				lastErr = batch.Error()
+				break
+			}
+		}
+		_ = stream.DeleteConsumer(context.WithoutCancel(ctx), cons.CachedInfo().Name)
+	}
+	return msgs, nil
 }
 
 // Memstore checks a data bucket of an in-memory store made with memstore.NewWithHistory.
