@@ -620,7 +620,12 @@ func (r *r3) partitionNode(t *testing.T, c *cluster) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	failover := time.Since(t0)
-	time.Sleep(lease) // the zombie's side holds whatever it sent for a while longer
+	// Healed before the node's client gives its held connections up (natskv.Connect: two pings
+	// unanswered, 4–6 s) and reconnects — around the proxies, to a URL the servers told it.
+	time.Sleep(500 * time.Millisecond)
+	if direct, err := r.srv.DirectNodes(); err != nil || len(direct) > 0 {
+		t.Fatalf("nodes reconnected around their proxies during the partition: %v %v", direct, err)
+	}
 	r.srv.HealNode(victim)
 	healed := time.Since(t0)
 	waitLog(t, p, "rejoin under a new session", mark, 30*time.Second, func(m map[string]any) bool {
