@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/natskv"
 )
 
 // TestR3CommandsThroughAFrozenServer shows a liveness defect of the node: a server that hangs
@@ -120,4 +123,87 @@ func TestR3CommandsThroughAFrozenServer(t *testing.T) {
 		return
 	}
 	t.Logf("status of %s answered %v into the freeze", probe, took.Round(time.Millisecond))
+}
+
+// TestR3LoadWithAFrozenReplica shows a liveness defect of the JetStream store on R3: Load reads an
+// instance record with the KV API's Get, a direct get that any current replica may answer (KV
+// buckets allow direct gets by default, and the data buckets keep it), picked at random among
+// them; a replica on a server that hangs keeps its share and never answers. While one server of
+// three is frozen about a third of the loads, from a client on any server, wait out their
+// deadline. A node that rebuilds a shard or takes one over loads every instance of it, and each
+// such wait costs it the whole timeout (5 s by default): in TestR3's SIGSTOP the data stream has a
+// new leader after 6–9 s, yet ticking resumes only after SIGCONT. Expected: every load answered by
+// a live replica (a read from the stream leader, or no direct gets on the data buckets).
+func TestR3LoadWithAFrozenReplica(t *testing.T) {
+	r := newR3(t)
+	ctx := context.Background()
+	st := r.srv.Store
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		_, err := st.Bootstrap(ctx, store.Cluster{Shards: 32, Partitions: 1, Replicas: 3, Epoch: 1})
+		if err == nil {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("bootstrap: %v", err)
+		}
+	}
+	const id = "frozen-probe"
+	shard := store.ShardOf(id, 32)
+	a := store.Assignment{Owner: "A", Session: "a"}
+	tok, err := st.Assign(ctx, 1, shard, a, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := store.Grant{Epoch: 1, Shard: shard, Token: tok, Assignment: a}
+	if _, err := st.Create(ctx, g, id, store.Record{Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	// The leader and the test's client on server 0; server 2 holds a replica only.
+	if err := r.srv.MoveLeader(ctx, r.dataStreams()[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	// A second store on server 1, a follower's server, as a node connected there reads.
+	nc1, err := natskv.Connect("nats://"+r.srv.Member(1).ClientAddr, nats.IgnoreDiscoveredServers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc1.Close()
+	st1, err := natskv.Open(nc1, natskv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st1.Close()
+	loads := func() (failed int, last error) {
+		for i := 0; i < 10; i++ {
+			for _, s := range []*natskv.Store{st, st1} {
+				lctx, cancel := context.WithTimeout(ctx, time.Second)
+				_, _, err := s.Load(lctx, 1, shard, id)
+				cancel()
+				if err != nil {
+					failed, last = failed+1, err
+				}
+			}
+		}
+		return failed, last
+	}
+	if failed, err := loads(); failed > 0 {
+		t.Fatalf("%d of 20 loads failed before any fault: %v", failed, err)
+	}
+	// s2's replica current, as it is in a healthy cluster (a lagging one serves no direct get), and
+	// its interest in them known to the other servers.
+	r.current(t)
+	time.Sleep(2 * time.Second)
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.srv.StopServer(sctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	failed, last := loads()
+	if err := r.srv.ContServer(2); err != nil {
+		t.Fatal(err)
+	}
+	if failed > 0 {
+		t.Errorf("with s2 (a replica, not the leader) frozen, %d of 20 loads from clients on s0 (the leader's server) and s1 "+
+			"got no answer within 1 s: %v", failed, last)
+	}
 }
