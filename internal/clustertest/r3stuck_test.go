@@ -15,14 +15,12 @@ import (
 	"github.com/tickfence/tickfence/store/natskv"
 )
 
-// TestR3CommandsThroughAFrozenServer shows a liveness defect of the node: a server that hangs
-// (SIGSTOP here; a stuck process or a link that drops packets alike) while leading nothing stops
-// every command to the instances of a node whose "commands" connection is on it, for as long as it
-// hangs. The node's lease is renewed over its "store" connection on another server, so it keeps
-// its shards and nothing fails over; its NATS client only notices a dead server after nats.go's
-// default ping interval (2 minutes, two pings outstanding). The clients' retries meet the same
-// subscription. Expected: commands answered again within a few seconds (a ping interval near
-// the lease, or a node that gives its shards up when its commands connection stops working).
+// TestR3CommandsThroughAFrozenServer: a server that hangs (SIGSTOP here; a stuck process or a link
+// that drops packets alike) while leading nothing must not stop the commands to a node whose
+// "commands" connection is on it for long: the node's lease is renewed over its "store"
+// connection on another server, so it keeps its shards and nothing fails over; its client has to
+// give the hung server up itself. With nats.go's default ping (2 minutes, two pings outstanding)
+// the commands went unanswered for as long as the server hung; natskv.Connect pings every 2 s.
 func TestR3CommandsThroughAFrozenServer(t *testing.T) {
 	r := newR3(t)
 	c := r.on(t)
