@@ -689,22 +689,32 @@ func (s *Store) Load(ctx context.Context, epoch uint64, shard uint32, id string)
 	if err := store.ValidID(id); err != nil {
 		return store.Record{}, 0, err
 	}
-	kv, _, err := s.dataKV(ctx, epoch, shard)
+	_, bucket, err := s.dataKV(ctx, epoch, shard)
 	if err != nil {
 		return store.Record{}, 0, err
 	}
-	e, err := kv.Get(ctx, store.InstanceKey(shard, id))
-	if err != nil {
-		return store.Record{}, 0, classify("load "+id, err)
+	// From the stream leader, not a direct get: any current replica may answer a direct get,
+	// picked at random, and one on a hung server never does — a third of the loads of a rebuild
+	// or a takeover would wait out their deadline while one server of three hangs
+	// (TestR3LoadWithAFrozenReplica). Loads happen when a shard starts, not on the tick path.
+	m, err := s.leaderGet(ctx, bucket, store.InstanceKey(shard, id))
+	if err == nil && m.deleted {
+		err = fmt.Errorf("load %s: deleted at revision %d: %w", id, m.seq, store.ErrNotFound)
 	}
-	r, err := store.DecodeRecord(e.Value())
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return store.Record{}, 0, fmt.Errorf("load %s: %w", id, err)
+		}
+		return store.Record{}, 0, fmt.Errorf("load %s: %w", id, err)
+	}
+	r, err := store.DecodeRecord(m.data)
 	if err == nil {
 		err = store.StateFromBlob(&r, id, blobs{ctx: ctx, s: s})
 	}
 	if err != nil {
-		return store.Record{}, 0, fmt.Errorf("instance %s at revision %d: %w", id, e.Revision(), err)
+		return store.Record{}, 0, fmt.Errorf("instance %s at revision %d: %w", id, m.seq, err)
 	}
-	return r, e.Revision(), nil
+	return r, m.seq, nil
 }
 
 // Register implements store.Store.
