@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tickfence/tickfence/store"
@@ -51,15 +52,26 @@ func (b blobs) PutBlob(name string, data []byte) (string, error) {
 		ctx, cancel = context.WithTimeout(ctx, b.s.opts.AckTimeout)
 		defer cancel()
 	}
-	obs, err := b.s.blobStore(ctx)
-	if err != nil {
-		return "", err
+	// "No responders" stores nothing: on a cluster it answers a request that reached a server
+	// before the interest of a stream made a moment ago had crossed the routes. Try again.
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, 200*time.Millisecond) {
+		obs, err := b.s.blobStore(ctx)
+		var info *jetstream.ObjectInfo
+		if err == nil {
+			info, err = obs.PutBytes(ctx, name, data)
+		}
+		if err == nil {
+			return info.Digest, nil
+		}
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return "", err
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(backoff):
+		}
 	}
-	info, err := obs.PutBytes(ctx, name, data)
-	if err != nil {
-		return "", err
-	}
-	return info.Digest, nil
 }
 
 func (b blobs) GetBlob(name string) ([]byte, error) {
