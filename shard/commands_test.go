@@ -484,16 +484,16 @@ func TestLargeStateGoesThroughABlob(t *testing.T) {
 		const s = 5
 		a.grant(s)
 		id := idIn(s, 4)
-		mustOK(t, a.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
-		mustOK(t, a.send(id, "g", map[string]any{"type": "grow", "n": 1 << 20}), "grow to 1 MiB (4× a record's limit)")
-		mustOK(t, a.send(id, "a", map[string]any{"type": "add", "by": 3}), "add")
+		mustOK(t, a.sendRetryingBusy(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
+		mustOK(t, a.sendRetryingBusy(id, "g", map[string]any{"type": "grow", "n": 1 << 20}), "grow to 1 MiB (4× a record's limit)")
+		mustOK(t, a.sendRetryingBusy(id, "a", map[string]any{"type": "add", "by": 3}), "add")
 		rec, cs := load(t, st, id)
 		if len(cs.Blob) != 1<<20 || cs.N != 3 || rec.Blob == nil {
 			t.Fatalf("stored: %d-byte blob field, n = %d, record blob %+v; want 1 MiB, 3, a blob pointer", len(cs.Blob), cs.N, rec.Blob)
 		}
 		b2 := newNode(t, b.open(t), "B", nodeOpt{})
 		b2.grant(s)
-		r := b2.send(id, "a2", map[string]any{"type": "add", "by": 1})
+		r := b2.sendRetryingBusy(id, "a2", map[string]any{"type": "add", "by": 1})
 		mustOK(t, r, "add on the new owner")
 		if _, cs := load(t, st, id); cs.N != 4 || len(cs.Blob) != 1<<20 {
 			t.Fatalf("after the move: n = %d, %d bytes; want 4 and the 1 MiB state", cs.N, len(cs.Blob))

@@ -223,6 +223,19 @@ func (n *node) send(id, reqID string, cmd map[string]any) wire.Reply {
 	return wire.Reply{}
 }
 
+// sendRetryingBusy is send, retried with the same request ID while the node answers busy (as a
+// client does): for tests that check what a command does, not admission control, on a machine
+// that may be loaded.
+func (n *node) sendRetryingBusy(id, reqID string, cmd map[string]any) wire.Reply {
+	n.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := n.send(id, reqID, cmd)
+		if r.OK || r.Error.Code != wire.CodeBusy || time.Now().After(deadline) {
+			return r
+		}
+	}
+}
+
 // submit submits a command and returns where its answer will arrive.
 func (n *node) submit(id, reqID string, body []byte) <-chan []byte {
 	n.t.Helper()
