@@ -267,7 +267,7 @@ func classify(op string, err error) error {
 	case apiCode(err) != 0, errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Errorf("%s: %w: %w", op, store.ErrRefused, err) // the server's answer: nothing stored
 	default:
-		return fmt.Errorf("%s: %w: %v", op, store.ErrUnknownOutcome, err)
+		return fmt.Errorf("%s: %w: %w", op, store.ErrUnknownOutcome, err)
 	}
 }
 
@@ -331,7 +331,24 @@ func (s *Store) createBucket(ctx context.Context, cfg jetstream.KeyValueConfig, 
 // want.Replicas (if 0, Options.Replicas, recorded as such when set); its data buckets allow atomic
 // batch publishes, and with replicas their stream leaders are spread over the servers
 // (SpreadLeaders) before the record exists, so no write meets a leader change made on purpose.
+//
+// A cluster that has just formed may answer "no responders" while a new bucket's interest has not
+// crossed the routes yet (nothing was done): Bootstrap tries again for up to 15 s.
 func (s *Store) Bootstrap(ctx context.Context, want store.Cluster) (store.Cluster, error) {
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		c, err := s.bootstrap(ctx, want)
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return c, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Store) bootstrap(ctx context.Context, want store.Cluster) (store.Cluster, error) {
 	if want.Replicas == 0 && s.opts.Replicas > 0 {
 		want.Replicas = uint32(s.opts.Replicas)
 	}
