@@ -291,7 +291,8 @@ func parseClusterFlags(args []string) (clusterConfig, clusterFlags, error) {
 	fs.Var(&kill, "kill-node", "kill -9 a node at the middle of the window (bare: the one with most instances; =ID: that node)")
 	fs.Var(&pause, "pause-node", "SIGSTOP a node at the middle of the window for --pause, then SIGCONT (bare or =ID as --kill-node)")
 	fs.Var(&leader, "kill-leader", "kill -9 the server leading a stream at the middle of the window (bare: data partition 0's; =p<k>: partition k's;\n"+
-		"=control: the control bucket's); needs --servers 3 and --replicas 3. It stays dead to the end")
+		"=data: a data partition's whose server does not lead the control bucket (which carries the leases; its leadership is\n"+
+		"moved away first if need be); =control: the control bucket's); needs --servers 3 and --replicas 3. It stays dead to the end")
 	pauseFor := fs.Duration("pause", 0, "how long --pause-node freezes the node (default 3 × lease)")
 	giveUp := fs.Duration("give-up", 30*time.Second, "a command with no answer after this long counts as unknown")
 	seed := fs.Uint64("seed", 0, "seed of the load generator's choices (0: random, printed)")
@@ -352,10 +353,10 @@ func parseClusterFlags(args []string) (clusterConfig, clusterFlags, error) {
 		if leaderOf == "" {
 			leaderOf = "p0"
 		}
-		if leaderOf != "control" {
+		if leaderOf != "control" && leaderOf != "data" {
 			k, err := strconv.Atoi(strings.TrimPrefix(leaderOf, "p"))
 			if err != nil || !strings.HasPrefix(leaderOf, "p") || k < 0 || k >= *partitions {
-				return fail("--kill-leader=%s: want p0 … p%d (a data partition) or control", leaderOf, *partitions-1)
+				return fail("--kill-leader=%s: want p0 … p%d (a data partition), data or control", leaderOf, *partitions-1)
 			}
 		}
 	}
@@ -393,8 +394,11 @@ func describeFault(cfg clusterConfig) string {
 		fault = fmt.Sprintf("SIGSTOP of a node for %v at the middle of the window", cfg.Pause)
 	case "kill-leader":
 		what := "data partition " + strings.TrimPrefix(cfg.LeaderOf, "p") + "'s stream"
-		if cfg.LeaderOf == "control" {
+		switch cfg.LeaderOf {
+		case "control":
 			what = "the control bucket's stream"
+		case "data":
+			what = "a data partition's stream (and not the control bucket's)"
 		}
 		fault = "kill -9 of the server leading " + what + " at the middle of the window"
 	}

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -60,15 +61,25 @@ func startBenchServers(ctx context.Context, p *progress, bin string, cfg proc.Cl
 	}
 	// The first node creates the cluster; the others join it.
 	for i, id := range ids {
-		_, err := b.StartNode(id)
-		if err == nil && (i == 0 || i == len(ids)-1) {
-			wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			for _, id := range ids[:i+1] {
-				if err = proc.WaitJoined(wctx, b.Node(id)); err != nil {
-					break
+		var err error
+		for attempt := 1; ; attempt++ {
+			_, err = b.StartNode(id)
+			if err == nil && (i == 0 || i == len(ids)-1) {
+				wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+				for _, id := range ids[:i+1] {
+					if err = proc.WaitJoined(wctx, b.Node(id)); err != nil {
+						break
+					}
 				}
+				cancel()
 			}
-			cancel()
+			// On a JetStream cluster the node creating the cluster sometimes exits at its first
+			// write to a bucket it has just made ("no responders": the new stream's leader is not
+			// reachable yet); a new process finds the buckets and finishes the bootstrap.
+			if err == nil || i > 0 || n == 1 || attempt == 3 || !errors.Is(err, proc.ErrExited) {
+				break
+			}
+			p.line("node %s exited while creating the cluster, starting it again:%s", id, lastLogLines(b.Node(id), 1))
 		}
 		if err != nil {
 			err = fmt.Errorf("node %s: %w%s", id, err, lastLogLines(b.Node(id), 5))

@@ -208,10 +208,13 @@ func streamLeaderOf(ctx context.Context, js jetstream.JetStream, stream string) 
 }
 
 // leaderStream is the stream --kill-leader names: p<k> is data partition k's, control the control
-// bucket's.
+// bucket's (data: partition 0's until dataOnlyLeader chooses).
 func leaderStream(of string, epoch uint64) string {
 	if of == "control" {
 		return "KV_" + store.ControlBucket
+	}
+	if of == "data" {
+		of = "p0"
 	}
 	k, _ := strconv.Atoi(strings.TrimPrefix(of, "p"))
 	return "KV_" + store.DataBucket(epoch, uint32(k))
@@ -238,6 +241,11 @@ func (b *benchCluster) killLeader(ctx context.Context, p *progress, sam *sampler
 		return fail(err)
 	}
 	leaders := b.leaders(ctx)
+	if of == "data" {
+		if res.Stream, leaders, err = b.dataOnlyLeader(ctx, p, leaders, partitions); err != nil {
+			return fail(err)
+		}
+	}
 	res.Server = leaders[res.Stream]
 	victim := b.server(res.Server)
 	if victim == nil {
@@ -341,4 +349,37 @@ func (b *benchCluster) advanced(ctx context.Context, pending []string, before ma
 		}
 	}
 	return out
+}
+
+// dataOnlyLeader is the stream of the first data partition whose leader does not lead the control
+// bucket. If every one shares its leader with the control bucket, the control bucket's leadership
+// is handed to another server first (a leader step-down, waited for), and partition 0's is chosen.
+// It returns the stream and the leaders as they then are.
+func (b *benchCluster) dataOnlyLeader(ctx context.Context, p *progress, leaders map[string]string, partitions uint32) (string, map[string]string, error) {
+	control := "KV_" + store.ControlBucket
+	for k := range partitions {
+		if s := "KV_" + store.DataBucket(b.epoch, k); leaders[s] != "" && leaders[s] != leaders[control] {
+			return s, leaders, nil
+		}
+	}
+	from := leaders[control]
+	p.line("every data partition's leader also leads %s (%s): moving that leadership away first", control, from)
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := b.NC.RequestWithContext(rctx, "$JS.API.STREAM.LEADER.STEPDOWN."+control, nil)
+		cancel()
+		if err == nil {
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+				leaders = b.leaders(ctx)
+				if l := leaders[control]; l != "" && l != from {
+					return "KV_" + store.DataBucket(b.epoch, 0), leaders, nil
+				}
+			}
+		}
+		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+			return "", nil, err
+		}
+	}
+	return "", nil, fmt.Errorf("the leadership of %s did not leave %s within 15 s", control, from)
 }

@@ -30,7 +30,7 @@ func TestParseClusterFlagsStore(t *testing.T) {
 		cfg.Fault != "kill-leader" || cfg.LeaderOf != "p0" {
 		t.Fatalf("3 servers, bare --kill-leader: %+v", cfg)
 	}
-	for _, of := range []string{"p2", "control"} {
+	for _, of := range []string{"p2", "data", "control"} {
 		cfg, _, err = parseClusterFlags([]string{"--servers", "3", "--partitions", "3", "--kill-leader=" + of})
 		if err != nil || cfg.LeaderOf != of {
 			t.Fatalf("--kill-leader=%s: %+v, %v", of, cfg, err)
@@ -47,6 +47,7 @@ func TestParseClusterFlagsStore(t *testing.T) {
 		{[]string{"--servers", "3", "--replicas", "1", "--kill-leader"}, "needs --servers 3"},
 		{[]string{"--servers", "3", "--partitions", "3", "--kill-leader=p3"}, "want p0 … p2"},
 		{[]string{"--servers", "3", "--kill-leader=x1"}, "want p0"},
+		{[]string{"--servers", "3", "--kill-leader=p"}, "want p0"},
 		{[]string{"--replicas", "3"}, "at most --servers"},
 		{[]string{"--servers", "3", "--replicas", "2"}, "want 1, 3 or 5"},
 		{[]string{"--servers", "6"}, "want 1 to 5"},
