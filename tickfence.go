@@ -83,6 +83,11 @@ type Options struct {
 	// Listen makes the embedded server accept clients on HOST:PORT (default: in-process only,
 	// so only this program's own clients reach it).
 	Listen string
+	// WebSocket makes the embedded server accept NATS clients over WebSocket on HOST:PORT (browsers,
+	// e.g. tickd's player demo page); WebSocketOrigins are the page origins allowed to (see
+	// natsserver.Config; required without Auth).
+	WebSocket        string
+	WebSocketOrigins []string
 	// Sync makes the embedded server fsync every write (default off: faster, and a power loss
 	// can lose the last writes of the embedded server).
 	Sync bool
@@ -352,13 +357,16 @@ func (n *Node) openNATS() error {
 		if o.Auth != "" {
 			n.log.Warn("Options.Auth applies to the embedded server only; give an external server the auth directory's server.conf")
 		}
+		if o.WebSocket != "" {
+			n.log.Warn("Options.WebSocket applies to the embedded server only; give an external one a websocket listener (tickd server --websocket)")
+		}
 	} else {
 		if creds == "" && o.Auth != "" {
 			creds = auth.CredsFile(o.Auth, string(auth.Node))
 		}
 		dir, _ := filepath.Abs(o.DataDir)
 		srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Listen: o.Listen, Sync: o.Sync, Name: o.NodeID,
-			AuthDir: o.Auth, Insecure: o.Insecure})
+			AuthDir: o.Auth, Insecure: o.Insecure, WebSocket: o.WebSocket, WebSocketOrigins: o.WebSocketOrigins})
 		if err != nil {
 			return err
 		}
@@ -366,6 +374,9 @@ func (n *Node) openNATS() error {
 		attrs := []any{"data", dir, "sync_every_write", o.Sync}
 		if o.Listen != "" {
 			attrs = append(attrs, "listen", srv.ClientURL())
+		}
+		if o.WebSocket != "" {
+			attrs = append(attrs, "websocket", srv.WebSocketURL())
 		}
 		if o.Auth != "" {
 			attrs = append(attrs, "auth", o.Auth)
@@ -443,6 +454,14 @@ func (n *Node) ClientURL() string {
 		return ""
 	}
 	return n.srv.ClientURL()
+}
+
+// WebSocketURL is the embedded server's WebSocket URL ("" with an external server or no WebSocket).
+func (n *Node) WebSocketURL() string {
+	if n.srv == nil {
+		return ""
+	}
+	return n.srv.WebSocketURL()
 }
 
 // Cluster is the cluster record as this node joined it (shard count, partitions, replicas, epoch).

@@ -48,6 +48,14 @@ type Config struct {
 	TLSVerify              bool
 	// Insecure lets a server without AuthDir listen on an address other than loopback.
 	Insecure bool
+	// WebSocket is HOST:PORT to accept NATS clients over WebSocket on (browsers: the player demo
+	// page); empty: none. The same loopback rule as Listen. It speaks TLS (wss) with TLSCert.
+	WebSocket string
+	// WebSocketOrigins are the web page origins (scheme://host:port) whose scripts may connect
+	// over WebSocket; "*" accepts any. Without AuthDir at least one is required: any page a
+	// browser on this machine visits could otherwise open the socket and rewrite shards.
+	// Clients that send no Origin (not browsers) are always accepted.
+	WebSocketOrigins []string
 	// Logger receives the server's own log (permission violations, refused clients); nil: none.
 	Logger server.Logger
 }
@@ -88,6 +96,11 @@ func Options(cfg Config) (*server.Options, error) {
 		}
 		opts.Host, opts.Port = host, port
 	}
+	if cfg.WebSocket != "" {
+		if err := webSocketOptions(opts, cfg); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.AuthDir != "" {
 		if err := auth.ServerOptions(opts, cfg.AuthDir); err != nil {
 			return nil, err
@@ -99,6 +112,9 @@ func Options(cfg Config) (*server.Options, error) {
 			return nil, fmt.Errorf("TLS: %w", err)
 		}
 		opts.TLSConfig, opts.TLSTimeout, opts.TLSVerify = tc, 5, cfg.TLSVerify
+		if cfg.WebSocket != "" {
+			opts.Websocket.TLSConfig, opts.Websocket.NoTLS = tc.Clone(), false
+		}
 	} else if cfg.TLSVerify {
 		return nil, errors.New("TLS client verification needs the server's certificate and key")
 	}
@@ -140,6 +156,46 @@ func Options(cfg Config) (*server.Options, error) {
 		opts.Routes = append(opts.Routes, u)
 	}
 	return opts, nil
+}
+
+// webSocketOptions sets the WebSocket listener of cfg (see Config.WebSocket): plain ws:// unless
+// TLS is configured (Options then gives it the clients' TLS config).
+func webSocketOptions(opts *server.Options, cfg Config) error {
+	host, port, err := hostPort(cfg.WebSocket)
+	if err != nil {
+		return fmt.Errorf("websocket listen address %q: %w", cfg.WebSocket, err)
+	}
+	if cfg.AuthDir == "" && !cfg.Insecure && !Loopback(host) {
+		return fmt.Errorf("refusing to accept WebSocket clients on %s without authentication: anyone who reaches it could reassign "+
+			"shards, overwrite records and delete buckets; give --auth DIR (made by tickctl auth init DIR), listen on 127.0.0.1, "+
+			"or --insecure on a network you trust", cfg.WebSocket)
+	}
+	var origins []string
+	anyOrigin := false
+	for _, o := range cfg.WebSocketOrigins {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		if o == "*" {
+			anyOrigin = true
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
+			return fmt.Errorf("websocket origin %q: want scheme://host[:port] of the page, e.g. http://127.0.0.1:9464, or *", o)
+		}
+		origins = append(origins, o)
+	}
+	if anyOrigin {
+		origins = nil
+	} else if len(origins) == 0 && cfg.AuthDir == "" && !cfg.Insecure {
+		return fmt.Errorf("a WebSocket listener without authentication needs the origins of the pages allowed to use it " +
+			"(tickd server --websocket-origin, tickd --nats-websocket-origin: http://HOST:PORT of the demo page, or * for any): otherwise any web page a browser on this " +
+			"machine visits could connect to it and rewrite shards and records")
+	}
+	opts.Websocket = server.WebsocketOpts{Host: host, Port: port, NoTLS: true, AllowedOrigins: origins,
+		HandshakeTimeout: 5 * time.Second}
+	return nil
 }
 
 // Loopback says whether host (an IP or a name) is a loopback address only; "" and 0.0.0.0 are every
@@ -192,6 +248,15 @@ func Start(cfg Config) (*Server, error) {
 
 // ConnectOption connects a client in-process, or over TCP when the server listens.
 func (s *Server) ConnectOption() nats.Option { return nats.InProcessServer(s.Server) }
+
+// WebSocketURL is the URL browsers connect to over WebSocket, ws:// or wss:// ("" without
+// Config.WebSocket).
+func (s *Server) WebSocketURL() string {
+	if s.cfg.WebSocket == "" {
+		return ""
+	}
+	return s.WebsocketURL()
+}
 
 // RouteURL is the URL other servers of its cluster route to ("" standalone).
 func (s *Server) RouteURL() string {
