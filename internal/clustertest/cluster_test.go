@@ -191,7 +191,7 @@ func TestDrainUnderLoad(t *testing.T) {
 	n2 := c.node("n2", "--demo", "0", "--rebalance-every", "1h")
 	l.waitSent(200, 30*time.Second)
 	start := time.Now()
-	if _, err := c.Store.ControlCreate(context.Background(), store.DrainKey("n1"), []byte(`{}`), 0); err != nil {
+	if _, err := c.operator().ControlCreate(context.Background(), store.DrainKey("n1"), []byte(`{}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	c.waitState("n1 drained", 60*time.Second, func(s *coordinator.State) bool {
@@ -298,15 +298,15 @@ func TestKillDuringHandOff(t *testing.T) {
 	l := c.startLoad("ho", 40, 6)
 	n2 := c.nodeEnv("n2", []string{"TICKFENCE_FAULT_CRASH_HANDOFF=1"}, "--demo", "0", "--rebalance-every", "1h")
 	// Every shard is on n1 (no rebalancing): move them all to n2 first, then drain n2.
-	if _, err := c.Store.ControlCreate(context.Background(), store.DrainKey("n1"), []byte(`{}`), 0); err != nil {
+	if _, err := c.operator().ControlCreate(context.Background(), store.DrainKey("n1"), []byte(`{}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	c.waitState("n1 drained", 60*time.Second, func(s *coordinator.State) bool { n, ok := s.Live("n1"); return ok && n.Owned == 0 })
-	if err := c.Store.ControlDelete(context.Background(), store.DrainKey("n1"), 0); err != nil {
+	if err := c.operator().ControlDelete(context.Background(), store.DrainKey("n1"), 0); err != nil {
 		t.Fatal(err)
 	}
 	l.waitSent(100, 30*time.Second)
-	if _, err := c.Store.ControlCreate(context.Background(), store.DrainKey("n2"), []byte(`{}`), 0); err != nil {
+	if _, err := c.operator().ControlCreate(context.Background(), store.DrainKey("n2"), []byte(`{}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	select {

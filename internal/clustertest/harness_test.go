@@ -11,14 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/history"
 	"github.com/tickfence/tickfence/internal/linear"
 	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/natskv"
 )
 
 var tickd string
@@ -91,8 +94,11 @@ type cluster struct {
 
 func newCluster(t *testing.T, serverArgs ...string) *cluster {
 	t.Helper()
+	// Every process on its own role's credentials (DESIGN 9, issue 14): the server enforces
+	// them, each node has its own node credential, the load is a gateway and the drains an
+	// operator's; only the test's checker (history, backup and restore) is admin.
 	pc, err := proc.StartCluster(context.Background(), proc.ClusterConfig{Bin: tickd, DataDir: t.TempDir(),
-		Lease: lease, Shards: 32, History: 1_000_000, FaultHooks: true, ServerArgs: serverArgs})
+		Lease: lease, Shards: 32, History: 1_000_000, FaultHooks: true, ServerArgs: serverArgs, AuthDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +113,28 @@ func newCluster(t *testing.T, serverArgs ...string) *cluster {
 			}
 		}
 	})
+	// The roles are enforced: without credentials nobody gets in.
+	if nc, err := nats.Connect(pc.URL, nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("the server accepts a client without credentials")
+	}
 	return &cluster{Cluster: pc, t: t}
+}
+
+// operator is a store on an operator's connection: the control plane's placement inputs
+// (drain, move, pin, weight), as tickctl writes them.
+func (c *cluster) operator() *natskv.Store {
+	c.t.Helper()
+	nc, err := c.ConnectAs(auth.Operator, "operator")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	st, err := natskv.Open(nc, natskv.Options{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { st.Close(); nc.Close() })
+	return st
 }
 
 // restartServer starts the `tickd server` process again, on the same address and data.
@@ -233,7 +260,12 @@ func (c *cluster) startLoad(prefix string, instances, workers int) *load {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	l := &load{c: c, client: natscmd.NewClient(c.NC, cl.Shards), acked: make([]atomic.Int64, instances), stop: make(chan struct{})}
+	nc, err := c.ConnectAs(auth.Gateway, "gateway-"+prefix)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(nc.Close)
+	l := &load{c: c, client: natscmd.NewClient(nc, cl.Shards), acked: make([]atomic.Int64, instances), stop: make(chan struct{})}
 	for i := 0; i < instances; i++ {
 		id := fmt.Sprintf("%s-%d", prefix, i)
 		l.ids = append(l.ids, id)

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"
@@ -31,6 +34,12 @@ type ClusterConfig struct {
 	FaultHooks bool
 	// ServerArgs are appended to the server's arguments (e.g. --sync).
 	ServerArgs []string
+	// AuthDir, if set, runs every process on its own role's credentials (DESIGN 9): an auth
+	// directory is made there (auth.Init) unless it holds one, the server enforces it (--auth),
+	// every node gets a node credential named after its ID, and the cluster's own client
+	// (NC, Store: the test's checker, which reads every stream and restores backups) connects
+	// as admin. ConnectAs and Creds give other roles' connections and files.
+	AuthDir string
 }
 
 // Cluster is a running server, its nodes and a client of its store.
@@ -68,11 +77,27 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	c := &Cluster{cfg: cfg, addr: addr, URL: "nats://" + addr, nodes: map[string]*Proc{}}
+	if cfg.AuthDir != "" {
+		if _, err := os.Stat(filepath.Join(cfg.AuthDir, auth.ServerConf)); err != nil {
+			if _, err := auth.Init(cfg.AuthDir); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err := c.startServer(ctx); err != nil {
 		c.Close()
 		return nil, err
 	}
-	if c.NC, err = natskv.Connect(c.URL, nats.Name("tickfence proc store")); err != nil {
+	opts := []nats.Option{nats.Name("tickfence proc store")}
+	if cfg.AuthDir != "" {
+		copts, err := auth.ClientOptions(auth.CredsFile(cfg.AuthDir, string(auth.Admin)), nil)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		opts = append(opts, copts...)
+	}
+	if c.NC, err = natskv.Connect(c.URL, opts...); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -87,7 +112,11 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 // startServer starts `tickd server` on the cluster's address and data directory and waits until
 // it is ready.
 func (c *Cluster) startServer(ctx context.Context) error {
-	args := append([]string{"server", "--listen", c.addr, "--data", c.cfg.DataDir}, c.cfg.ServerArgs...)
+	args := []string{"server", "--listen", c.addr, "--data", c.cfg.DataDir}
+	if c.cfg.AuthDir != "" {
+		args = append(args, "--auth", c.cfg.AuthDir)
+	}
+	args = append(args, c.cfg.ServerArgs...)
 	p, err := Start(c.cfg.Bin, "server", nil, args...)
 	if err != nil {
 		return err
@@ -145,6 +174,13 @@ func (c *Cluster) StartNodeEnv(id string, env []string, args ...string) (*Proc, 
 	all := []string{"--nats", url, "--node-id", id, "--metrics", "127.0.0.1:0", "--log-json",
 		"--lease", c.cfg.Lease.String(), "--summary-every", "1s", "--shards", fmt.Sprint(c.cfg.Shards),
 		"--data-history", fmt.Sprint(c.cfg.History), "--demo", "0"}
+	if c.cfg.AuthDir != "" {
+		creds, err := c.Creds(auth.Node, id)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, "--creds", creds)
+	}
 	all = append(append(all, c.cfg.NodeArgs...), args...)
 	if c.cfg.FaultHooks {
 		env = append([]string{"TICKFENCE_FAULT_HOOKS=1"}, env...)
@@ -158,6 +194,41 @@ func (c *Cluster) StartNodeEnv(id string, env []string, args ...string) (*Proc, 
 	c.all = append(c.all, p)
 	c.mu.Unlock()
 	return p, nil
+}
+
+// Creds is the credentials file of user name with role r in the auth directory, made on first
+// use; "" without AuthDir.
+func (c *Cluster) Creds(r auth.Role, name string) (string, error) {
+	if c.cfg.AuthDir == "" {
+		return "", nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	file := auth.CredsFile(c.cfg.AuthDir, name)
+	if u, err := auth.ReadCreds(file); err == nil {
+		if u.Role != r {
+			return "", fmt.Errorf("%s is a %s credential, not %s", file, u.Role, r)
+		}
+		return file, nil
+	}
+	return auth.NewUser(c.cfg.AuthDir, r, name)
+}
+
+// ConnectAs connects to the server as user name with role r (Creds), with natskv.Connect's
+// options and then opts; without AuthDir, unauthenticated.
+func (c *Cluster) ConnectAs(r auth.Role, name string, opts ...nats.Option) (*nats.Conn, error) {
+	creds, err := c.Creds(r, name)
+	if err != nil {
+		return nil, err
+	}
+	if creds != "" {
+		copts, err := auth.ClientOptions(creds, nil)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(copts, opts...)
+	}
+	return natskv.Connect(c.URL, append([]nats.Option{nats.Name("tickfence proc " + name)}, opts...)...)
 }
 
 // WaitJoined waits until the process has logged its metrics address and joined the cluster.
