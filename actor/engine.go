@@ -127,6 +127,9 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		}
 	}
 	period := time.Duration(float64(time.Second) / cfg.Rate)
+	if m != nil {
+		m.TickPeriod.Set(period.Seconds())
+	}
 	if cfg.Slot <= 0 {
 		cfg.Slot = 500 * time.Microsecond
 	}

@@ -66,6 +66,7 @@ func (c *Config) defaults() error {
 	if c.TTL == 0 {
 		c.TTL = 2 * time.Second
 	}
+	c.metrics.LeaseTTL.Set(c.TTL.Seconds())
 	if c.Margin == 0 {
 		c.Margin = 500 * time.Millisecond
 	}
@@ -128,6 +129,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		log.Info("became coordinator leader", "leader_revision", l.Revision())
 		cfg.metrics.CoordinatorLeader.Set(1)
+		cfg.metrics.Elections.Inc()
 		t := &term{rev: l.Revision(), valid: l.Valid}
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -165,6 +167,8 @@ func Run(ctx context.Context, cfg Config) error {
 		stepDown()
 		wg.Wait()
 		cfg.metrics.CoordinatorLeader.Set(0)
+		cfg.metrics.ShardsUnowned.Set(0) // another leader's view now
+		cfg.metrics.ShardUnownedMaxAge.Set(0)
 		// Release the key (compare-and-delete) so another candidate takes over at once instead of
 		// after a TTL; a lease already lost is left alone by the compare.
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -368,7 +372,7 @@ func lead(ctx context.Context, cfg Config, log *slog.Logger, t *term, remaining 
 		epochChanged(errViewLost)
 	}()
 	r := &rounds{cfg: cfg, log: log, st: st, epoch: cl.Epoch, v: v, t: t, firstSeen: map[string]time.Duration{},
-		lastRebalance: cfg.Clock.Monotonic(), stuck: map[string]bool{}}
+		lastRebalance: cfg.Clock.Monotonic(), stuck: map[string]bool{}, unowned: map[uint32]time.Duration{}}
 	tick := lease.NewTicker(cfg.Clock, cfg.Round)
 	defer tick.Stop()
 	for {
@@ -401,6 +405,7 @@ type rounds struct {
 	stuck         map[string]bool          // leaving nodes already reported as unable to hand off
 	firstSeen     map[string]time.Duration // move key@revision → when this leader first saw it (monotonic)
 	lastRebalance time.Duration
+	unowned       map[uint32]time.Duration // shard → when this leader first saw it without a live owner (monotonic)
 }
 
 func (r *rounds) seen(key string, rev uint64) time.Duration {
@@ -449,6 +454,7 @@ func (r *rounds) round(ctx context.Context) error {
 	if rebalance {
 		r.lastRebalance = now
 	}
+	assigned := map[uint32]bool{}
 	for s, node := range plan.Failover {
 		cur := snap.shards[s]
 		released := in.Shards[s].Released
@@ -458,6 +464,7 @@ func (r *rounds) round(ctx context.Context) error {
 			r.log.Warn("failover assignment", "shard", s, "to", node, "err", err)
 			continue
 		}
+		assigned[s] = true
 		r.v.applyShard(store.AssignmentEvent{Shard: s, Revision: rev, Assignment: got})
 		if released { // its owner had released it in a hand-off: that move is settled now
 			if e, ok := snap.moves[s]; ok {
@@ -478,6 +485,7 @@ func (r *rounds) round(ctx context.Context) error {
 			r.log.Debug("shard assigned", "shard", s, "to", node, "token", rev)
 		}
 	}
+	r.trackUnowned(snap, in, assigned)
 	for _, m := range plan.Moves {
 		cur := snap.shards[m.Shard]
 		rec := store.MoveRecord{From: m.From, FromSession: cur.Owner.Session, FromGrant: cur.Owner.Grant, To: m.To,
@@ -499,6 +507,32 @@ func (r *rounds) round(ctx context.Context) error {
 			"imbalance_after", fmt.Sprintf("%.2f", plan.After))
 	}
 	return nil
+}
+
+// trackUnowned updates tickfence_shards_unowned and tickfence_shard_unowned_max_seconds: a shard
+// has no live owner if it was never granted, its grant names a session without a live node lease,
+// or its owner released it in a hand-off — unless this round has just granted it.
+func (r *rounds) trackUnowned(snap snapshot, in Input, assigned map[uint32]bool) {
+	now := r.cfg.Clock.Monotonic()
+	n, oldest := 0, time.Duration(0)
+	for i, sh := range snap.shards {
+		s := uint32(i)
+		owned := sh.Revision != 0 && sh.Owner.Owner != "" && snap.nodes[sh.Owner.Owner].Session == sh.Owner.Session &&
+			!in.Shards[i].Released
+		if owned || assigned[s] {
+			delete(r.unowned, s)
+			continue
+		}
+		at, ok := r.unowned[s]
+		if !ok {
+			at = now
+			r.unowned[s] = at
+		}
+		n++
+		oldest = max(oldest, now-at)
+	}
+	r.cfg.metrics.ShardsUnowned.Set(float64(n))
+	r.cfg.metrics.ShardUnownedMaxAge.Set(oldest.Seconds())
 }
 
 // reportStuck logs, once each time it starts, that a leaving node cannot hand its shards off

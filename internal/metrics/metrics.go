@@ -44,8 +44,15 @@ type Node struct {
 	Handoffs          *prometheus.CounterVec
 	HandoffPause      prometheus.Histogram
 	CoordinatorLeader prometheus.Gauge
+	Elections         prometheus.Counter
 	LeaseRenewal      prometheus.Histogram
 	SelfFenced        prometheus.Counter
+	LeaseTTL          prometheus.Gauge
+	// The leader's view: shards with no live owner, and how long the longest of them has had none.
+	ShardsUnowned      prometheus.Gauge
+	ShardUnownedMaxAge prometheus.Gauge
+	// TickPeriod is one tick's budget: 1 / tick rate.
+	TickPeriod prometheus.Gauge
 
 	FramesPublished prometheus.Counter
 	FramesDropped   prometheus.Counter
@@ -136,6 +143,18 @@ func newNode(reg prometheus.Registerer) *Node {
 		Help: "Ticks-missed time of an instance received by a graceful move: old owner's last tick to its first tick here.", Buckets: LatencyBuckets})
 	m.CoordinatorLeader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_coordinator_leader",
 		Help: "1 while this node holds the coordinator lease."})
+	m.Elections = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_coordinator_elections_total",
+		Help: "Times this node became the coordinator leader (leader flapping: many across the cluster in a short time)."})
+	m.LeaseTTL = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_lease_ttl_seconds",
+		Help: "TTL of the node and coordinator leases this node runs with (tickd --lease)."})
+	m.ShardsUnowned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_shards_unowned",
+		Help: "Shards without a live owner in the coordinator's last round: never granted, granted to a session whose lease is gone, " +
+			"or released in a hand-off and not granted yet (0 on nodes that do not lead)."})
+	m.ShardUnownedMaxAge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_shard_unowned_max_seconds",
+		Help: "How long the longest-unowned shard has been without a live owner, as this leader saw it (from its owner's lease " +
+			"expiry or its release; 0 when every shard has one, and on nodes that do not lead)."})
+	m.TickPeriod = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_tick_period_seconds",
+		Help: "Time between two ticks of an instance (1 / tick rate): the budget tick lateness is measured against."})
 	m.LeaseRenewal = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_lease_renewal_seconds",
 		Help: "Round trip of acknowledged lease renewals (node and coordinator leases).", Buckets: LatencyBuckets})
 	m.SelfFenced = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_self_fenced_total",
@@ -157,7 +176,8 @@ func newNode(reg prometheus.Registerer) *Node {
 		Help: "Effect publishes that failed (sent again later)."})
 	m.EffectsRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_effects_refused_total",
 		Help: "Effects a game made that break the limits (kind, size): logged and not stored."})
-	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.LeaseRenewal, m.SelfFenced,
+	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.Elections, m.LeaseRenewal, m.SelfFenced,
+		m.LeaseTTL, m.ShardsUnowned, m.ShardUnownedMaxAge, m.TickPeriod,
 		m.FramesPublished, m.FramesDropped, m.FramesRefused, m.EffectsEmitted, m.EffectsPublished, m.EffectsFailed, m.EffectsRefused)
 	for _, r := range []string{"ok", "stale_owner", "conflict", "refused", "error"} {
 		m.StateWrites.WithLabelValues(r)
