@@ -6,13 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"sort"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -26,66 +24,6 @@ import (
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"
 )
-
-const usage = `tickctl inspects and drives a tickfence cluster.
-
-Usage:
-  tickctl status                                  shards, partitions and replicas, each partition's stream
-                                                  leader, the coordinator leader, nodes with load and
-                                                  lease age, imbalance
-  tickctl nodes                                   the live nodes
-  tickctl shards                                  owner, session and token of every shard
-  tickctl instances [--shard N]                   instances with shard, token, tick and kind
-  tickctl instance get <id>                       the decoded record of one instance
-  tickctl instance create <id> --kind dungeon     create an instance (through its owner)
-  tickctl instance end <id>                       end an instance (a fenced tombstone by its owner)
-  tickctl instance send <id> '<json command>'     send a command, e.g. '{"type":"attack","player":"p1"}'
-  tickctl instance watch <id> [--count N]         print the instance's frames live (until Ctrl-C, --count
-                                                  frames or --timeout if given), zombies' frames dropped
-  tickctl move <shard> <node>                     hand a shard off to a node, and wait until it runs there
-  tickctl drain <node>                            move every shard off a node (waits, with progress)
-  tickctl undrain <node>                          let the coordinator place shards on it again
-  tickctl pin <shard> | unpin <shard>             keep a shard where it is (the rebalancer skips it)
-  tickctl weight <node> <w>                       a node's share of the load (default 1)
-  tickctl rebalance [--dry-run]                   plan load-based moves (and apply them, with progress)
-  tickctl backup <file>                           save the latest value of every key of the current epoch
-                                                  (and the blobs its records point at)
-  tickctl gc [--grace 1h] [--dry-run]             delete large-state blobs no current record points at,
-                                                  older than the grace period
-  tickctl restore <file> --yes                    seal the current epoch, restore the backup into the next
-  tickctl restore <file> --yes --takeover         finish a restore that crashed or hangs, into the next epoch (safe even if it wakes)
-  tickctl restore --undo --yes                    undo a crashed restore that sealed nothing yet (its process must be gone)
-  tickctl audit [--count N]                       the last N (50) operator actions: who (the credential's user),
-                                                  role, what, when, result; move, drain, undrain, pin, unpin,
-                                                  weight, rebalance and restore append one each
-  tickctl auth init <dir>                         new credentials: one file per role (node, gateway, operator,
-                                                  observer, admin .creds, mode 0600) and server.conf that enforces
-                                                  them (tickd --auth DIR, tickd server --auth DIR, nats-server)
-  tickctl auth init <dir> --tls [--hosts h1,h2]   ... and a self-signed dev CA (ca.pem) with a server certificate
-                                                  (server.pem, server-key.pem) for localhost, 127.0.0.1 and the hosts
-  tickctl auth user <dir> <role> <name>           one more credential of a role, e.g. a second gateway with
-                                                  its own reply inbox (_INBOX.<name>)
-
-Flags (before or after the arguments):
-  --nats URL          NATS server (default $NATS_URL, else nats://127.0.0.1:4222; start tickd with
-                      --nats-listen 127.0.0.1:4222 to expose its embedded server)
-  --creds FILE        NATS credentials (default $NATS_CREDS): operator.creds for the control plane,
-                      observer.creds to look only; restore and gc need admin.creds (they write a new
-                      epoch's records, drop buckets and delete blobs, which operators may not)
-  --tls-ca FILE       connect over TLS, verifying the server against this CA (e.g. DIR/ca.pem)
-  --json              JSON output for scripts
-  --request-id ID     request ID of create/end/send (default: a new random one; reuse one to retry)
-  --timeout D         give up after D (default 10s; drain and rebalance: 2m; watch: none)
-  --count N           watch: stop after N frames
-  --dry-run           rebalance: print the plan and the imbalance before/after, change nothing
-  --yes               restore: really replace the cluster's state
-  --takeover          restore: take over the claim of a restore that crashed, and finish it
-  --undo              restore: release the claim of a crashed restore that sealed nothing (only if its process is gone: a frozen one can still seal)
-  --max-moves N       rebalance: moves under way at once (default 8)
-  --tolerance F       rebalance: leave nodes within this factor of the mean alone (default 0.05)
-  --grace D           gc: keep unreferenced blobs younger than this (default 1h; a write on its way
-                      uploads its blob before the record that points at it)
-`
 
 type globals struct {
 	natsURL   string
@@ -113,61 +51,18 @@ func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "tickctl:", err)
 		var ue usageError
-		if errors.As(err, &ue) {
+		var vu verbUsage
+		if errors.As(err, &ue) || errors.As(err, &vu) {
 			os.Exit(2)
 		}
 		os.Exit(1)
 	}
 }
 
+// usageError is a command line tickctl cannot run: exit status 2, nothing sent.
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg + " (see tickctl --help)" }
-
-// parse accepts flags before, between and after positional arguments.
-func parse(args []string) (globals, []string, error) {
-	var g globals
-	fs := flag.NewFlagSet("tickctl", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	url := os.Getenv("NATS_URL")
-	if url == "" {
-		url = "nats://127.0.0.1:4222"
-	}
-	fs.StringVar(&g.natsURL, "nats", url, "")
-	fs.StringVar(&g.creds, "creds", auth.CredsFromEnv(), "")
-	fs.StringVar(&g.tlsCA, "tls-ca", "", "")
-	fs.BoolVar(&g.tls, "tls", false, "")
-	fs.StringVar(&g.hosts, "hosts", "", "")
-	fs.BoolVar(&g.json, "json", false, "")
-	fs.StringVar(&g.requestID, "request-id", "", "")
-	fs.DurationVar(&g.timeout, "timeout", 10*time.Second, "")
-	fs.StringVar(&g.kind, "kind", "", "")
-	fs.IntVar(&g.bossHP, "boss-hp", 0, "")
-	fs.IntVar(&g.shard, "shard", -1, "")
-	fs.BoolVar(&g.dryRun, "dry-run", false, "")
-	fs.BoolVar(&g.yes, "yes", false, "")
-	fs.BoolVar(&g.takeover, "takeover", false, "")
-	fs.BoolVar(&g.undo, "undo", false, "")
-	fs.IntVar(&g.maxMoves, "max-moves", 8, "")
-	fs.Float64Var(&g.tolerance, "tolerance", 0.05, "")
-	fs.IntVar(&g.count, "count", 0, "")
-	fs.DurationVar(&g.grace, "grace", time.Hour, "")
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return g, nil, flag.ErrHelp
-			}
-			return g, nil, usageError{err.Error()}
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return g, pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-}
 
 // permissionError is the server refusing what the credentials may not do (package auth's roles).
 type permissionError struct {
@@ -186,23 +81,42 @@ func (e permissionError) Error() string {
 	return fmt.Sprintf("refused by the NATS server: %v; %s may not do this (see tickctl --help, --creds)", e.err, who)
 }
 
+// run runs one command line: help and usage errors before anything connects.
 func run(args []string, out io.Writer) (err error) {
-	g, pos, err := parse(args)
-	if errors.Is(err, flag.ErrHelp) || (err == nil && len(pos) == 0) {
-		fmt.Fprint(out, usage)
+	if len(args) > 0 && args[0] == "__complete" { // the completion scripts' question: the words so far
+		for _, w := range complete(args[1:]) {
+			fmt.Fprintln(out, w)
+		}
 		return nil
 	}
+	p, err := parse(args)
 	if err != nil {
 		return err
 	}
-	if pos[0] == "auth" {
-		return authCmd(g, pos[1:], out)
+	if p.help || p.v == nil {
+		printHelp(out, p)
+		return nil
 	}
-	if !timeoutSet(args) && len(pos) > 0 && (pos[0] == "drain" || pos[0] == "rebalance" || pos[0] == "move" || pos[0] == "backup" || pos[0] == "restore" || pos[0] == "gc") {
-		g.timeout = 2 * time.Minute
+	v, g := p.v, p.g
+	defer func() { // a usage error of the verb points at its help
+		var ue usageError
+		if errors.As(err, &ue) {
+			err = verbUsage{ue.msg, v.path}
+		}
+	}()
+	if v.check != nil {
+		if err := v.check(&g, p.args); err != nil {
+			return err
+		}
 	}
-	watching := len(pos) > 1 && pos[0] == "instance" && pos[1] == "watch"
-	if watching && !timeoutSet(args) {
+	if v.offline {
+		return v.local(g, p.args, out)
+	}
+	if !p.timeoutSet && v.timeout > 0 {
+		g.timeout = v.timeout
+	}
+	watching := v.path == "instance watch"
+	if !p.timeoutSet && v.timeout < 0 {
 		g.timeout = 100 * 365 * 24 * time.Hour // until Ctrl-C or --count
 	}
 	base := context.Background()
@@ -248,8 +162,8 @@ func run(args []string, out io.Writer) (err error) {
 		return fmt.Errorf("connect to %s: %w (is tickd running with --nats-listen?)", g.natsURL, err)
 	}
 	defer nc.Close()
-	if audited(pos, g) {
-		defer func() { recordAudit(nc, g, pos, err) }()
+	if audited(p.words, g) {
+		defer func() { recordAudit(nc, g, p.words, err) }()
 	}
 	st, err := natskv.Open(nc, natskv.Options{})
 	if err != nil {
@@ -260,73 +174,17 @@ func run(args []string, out io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("read cluster record: %w (has a tickd started against %s?)", err, g.natsURL)
 	}
-	c := &cli{g: g, st: st, cl: cl, nc: nc, out: out}
-	switch {
-	case pos[0] == "shards" && len(pos) == 1:
-		return c.shards(ctx)
-	case pos[0] == "instances" && len(pos) == 1:
-		return c.instances(ctx)
-	case pos[0] == "status" && len(pos) == 1:
-		return c.status(ctx)
-	case pos[0] == "audit" && len(pos) == 1:
-		return c.audit(ctx)
-	case pos[0] == "nodes" && len(pos) == 1:
-		return c.nodes(ctx)
-	case pos[0] == "move" && len(pos) == 3:
-		return c.move(ctx, pos[1], pos[2])
-	case pos[0] == "drain" && len(pos) == 2:
-		return c.drain(ctx, pos[1])
-	case pos[0] == "undrain" && len(pos) == 2:
-		return c.undrain(ctx, pos[1])
-	case (pos[0] == "pin" || pos[0] == "unpin") && len(pos) == 2:
-		return c.pin(ctx, pos[1], pos[0] == "pin")
-	case pos[0] == "weight" && len(pos) == 3:
-		return c.weight(ctx, pos[1], pos[2])
-	case pos[0] == "rebalance" && len(pos) == 1:
-		return c.rebalance(ctx, g.dryRun)
-	case pos[0] == "gc" && len(pos) == 1:
-		return c.gc(ctx)
-	case pos[0] == "backup" && len(pos) == 2:
-		return c.backup(ctx, pos[1])
-	case pos[0] == "restore" && len(pos) == 2 && !g.undo:
-		return c.restore(ctx, pos[1])
-	case pos[0] == "restore" && len(pos) == 1 && g.undo:
-		return c.undoRestore(ctx)
-	case pos[0] == "instance" && len(pos) >= 3:
-		id := pos[2]
-		if err := store.ValidID(id); err != nil {
-			return usageError{err.Error()}
-		}
-		switch {
-		case pos[1] == "get" && len(pos) == 3:
-			return c.get(ctx, id)
-		case pos[1] == "create" && len(pos) == 3:
-			if g.kind == "" {
-				return usageError{"instance create needs --kind"}
-			}
-			m := map[string]any{"type": "create", "kind": g.kind}
-			if g.bossHP > 0 {
-				m["boss_hp"] = g.bossHP
-			}
-			b, _ := json.Marshal(m)
-			return c.send(ctx, id, b)
-		case pos[1] == "end" && len(pos) == 3:
-			return c.send(ctx, id, []byte(`{"type":"end"}`))
-		case pos[1] == "send" && len(pos) == 4:
-			return c.send(ctx, id, []byte(pos[3]))
-		case pos[1] == "watch" && len(pos) == 3:
-			return c.watch(ctx, id)
-		}
-	}
-	return usageError{fmt.Sprintf("unknown command %q", strings.Join(pos, " "))}
+	c := &cli{g: g, st: st, cl: cl, nc: nc, out: out, timeoutSet: p.timeoutSet}
+	return v.run(ctx, c, p.args)
 }
 
 type cli struct {
-	g   globals
-	st  *natskv.Store
-	cl  store.Cluster
-	nc  *nats.Conn
-	out io.Writer
+	g          globals
+	st         *natskv.Store
+	cl         store.Cluster
+	nc         *nats.Conn
+	out        io.Writer
+	timeoutSet bool // --timeout given
 }
 
 func (c *cli) printJSON(v any) error {
@@ -559,7 +417,7 @@ func (c *cli) watch(ctx context.Context, id string) error {
 			return nil
 		}
 	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) && timeoutSet(os.Args[1:]) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && c.timeoutSet {
 		return nil // --timeout was the intended end
 	}
 	if c.g.count > 0 && n < c.g.count {
@@ -590,13 +448,4 @@ func (c *cli) gc(ctx context.Context) error {
 		fmt.Fprintf(c.out, "  %s\n", n)
 	}
 	return nil
-}
-
-func timeoutSet(args []string) bool {
-	for _, a := range args {
-		if a == "--timeout" || a == "-timeout" || strings.HasPrefix(a, "--timeout=") || strings.HasPrefix(a, "-timeout=") {
-			return true
-		}
-	}
-	return false
 }
