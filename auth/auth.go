@@ -56,17 +56,21 @@ const (
 	// new epoch's records, gc deletes blobs — more than an operator may (it never writes a
 	// record) and than a node may (it never deletes a bucket). Keep its file offline.
 	Admin Role = "admin"
+	// Effects is a game's effect consumer (examples/loot): it reads the effects stream through
+	// durable consumers of its own and acknowledges what it applied; it writes no record and
+	// sends no command.
+	Effects Role = "effects"
 )
 
 // Roles are the roles, in the order Init writes them.
-var Roles = []Role{Node, Gateway, Operator, Observer, Admin}
+var Roles = []Role{Node, Gateway, Operator, Observer, Admin, Effects}
 
 // ParseRole reads a role's name.
 func ParseRole(s string) (Role, error) {
 	if r := Role(s); slices.Contains(Roles, r) {
 		return r, nil
 	}
-	return "", fmt.Errorf("unknown role %q: want node, gateway, operator, observer or admin", s)
+	return "", fmt.Errorf("unknown role %q: want node, gateway, operator, observer, admin or effects", s)
 }
 
 // Account is the name of the account holding tickfence's streams and users.
@@ -90,7 +94,7 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // Init creates dir (which must not hold an auth directory already) with a new operator, system
 // account and TICKFENCE account, one credentials file per role named after it (node.creds,
-// gateway.creds, operator.creds, observer.creds, admin.creds; mode 0600) and server.conf. It returns the
+// gateway.creds, operator.creds, observer.creds, admin.creds, effects.creds; mode 0600) and server.conf. It returns the
 // files written.
 func Init(dir string) ([]string, error) {
 	if _, err := os.Stat(filepath.Join(dir, accountKey)); err == nil {

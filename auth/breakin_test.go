@@ -3,6 +3,7 @@ package auth_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -342,4 +343,72 @@ func TestUnauthenticatedRefused(t *testing.T) {
 		nc.Close()
 		t.Fatal("credentials of another operator connected")
 	}
+}
+
+// TestEffectsConsumer: a game's effect consumer (effects.creds) receives and acknowledges the
+// effects of a kill through a durable consumer of its own, and is refused every write, every
+// command and every read beyond the effects stream.
+func TestEffectsConsumer(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	gw, _ := e.connect(t, "gateway")
+	client := natscmd.NewClient(gw, shards)
+	if r, err := client.SendMap(ctx, "d1", "j1", map[string]any{"type": "join", "player": "p1"}); err != nil || !r.OK {
+		t.Fatalf("join: %+v %v", r, err)
+	}
+	fxConn, fx := e.connect(t, "effects")
+	got := make(chan natscmd.EffectMsg, 16)
+	cctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- natscmd.ConsumeEffects(cctx, fxConn, "loot-service", nil, func(_ context.Context, m natscmd.EffectMsg) error {
+			got <- m
+			return nil
+		})
+	}()
+	for i := 0; ; i++ {
+		r, err := client.SendMap(ctx, "d1", fmt.Sprintf("a%d", i), map[string]any{"type": "attack", "player": "p1"})
+		if err != nil {
+			t.Fatalf("attack: %v", err)
+		}
+		if !r.OK || i > 200 {
+			break // the boss is dead: attacks are refused
+		}
+	}
+	select {
+	case m := <-got:
+		if m.Instance != "d1" || m.Key == "" {
+			t.Fatalf("effect %+v", m)
+		}
+	case err := <-done:
+		t.Fatalf("the effects consumer stopped: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no effect delivered to the effects consumer")
+	}
+	stop()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("consume: %v (violations %v)", err, fx.violations())
+	}
+	if v := fx.violations(); len(v) != 0 {
+		t.Fatalf("the effects consumer's own work hit violations: %v", v)
+	}
+	data := store.DataBucket(1, 0)
+	for _, k := range []struct{ bucket, key string }{
+		{data, store.InstanceKey(e.shard, "d1")}, {data, store.ShardKey(e.shard)}, {store.ControlBucket, store.ClusterKey},
+		{store.ControlBucket, store.DrainKey("n1")},
+	} {
+		refused(t, fx, "effects put "+k.key, put(fx, k.bucket, k.key))
+		e.notStored(t, k.bucket, k.key)
+	}
+	refused(t, fx, "effects command", request(fx, "tickfence.cmd.0.d1", `{"type":"end"}`))
+	refused(t, fx, "effects read a record", request(fx, "$JS.API.DIRECT.GET.KV_"+data+".$KV."+data+"."+store.InstanceKey(e.shard, "d1"), ""))
+	refused(t, fx, "effects consumer on a data stream", request(fx, "$JS.API.CONSUMER.CREATE.KV_"+data+".x", `{}`))
+	refused(t, fx, "effects delete the effects stream", request(fx, "$JS.API.STREAM.DELETE."+natscmd.EffectsStream, ""))
+	refused(t, fx, "effects publish an effect", request(fx, "tickfence.fx.loot.d1", evil))
+	var mu sync.Mutex
+	n := 0
+	refused(t, fx, "effects subscribe $KV.>", subscribe(fx, "$KV.>", &n, &mu))
+	refused(t, fx, "effects subscribe frames", subscribe(fx, "tickfence.out.>", &n, &mu))
+	refused(t, fx, "effects subscribe another's inbox", subscribe(fx, auth.InboxPrefix("gateway")+".>", &n, &mu))
 }

@@ -18,6 +18,7 @@ const (
 	cmds       = "tickfence.cmd.>"        // commands (DESIGN 5)
 	frames     = "tickfence.out.>"        // frames (DESIGN 8)
 	fxSubj     = "tickfence.fx.>"         // effects' subjects
+	fxStream   = "tickfence-effects"      // the effects stream (natscmd.EffectsStream)
 	jsAPI      = "$JS.API."               // JetStream API prefix
 	flowCtl    = "$JS.FC.>"               // flow-control answers of ordered push consumers (object reads)
 	dataKVAll  = "$KV.*.>"                // any bucket's keys: the data buckets of every epoch
@@ -113,6 +114,20 @@ func rolePerms(r Role, name string) perms {
 			subAllow: []string{
 				inbox,  // its own requests' replies
 				frames, // tickctl instance watch
+			},
+		}
+	case Effects:
+		return perms{
+			pubAllow: []string{
+				jsAPI + "INFO",                                 // jetstream.AccountInfo
+				jsAPI + "STREAM.INFO." + fxStream,              // open the effects stream (natscmd.ConsumeEffects)
+				jsAPI + "CONSUMER.CREATE." + fxStream + ".>",   // its durable consumer, made or updated at start
+				jsAPI + "CONSUMER.INFO." + fxStream + ".*",     // the consumer's state (pending effects)
+				jsAPI + "CONSUMER.MSG.NEXT." + fxStream + ".*", // pull the next effects
+				"$JS.ACK." + fxStream + ".>",                   // acknowledge an effect once applied
+			},
+			subAllow: []string{
+				inbox, // its own requests' replies, and the pulled effects (delivered to its inbox)
 			},
 		}
 	case Observer:

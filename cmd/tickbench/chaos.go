@@ -17,9 +17,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/history"
 	"github.com/tickfence/tickfence/internal/proc"
@@ -143,8 +145,16 @@ func runChaos(args []string) error {
 
 	p := newProgress()
 	// Every revision is kept, so the whole stored history can be checked afterwards.
+	// Every process on its own role's credentials (DESIGN 9): the server enforces them, each
+	// node has a node credential, the load is a gateway and the effects consumer an effects
+	// consumer; only the checker reading the whole history is admin.
+	authDir, err := os.MkdirTemp("", "tickbench-chaos-auth")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(authDir)
 	b, err := startBenchCluster(ctx, p, fl.tickd, proc.ClusterConfig{Lease: cfg.Lease, Shards: cfg.Shards, History: 100_000_000,
-		FaultHooks: true}, nodeIDs(cfg.Nodes))
+		FaultHooks: true, AuthDir: authDir}, nodeIDs(cfg.Nodes))
 	if err != nil {
 		return err
 	}
@@ -160,7 +170,11 @@ func runChaos(args []string) error {
 	}
 	// The effects consumer runs the whole soak, on the server the nemesis never touches: its
 	// deliveries are what a loot service would get while owners die, move and republish.
-	fc, err := startFxConsumer(ctx, b.URL, cfg.FxNak, cfg.Seed)
+	fxConn, err := b.ConnectAs(auth.Effects, "tickbench-effects", nats.Name("tickbench effects consumer"))
+	if err != nil {
+		return err
+	}
+	fc, err := startFxConsumer(ctx, fxConn, cfg.FxNak, cfg.Seed)
 	if err != nil {
 		return err
 	}

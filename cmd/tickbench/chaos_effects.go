@@ -24,7 +24,6 @@ import (
 	"github.com/tickfence/tickfence/actor/dungeon"
 	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/store"
-	"github.com/tickfence/tickfence/store/natskv"
 )
 
 // fxConsumerName is the durable consumer tickbench chaos reads the effects stream through.
@@ -101,13 +100,9 @@ type fxDelivery struct {
 
 var errFxNak = errors.New("tickbench: refused after applying (injected)")
 
-// startFxConsumer starts the durable consumer on its own connection and waits until the server
+// startFxConsumer starts the durable consumer on its own connection nc (closed by stop) and waits until the server
 // has it (it delivers the stream from its first message, so nothing is missed either way).
-func startFxConsumer(ctx context.Context, url string, nak float64, seed uint64) (*fxConsumer, error) {
-	nc, err := natskv.Connect(url, nats.Name("tickbench effects consumer"))
-	if err != nil {
-		return nil, err
-	}
+func startFxConsumer(ctx context.Context, nc *nats.Conn, nak float64, seed uint64) (*fxConsumer, error) {
 	cctx, cancel := context.WithCancel(context.Background())
 	fc := &fxConsumer{nc: nc, nak: nak, rng: mrand.New(mrand.NewPCG(seed, seed^0x5deece66d)), cancel: cancel,
 		done: make(chan struct{}), keys: map[string]*fxDelivery{}}

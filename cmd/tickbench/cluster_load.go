@@ -17,10 +17,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/shard/natscmd"
-	"github.com/tickfence/tickfence/store/natskv"
 )
 
 // loadGen sends attacks at a fixed rate to random instances through natscmd.Client, each with a
@@ -71,7 +71,7 @@ type rttSample struct {
 const maxInflight = 20000
 
 func (b *benchCluster) newLoad(seed uint64, rate float64, giveUp time.Duration, keep bool) (*loadGen, error) {
-	nc, err := natskv.Connect(b.URL, nats.Name("tickbench load"))
+	nc, err := b.ConnectAs(auth.Gateway, "tickbench-load", nats.Name("tickbench load")) // a gateway where the server enforces roles
 	if err != nil {
 		return nil, err
 	}
