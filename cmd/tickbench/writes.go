@@ -55,6 +55,8 @@ func runWrites(args []string) error {
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	withAuth := fs.Bool("auth", false, "also run each R1 profile against a server enforcing the roles (tickctl auth init), writing with\n"+
 		"node credentials, and print the ratio of each method's writes/s with and without (the cost of authentication)")
+	withTLS := fs.Bool("tls", false, "also run each R1 profile over TCP on loopback twice: plain, then with TLS (a dev CA from tickctl auth init\n"+
+		"--tls) and the roles enforced (node credentials), and print the ratio of each method's writes/s (the cost of both on the wire)")
 	_ = fs.Parse(args)
 
 	rep := writesReport{Machine: thisMachine()}
@@ -75,14 +77,14 @@ func runWrites(args []string) error {
 		if *syncAll {
 			profile += " sync"
 		}
-		rows, err := writesR1(profile, storage, *syncAll, false, *inflight, *shards, *payload, *duration, p)
+		rows, err := writesR1(profile, storage, *syncAll, security{}, *inflight, *shards, *payload, *duration, p)
 		if err != nil {
 			return err
 		}
 		printWrites(profile, rows)
 		rep.Results = append(rep.Results, rows...)
 		if *withAuth {
-			arows, err := writesR1(profile+" auth", storage, *syncAll, true, *inflight, *shards, *payload, *duration, p)
+			arows, err := writesR1(profile+" auth", storage, *syncAll, security{auth: true}, *inflight, *shards, *payload, *duration, p)
 			if err != nil {
 				return err
 			}
@@ -94,6 +96,26 @@ func runWrites(args []string) error {
 			}
 			fmt.Println()
 			rep.Results = append(rep.Results, arows...)
+		}
+		if *withTLS {
+			prows, err := writesR1(profile+" tcp", storage, *syncAll, security{tcp: true}, *inflight, *shards, *payload, *duration, p)
+			if err != nil {
+				return err
+			}
+			printWrites(profile+" over TCP on loopback, no TLS, no auth", prows)
+			trows, err := writesR1(profile+" tcp tls auth", storage, *syncAll, security{tcp: true, tls: true, auth: true}, *inflight, *shards, *payload, *duration, p)
+			if err != nil {
+				return err
+			}
+			printWrites(profile+" over TCP on loopback, TLS and node credentials", trows)
+			for i, r := range trows {
+				if i < len(prows) && prows[i].WritesPerS > 0 {
+					fmt.Printf("ratio %s, TLS+auth / plain TCP: %.3f\n", r.Method, r.WritesPerS/prows[i].WritesPerS)
+				}
+			}
+			fmt.Println()
+			rep.Results = append(rep.Results, prows...)
+			rep.Results = append(rep.Results, trows...)
 		}
 		if st == "file" && *batchShards > 0 && !*syncAll {
 			prof := fmt.Sprintf("R1 file, %d shards", *batchShards)
@@ -326,7 +348,12 @@ func benchRecord(payload int) (store.Record, []byte) {
 	return rec, enc
 }
 
-func writesR1(profile string, storage jetstream.StorageType, syncAll, withAuth bool, inflight, shards, payload int, d time.Duration, p *progress) ([]writeResult, error) {
+// security is how the bench's connection reaches its server: in-process or over TCP on
+// loopback, with TLS, with the roles enforced (node credentials).
+type security struct{ auth, tcp, tls bool }
+
+func writesR1(profile string, storage jetstream.StorageType, syncAll bool, sec security, inflight, shards, payload int, d time.Duration, p *progress) ([]writeResult, error) {
+	withAuth := sec.auth
 	dir, err := os.MkdirTemp("", "tickbench-js-")
 	if err != nil {
 		return nil, err
@@ -339,6 +366,22 @@ func writesR1(profile string, storage jetstream.StorageType, syncAll, withAuth b
 			return nil, err
 		}
 	}
+	var copts []nats.Option
+	if sec.tcp {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if sec.tls {
+		ca := filepath.Join(dir, "ca")
+		if _, err := auth.InitTLS(ca, nil); err != nil {
+			return nil, err
+		}
+		cfg.TLSCert, cfg.TLSKey = filepath.Join(ca, auth.TLSCert), filepath.Join(ca, auth.TLSCertKey)
+		topts, err := auth.TLSClientOptions(filepath.Join(ca, auth.TLSCA), "", "")
+		if err != nil {
+			return nil, err
+		}
+		copts = append(copts, topts...)
+	}
 	srv, err := natsserver.Start(cfg)
 	if err != nil {
 		return nil, err
@@ -346,11 +389,18 @@ func writesR1(profile string, storage jetstream.StorageType, syncAll, withAuth b
 	defer srv.Stop()
 	ctx := context.Background()
 	opt := srv.ConnectOption()
+	if sec.tcp {
+		url := srv.ClientURL()
+		opt = func(o *nats.Options) error { o.Servers = []string{url}; return nil }
+	}
 	if withAuth {
-		copts, err := auth.ClientOptions(auth.CredsFile(cfg.AuthDir, string(auth.Node)), nil)
+		aopts, err := auth.ClientOptions(auth.CredsFile(cfg.AuthDir, string(auth.Node)), nil)
 		if err != nil {
 			return nil, err
 		}
+		copts = append(copts, aopts...)
+	}
+	if len(copts) > 0 {
 		copts = append(copts, opt)
 		opt = func(o *nats.Options) error {
 			for _, f := range copts {
