@@ -43,6 +43,9 @@ type options struct {
 	data            string
 	natsURL         string
 	natsListen      string
+	natsWebSocket   string
+	natsWSOrigins   string
+	demoPageNATS    string
 	creds           string
 	authDir         string
 	insecure        bool
@@ -85,13 +88,20 @@ func main() {
 	fs.StringVar(&o.data, "data", "tickd-data", "directory of the embedded JetStream server's files (reused on restart)")
 	fs.StringVar(&o.natsURL, "nats", os.Getenv("NATS_URL"), "use this external NATS server instead of the embedded one (default $NATS_URL)")
 	fs.StringVar(&o.natsListen, "nats-listen", "", "also accept NATS clients (tickctl, the nats CLI) on this HOST:PORT; off by default")
+	fs.StringVar(&o.natsWebSocket, "nats-websocket", "", "also accept NATS clients over WebSocket on this HOST:PORT (browsers: the player demo page at\n"+
+		"http://<--metrics>/demo/); off by default; loopback only without --auth, unless --insecure")
+	fs.StringVar(&o.natsWSOrigins, "nats-websocket-origin", "", "comma-separated origins (http://HOST:PORT) of the web pages allowed to use --nats-websocket, * for any\n"+
+		"(default: this node's own demo page, http://<--metrics>)")
+	fs.StringVar(&o.demoPageNATS, "demo-page-nats", "", "the NATS WebSocket URL the demo page at /demo/ connects the browser to, e.g. ws://127.0.0.1:4223 of\n"+
+		"tickd server --websocket (default: the embedded server's --nats-websocket)")
 	fs.StringVar(&o.creds, "creds", auth.CredsFromEnv(), "NATS credentials file of this node (node.creds from tickctl auth init; default $NATS_CREDS)")
 	fs.StringVar(&o.authDir, "auth", "", "the embedded server enforces the roles of this directory (tickctl auth init DIR); the node\n"+
 		"connects with its node.creds unless --creds says otherwise")
 	fs.BoolVar(&o.insecure, "insecure", false, "let --nats-listen take an address other than loopback without --auth (anyone reaching it can\n"+
 		"rewrite shards and records)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "connect to --nats over TLS, verifying the server's certificate against this CA (ca.pem of tickctl auth init --tls)")
-	fs.StringVar(&o.nodeID, "node-id", host, "this node's ID (instance ID rules: A-Z a-z 0-9 _ -)")
+	fs.StringVar(&o.nodeID, "node-id", defaultNodeID(host), "this node's ID, 1..64 of A-Z a-z 0-9 _ -; the default is made of the host name: its first label,\n"+
+		"lowercased, any other character as -, cut to 64 with a hash of the name")
 	fs.UintVar(&o.shards, "shards", 256, "shard count of a new cluster (fixed once created)")
 	fs.UintVar(&o.partitions, "partitions", 1, "data buckets per epoch of a new cluster, 1..shards (fixed once created): shard S lives in\n"+
 		"partition S mod P, and on a JetStream cluster the partitions' stream leaders spread the writes over the servers\n"+
@@ -106,8 +116,9 @@ func main() {
 		"on tickfence.out.<S>.<id>, for watchers (tickctl instance watch); 0: none. 1 costs ~3 µs of node CPU and ~2.5 µs\n"+
 		"of server CPU per frame (tickbench frames): at 2 500 dungeons, 50 000 frames/s")
 	fs.Uint64Var(&o.checkpointEvery, "checkpoint-every", 20, "write an instance at least every this many ticks even without commands")
-	fs.BoolVar(&o.sync, "sync", false, "embedded server fsyncs every write (survives power loss; slower); for an external server\n"+
-		"see tickd server --sync or sync_interval: always")
+	fs.Var((*syncFlag)(&o.sync), "sync", "the embedded server fsyncs every write before it is acknowledged (JetStream sync_interval: always;\n"+
+		"also spelled --sync always): it survives a power loss of the machine, not only a kill of the process;\n"+
+		"slower. An external server has its own: tickd server --sync, or sync_interval: always in nats-server's config")
 	fs.StringVar(&o.metricsAddr, "metrics", "127.0.0.1:9464", "serve Prometheus metrics on HOST:PORT/metrics (empty: off)")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler (net/http/pprof) under /debug/pprof/ on the --metrics listener, and sample\n"+
 		"lock contention and blocking for its mutex and block profiles (costs a little CPU); for diagnosis: whoever\n"+
@@ -154,6 +165,7 @@ Environment:
 Examples:
   tickd                                   # everything embedded
   tickd --nats-listen 127.0.0.1:4222      # let tickctl and the nats CLI connect
+  tickd --nats-websocket 127.0.0.1:4223   # and browsers: the player demo page, http://127.0.0.1:9464/demo/
   tickd --demo 2500 --demo-rate 2 --pprof # offers 20 000 commands/s; profile it:
       go tool pprof -top http://127.0.0.1:9464/debug/pprof/profile?seconds=30
   tickd server --listen 127.0.0.1:4222 --data nats-data &
@@ -174,7 +186,7 @@ Signals: SIGINT or SIGTERM hands every shard off to the other nodes (or, alone, 
 releases them) and exits; a second signal exits at once.
 `)
 	}
-	_ = fs.Parse(os.Args[1:])
+	_ = fs.Parse(syncArgs(os.Args[1:]))
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "tickd: unexpected argument %q (see tickd --help)\n", fs.Arg(0))
 		os.Exit(2)
@@ -250,6 +262,9 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	if _, err := shard.ParseWriteStrategy(o.writeStrategy); err != nil {
 		return fmt.Errorf("--write-strategy: %w", err)
 	}
+	if err := checkPlayerFlags(o); err != nil {
+		return err
+	}
 	if o.pprof && o.metricsAddr == "" {
 		return errors.New("--pprof serves the profiler on the --metrics listener: give --metrics an address")
 	}
@@ -271,12 +286,15 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.For(reg) // the metrics the node, engine and coordinator share, read by the summary
-	stopMetrics, err := serveMetrics(o, reg, log)
+	page := &playerPage{o: o}
+	stopMetrics, err := serveMetrics(o, reg, page, log)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
-	node, err := tickfence.Start(ctx, nodeOptions(o, set, reg, log))
+	nopts := nodeOptions(o, set, reg, log)
+	nopts.WebSocket, nopts.WebSocketOrigins = o.natsWebSocket, webSocketOrigins(o, page.addr)
+	node, err := tickfence.Start(ctx, nopts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -284,6 +302,7 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 		return err
 	}
 	defer node.Close()
+	page.node.Store(node)
 
 	var driver *demo.Driver
 	if o.demo > 0 && ctx.Err() == nil {
@@ -334,7 +353,7 @@ func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.L
 }
 
 // serveMetrics serves reg on --metrics (and the profiler with --pprof); stop closes it.
-func serveMetrics(o options, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+func serveMetrics(o options, reg *prometheus.Registry, page *playerPage, log *slog.Logger) (stop func(), err error) {
 	if o.metricsAddr == "" {
 		return func() {}, nil
 	}
@@ -344,12 +363,17 @@ func serveMetrics(o options, reg *prometheus.Registry, log *slog.Logger) (stop f
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle(playerPath, page.handler())
+	page.addr = ln.Addr().String()
 	if o.pprof {
 		servePprof(mux)
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	if o.natsWebSocket != "" || o.demoPageNATS != "" {
+		log.Info("player demo page", "url", "http://"+ln.Addr().String()+playerPath)
+	}
 	if o.pprof {
 		log.Info("pprof", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 	}
@@ -428,8 +452,9 @@ func serverMain(args []string) int {
 	fs := flag.NewFlagSet("tickd server", flag.ExitOnError)
 	listen := fs.String("listen", "127.0.0.1:4222", "HOST:PORT for NATS clients")
 	data := fs.String("data", "tickd-server-data", "directory of JetStream's files (reused on restart)")
-	sync := fs.Bool("sync", false, "fsync every write (JetStream sync_interval: always): an acknowledged write survives a power loss\n"+
-		"of this machine, not only a kill of the process; slower")
+	sync := new(bool)
+	fs.Var((*syncFlag)(sync), "sync", "fsync every write before it is acknowledged (JetStream sync_interval: always; also spelled\n"+
+		"--sync always): an acknowledged write survives a power loss of this machine, not only a kill of the process; slower")
 	clusterAddr := fs.String("cluster", "", "HOST:PORT to accept the routes of the other servers of a JetStream cluster on (empty: standalone)")
 	routes := fs.String("routes", "", "comma-separated URLs of the cluster's servers, nats-route://HOST:PORT (or nats://HOST:PORT);\n"+
 		"this server's own may be in the list, so every server can be given the same one")
@@ -444,6 +469,10 @@ func serverMain(args []string) int {
 	tlsKey := fs.String("tls-key", "", "its key (server-key.pem)")
 	tlsCA := fs.String("tls-ca", "", "the CA routes verify each other against (required with --tls-cert and --cluster; ca.pem)")
 	tlsVerify := fs.Bool("tls-verify", false, "clients must present a certificate signed by --tls-ca")
+	webSocket := fs.String("websocket", "", "also accept NATS clients over WebSocket on this HOST:PORT (browsers: tickd's player demo page,\n"+
+		"tickd --demo-page-nats ws://HOST:PORT); wss with --tls-cert; loopback only without --auth, unless --insecure")
+	wsOrigins := fs.String("websocket-origin", "", "comma-separated origins (http://HOST:PORT) of the web pages allowed to use --websocket, * for\n"+
+		"any; required without --auth (any page a browser visits could open the socket otherwise)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tickd server runs only the embedded NATS JetStream server that tickd nodes share: on its own, or
 as one server of a JetStream cluster (--cluster), for replicated buckets (tickd --replicas 3).
@@ -464,6 +493,8 @@ What each profile survives (an acknowledged write is kept through):
 Examples:
   tickd server --listen 127.0.0.1:4222 --data nats-data
   tickd server --sync --listen 0.0.0.0:4222 --data /var/lib/tickd --auth /etc/tickd/auth   # tickctl auth init /etc/tickd/auth
+  # browsers too (the player demo page of a node started with --metrics 127.0.0.1:9465):
+  tickd server --listen 127.0.0.1:4222 --websocket 127.0.0.1:4223 --websocket-origin http://127.0.0.1:9465
 
   # three servers of one cluster (one per machine in production; here, one machine):
   R=nats-route://127.0.0.1:6222,nats-route://127.0.0.1:6223,nats-route://127.0.0.1:6224
@@ -473,7 +504,7 @@ Examples:
   tickd --nats nats://127.0.0.1:4222,nats://127.0.0.1:4223,nats://127.0.0.1:4224 --replicas 3 --partitions 3
 `)
 	}
-	_ = fs.Parse(args)
+	_ = fs.Parse(syncArgs(args))
 	var log *slog.Logger
 	if *logJSON {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -485,7 +516,10 @@ Examples:
 		return 2
 	}
 	cfg := natsserver.Config{Listen: *listen, Sync: *sync, Name: *name, Cluster: *clusterAddr, AuthDir: *authDir, Insecure: *insecure,
-		TLSCert: *tlsCert, TLSKey: *tlsKey, TLSCA: *tlsCA, TLSVerify: *tlsVerify}
+		TLSCert: *tlsCert, TLSKey: *tlsKey, TLSCA: *tlsCA, TLSVerify: *tlsVerify, WebSocket: *webSocket}
+	if *wsOrigins != "" {
+		cfg.WebSocketOrigins = strings.Split(*wsOrigins, ",")
+	}
 	cfg.DataDir, _ = filepath.Abs(*data)
 	if *clusterAddr == "" {
 		if *routes != "" {
@@ -514,6 +548,9 @@ Examples:
 		return 1
 	}
 	attrs := []any{"name", srv.Name(), "url", srv.ClientURL(), "data", cfg.DataDir, "sync_every_write", *sync, "auth", *authDir != "", "tls", *tlsCert != ""}
+	if *webSocket != "" {
+		attrs = append(attrs, "websocket", srv.WebSocketURL())
+	}
 	if *clusterAddr != "" {
 		attrs = append(attrs, "cluster", srv.ClusterName(), "route_url", srv.RouteURL(), "routes", strings.Join(cfg.Routes, ","))
 	}

@@ -1,0 +1,183 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tickfence/tickfence/coordinator"
+	"github.com/tickfence/tickfence/internal/browser"
+	"github.com/tickfence/tickfence/internal/proc"
+	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/store"
+)
+
+// TestPlayerPageFailover opens the player demo page in headless Chromium, the way README "Player
+// demo page" sets it up: `tickd server --websocket` and two nodes, the page served by the node
+// that runs the dungeon and connected to the server over WebSocket. It joins and attacks a boss
+// with the page's buttons and sees its HP drop in the frames; then kills -9 that node and attacks
+// again: the page retries with the same request ID until the shard's new owner answers, and the
+// HP drops again in frames of the new grant. The screenshot goes to docs/img/player.png with
+// TICKFENCE_SCREENSHOTS=1 (how the docs' one was made), else to the test's temporary directory.
+func TestPlayerPageFailover(t *testing.T) {
+	b := browser.ForTest(t, browser.Options{Width: 1100, Height: 760, Timeout: 30 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	bin, err := proc.Build(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, 3)
+	ws, m1, m2 := ports[0], ports[1], ports[2]
+	origin := func(p int) string { return fmt.Sprintf("http://127.0.0.1:%d", p) }
+	c, err := proc.StartCluster(ctx, proc.ClusterConfig{Bin: bin, DataDir: filepath.Join(dir, "nats"), Shards: 8,
+		ServerArgs: []string{"--websocket", fmt.Sprintf("127.0.0.1:%d", ws), "--websocket-origin", origin(m1) + "," + origin(m2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	wsURL := fmt.Sprintf("ws://127.0.0.1:%d", ws)
+	metrics := map[string]int{"n1": m1, "n2": m2}
+	for _, id := range []string{"n1", "n2"} {
+		args := []string{"--metrics", fmt.Sprintf("127.0.0.1:%d", metrics[id]), "--demo-page-nats", wsURL, "--demo-frame-every", "2"}
+		if id == "n1" {
+			args = append(args, "--demo", "3", "--demo-rate", "0.5") // other dungeons, played by simulated players
+		}
+		p, err := c.StartNode(id, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := proc.WaitJoined(ctx, p); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	const id = "raid-1"
+	shard := store.ShardOf(id, 8)
+	owner := func(s *coordinator.State) string { return s.Shards[shard].Owner.Owner }
+	if _, err := c.WaitState(ctx, "every shard owned, by both nodes", func(s *coordinator.State) bool {
+		n := map[string]int{}
+		for _, sh := range s.Shards {
+			n[sh.Owner.Owner]++
+		}
+		return proc.AllOwnedLive(s) && n["n1"] > 0 && n["n2"] > 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+	client := natscmd.NewClient(c.NC, 8)
+	if r, err := client.SendMap(ctx, id, "create-raid-1", map[string]any{"type": "create", "kind": "dungeon", "boss_hp": 1000}); err != nil || !r.OK {
+		t.Fatalf("create %s: %+v, %v", id, r, err)
+	}
+	s, err := c.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := owner(s)
+	page := fmt.Sprintf("http://127.0.0.1:%d/demo/?id=%s&player=ada", metrics[first], id)
+	if err := b.Do(chromedp.Navigate(page)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WaitFor(`document.getElementById('conn').dataset.state === 'connected' && document.getElementById('boss').dataset.hp !== undefined`, 15*time.Second); err != nil {
+		t.Fatalf("no frame of %s on the page (served by %s): %v; console: %v", id, first, err, b.ConsoleLogs())
+	}
+	listed := 0
+	if err := b.Eval(fmt.Sprintf(`document.querySelectorAll('#list button[data-id=%q]').length`, id), &listed); err != nil || listed != 1 {
+		t.Errorf("%s in the dungeon list: %d, %v", id, listed, err)
+	}
+
+	click(t, b, "join", 1, 10*time.Second)
+	hp0 := bossNumber(t, b, "hp")
+	token0 := bossNumber(t, b, "token")
+	click(t, b, "attack", 1, 10*time.Second)
+	waitBelow(t, b, hp0, 10*time.Second)
+	hp1 := bossNumber(t, b, "hp")
+	t.Logf("before the kill: %s runs %s (token %d); the attack took its HP %d → %d", first, id, token0, hp0, hp1)
+
+	// Kill the node that runs it (it also served the page: the page needs nothing more from it).
+	if s, err = c.State(ctx); err != nil {
+		t.Fatal(err)
+	}
+	victim := owner(s)
+	c.Node(victim).Kill()
+	killed := time.Now()
+	click(t, b, "attack", 2, 20*time.Second)
+	answered := time.Since(killed)
+	var attempts string
+	_ = b.Eval(`document.querySelector('#log li[data-type=attack]').dataset.attempts`, &attempts)
+	waitBelow(t, b, hp1, 10*time.Second)
+	hp2, token2 := bossNumber(t, b, "hp"), bossNumber(t, b, "token")
+	if token2 == token0 {
+		t.Errorf("frames still under token %d after the failover", token0)
+	}
+	s, err = c.WaitState(ctx, "the shard owned by the survivor", func(s *coordinator.State) bool { return owner(s) != victim && owner(s) != "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed %s; the page's attack was answered by %s %.2f s later after %s attempts with one request ID; HP %d → %d under token %d",
+		victim, owner(s), answered.Seconds(), attempts, hp1, hp2, token2)
+	var note string
+	if err := b.Eval(`document.querySelector('#log li.note') ? document.querySelector('#log li.note').textContent : ''`, &note); err != nil || note == "" {
+		t.Errorf("the page did not note the grant change: %q, %v", note, err)
+	}
+
+	shot := filepath.Join(dir, "player.png")
+	if os.Getenv("TICKFENCE_SCREENSHOTS") == "1" {
+		shot = filepath.Join("..", "..", "docs", "img", "player.png")
+	}
+	if err := b.Screenshot(shot); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(shot); err != nil || fi.Size() < 10_000 {
+		t.Errorf("screenshot %s: %v, %v", shot, fi, err)
+	}
+	if errs := b.JSErrors(); len(errs) > 0 {
+		t.Errorf("the page logged errors: %v", errs)
+	}
+}
+
+// click presses a command button and waits until the n-th command of that type (newest first in
+// the log) is answered ok.
+func click(t *testing.T, b *browser.Browser, button string, n int, within time.Duration) {
+	t.Helper()
+	if err := b.Eval(fmt.Sprintf(`document.getElementById(%q).click()`, button), nil); err != nil {
+		t.Fatal(err)
+	}
+	sel := fmt.Sprintf(`document.querySelectorAll('#log li[data-type=%s]')`, button)
+	if err := b.WaitFor(fmt.Sprintf(`%s.length >= %d && %s[0].dataset.state !== 'pending'`, sel, n, sel), within); err != nil {
+		t.Fatalf("%s: %v", button, err)
+	}
+	var state, text string
+	_ = b.Eval(sel+`[0].dataset.state`, &state)
+	_ = b.Eval(sel+`[0].textContent`, &text)
+	if state != "ok" {
+		t.Fatalf("%s: %s", button, text)
+	}
+}
+
+// bossNumber reads a number the page shows for the boss (a data attribute of #boss).
+func bossNumber(t *testing.T, b *browser.Browser, attr string) int64 {
+	t.Helper()
+	var v string
+	if err := b.Eval(fmt.Sprintf(`document.getElementById('boss').dataset[%q] || ''`, attr), &v); err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("boss %s on the page: %q", attr, v)
+	}
+	return n
+}
+
+// waitBelow waits until the page's frames show the boss's HP below hp.
+func waitBelow(t *testing.T, b *browser.Browser, hp int64, within time.Duration) {
+	t.Helper()
+	if err := b.WaitFor(fmt.Sprintf(`Number(document.getElementById('boss').dataset.hp) < %d`, hp), within); err != nil {
+		t.Fatalf("the boss's HP on the page did not drop below %d: %v", hp, err)
+	}
+}

@@ -1,0 +1,332 @@
+// The player demo page: lists dungeons, shows a boss from its frames (DESIGN 8, README "Frames, for
+// gateways in any language") and sends join/attack/leave with request IDs (README "Commands, for
+// gateways in any language"), talking NATS over WebSocket to the server (nats.js).
+import { Conn } from "./nats.js";
+import { decode } from "./msgpack.js";
+
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+const dec = new TextDecoder();
+const session = Array.from(crypto.getRandomValues(new Uint8Array(4)), (x) => x.toString(16).padStart(2, "0")).join("");
+let seq = 0;
+
+let cfg = null;
+let nc = null;
+const known = new Map(); // dungeon ID → {fromConfig, seen}
+let current = null; // {id, shard, subs, filter, last frame's arrival}
+
+// fnv1a32 is the shard function of DESIGN 1: FNV-1a-32 of the instance ID's bytes, mod shards.
+function fnv1a32(s) {
+  let h = 0x811c9dc5;
+  for (const b of new TextEncoder().encode(s)) {
+    h ^= b;
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h >>> 0;
+}
+const shardOf = (id) => fnv1a32(id) % cfg.shards;
+
+// FrameFilter is the watcher's rule (shard/wire.FrameFilter): keep the highest (epoch, token)
+// seen on any of the instance's subjects and drop frames below it; under that grant keep per
+// topic the last (tick, frame) shown and drop one not after it. A zombie's frames die here as
+// soon as the new owner's first frame has arrived.
+class FrameFilter {
+  constructor() {
+    this.seen = false;
+    this.epoch = 0n;
+    this.token = 0n;
+    this.last = new Map();
+  }
+  pass(topic, st) {
+    if (!this.seen || st.epoch > this.epoch || (st.epoch === this.epoch && st.token > this.token)) {
+      this.seen = true;
+      this.epoch = st.epoch;
+      this.token = st.token;
+      this.last = new Map();
+    } else if (st.epoch < this.epoch || st.token < this.token) {
+      return false;
+    } else {
+      const l = this.last.get(topic);
+      if (l && (st.tick < l[0] || (st.tick === l[0] && st.index <= l[1]))) return false;
+    }
+    this.last.set(topic, [st.tick, st.index]);
+    return true;
+  }
+}
+
+function stampOf(msg) {
+  const num = (k, dflt) => {
+    const v = msg.headers.get(k);
+    if (v === undefined || v === "") {
+      if (dflt !== undefined) return dflt;
+      throw new Error(`frame without ${k}`);
+    }
+    if (!/^\d+$/.test(v)) throw new Error(`frame with a bad ${k}: ${v}`);
+    return BigInt(v);
+  };
+  return {
+    epoch: num("tickfence-epoch"), token: num("tickfence-token"), tick: num("tickfence-tick"), index: num("tickfence-frame", 0n),
+  };
+}
+
+function setConn(state, detail) {
+  const el = $("conn");
+  el.dataset.state = state;
+  el.textContent = state === "connected" ? `connected · ${detail}` : `${state}${detail ? " · " + detail : ""}`;
+}
+
+function note(text) {
+  const li = document.createElement("li");
+  li.className = "note";
+  li.textContent = `${new Date().toLocaleTimeString()} ${text}`;
+  $("log").prepend(li);
+}
+
+// ---- the dungeon list ----
+
+function naturalCompare(a, b) {
+  return a.localeCompare(b, undefined, { numeric: true });
+}
+
+function renderList() {
+  const ul = $("list");
+  ul.replaceChildren();
+  for (const id of [...known.keys()].sort(naturalCompare)) {
+    const li = document.createElement("li");
+    const b = document.createElement("button");
+    b.type = "button";
+    b.dataset.id = id;
+    b.textContent = id;
+    if (known.get(id).seen) {
+      const s = document.createElement("span");
+      s.className = "seen";
+      s.textContent = "live";
+      b.append(s);
+    }
+    if (current && current.id === id) b.classList.add("selected");
+    b.onclick = () => select(id);
+    li.append(b);
+    ul.append(li);
+  }
+}
+
+function addKnown(id, how) {
+  const k = known.get(id) || { fromConfig: false, seen: false };
+  const changed = !known.has(id) || (how === "seen" && !k.seen);
+  if (how === "config") k.fromConfig = true;
+  else k.seen = true;
+  known.set(id, k);
+  return changed;
+}
+
+// rescan listens to every instance's frames for 2 s and lists the IDs it sees.
+function rescan() {
+  const sub = nc.subscribe("tickfence.out.>", (m) => {
+    const t = m.subject.split(".");
+    if (t.length >= 4 && addKnown(t[3], "seen")) scheduleRender();
+  });
+  setTimeout(() => sub.unsubscribe(), 2000);
+}
+let renderTimer = 0;
+function scheduleRender() {
+  if (!renderTimer) renderTimer = setTimeout(() => ((renderTimer = 0), renderList()), 200);
+}
+
+// ---- one dungeon's frames ----
+
+function select(id) {
+  if (current) current.subs.forEach((s) => s.unsubscribe());
+  const shard = shardOf(id);
+  current = { id, shard, subs: [], filter: new FrameFilter(), frames: 0, dropped: 0, lastAt: 0, token: null };
+  const boss = $("boss");
+  boss.dataset.id = id;
+  for (const k of ["hp", "maxHp", "phase", "tick", "epoch", "token", "run"]) delete boss.dataset[k];
+  $("boss-name").textContent = `${id} · shard ${shard}`;
+  $("hp-fill").style.width = "0";
+  $("hp-text").textContent = "waiting for a frame…";
+  for (const k of ["phase", "run", "tick", "grant", "frames"]) $(k).textContent = "–";
+  $("players").tBodies[0].replaceChildren();
+  const base = `tickfence.out.${shard}.${id}`;
+  const cur = current;
+  const onFrame = (m) => frame(cur, m, base);
+  cur.subs.push(nc.subscribe(base, onFrame), nc.subscribe(base + ".>", onFrame));
+  const u = new URL(location.href);
+  u.searchParams.set("id", id);
+  history.replaceState(null, "", u);
+  renderList();
+}
+
+function frame(cur, m, base) {
+  if (cur !== current) return;
+  let st;
+  try {
+    st = stampOf(m);
+  } catch (e) {
+    cur.dropped++;
+    console.warn(e.message);
+    return;
+  }
+  const topic = m.subject.length > base.length ? m.subject.slice(base.length + 1) : "";
+  if (!cur.filter.pass(topic, st)) {
+    cur.dropped++;
+    $("frames").textContent = `${cur.frames} shown, ${cur.dropped} dropped`;
+    return;
+  }
+  cur.frames++;
+  cur.lastAt = performance.now();
+  if (cur.token !== null && cur.token !== st.token) {
+    note(`${cur.id}: frames now under token ${st.token} (was ${cur.token}): the shard moved to another owner (a failover or a hand-off)`);
+  }
+  cur.token = st.token;
+  $("frames").textContent = `${cur.frames} shown, ${cur.dropped} dropped`;
+  if (topic !== "") return; // the dungeon publishes only on its main subject
+  let f;
+  try {
+    f = decode(m.data);
+  } catch (e) {
+    console.warn(`frame of ${cur.id}: ${e.message}`);
+    return;
+  }
+  show(cur, st, f);
+}
+
+function show(cur, st, f) {
+  const boss = $("boss");
+  const hp = Number(f.hp), max = Number(f.max_hp) || 1;
+  Object.assign(boss.dataset, { hp, maxHp: max, phase: f.phase, tick: String(st.tick), epoch: String(st.epoch), token: String(st.token), run: f.run });
+  $("hp-fill").style.width = `${Math.max(0, Math.min(100, (100 * hp) / max))}%`;
+  $("hp-text").textContent = `${hp.toLocaleString("en")} / ${max.toLocaleString("en")} HP`;
+  $("phase").textContent = f.phase === "1" || f.phase === "2" ? `phase ${f.phase}` : f.phase;
+  $("run").textContent = f.run;
+  $("tick").textContent = String(st.tick);
+  $("grant").textContent = `epoch ${st.epoch} · token ${st.token}`;
+  const tb = $("players").tBodies[0];
+  tb.replaceChildren();
+  for (const p of f.players || []) {
+    const tr = document.createElement("tr");
+    for (const v of [p.name, p.hp, p.damage]) {
+      const td = document.createElement("td");
+      td.textContent = v;
+      tr.append(td);
+    }
+    tb.append(tr);
+  }
+}
+
+setInterval(() => {
+  const el = $("liveness");
+  if (!current) return;
+  if (!current.lastAt) {
+    el.textContent = "no frame yet (is the dungeon running, and tickd's --demo-frame-every above 0?)";
+    el.classList.add("stale");
+    return;
+  }
+  const age = (performance.now() - current.lastAt) / 1000;
+  if (age > 1.5) {
+    el.textContent = `no frame for ${age.toFixed(1)} s: its node may be gone; its shard fails over to another node within a few seconds`;
+    el.classList.add("stale");
+  } else {
+    el.textContent = "live";
+    el.classList.remove("stale");
+  }
+}, 250);
+
+// ---- commands ----
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const RETRYABLE = new Set(["retry", "not_owner", "busy"]);
+
+// command sends {type, player} to the selected dungeon, with one request ID for every attempt:
+// on "retry", "not_owner", "busy", no answer in time or nobody subscribed (the shard between
+// owners) it sends the same command again with the same ID, so it is applied at most once.
+async function command(type) {
+  if (!current) return null;
+  const player = $("player").value.trim();
+  const id = current.id;
+  const rid = `web-${session}-${++seq}`;
+  const li = document.createElement("li");
+  li.dataset.type = type;
+  li.dataset.rid = rid;
+  li.dataset.state = "pending";
+  li.innerHTML = `<span class="what"></span> <span class="res"></span>`;
+  li.querySelector(".what").textContent = `${new Date().toLocaleTimeString()} ${type} ${id} as ${player} · ${rid}`;
+  const res = li.querySelector(".res");
+  res.textContent = "…";
+  $("log").prepend(li);
+  const subject = `tickfence.cmd.${shardOf(id)}.${id}`;
+  const body = JSON.stringify({ type, player });
+  const started = performance.now();
+  let backoff = 100, attempt = 0, why = "";
+  for (;;) {
+    attempt++;
+    li.dataset.attempts = attempt;
+    try {
+      const m = await nc.request(subject, body, {
+        headers: { "Tickfence-Request-Id": rid, "Content-Type": "application/json" }, timeout: 2000,
+      });
+      const r = JSON.parse(dec.decode(m.data));
+      if (r.ok) {
+        li.dataset.state = "ok";
+        const ms = Math.round(performance.now() - started);
+        res.textContent = `ok ${JSON.stringify(r.result)} · ${ms} ms${attempt > 1 ? ` · ${attempt} attempts (${why})` : ""}`;
+        return r;
+      }
+      if (!RETRYABLE.has(r.error.code)) {
+        li.dataset.state = "failed";
+        li.dataset.code = r.error.code;
+        res.textContent = `${r.error.code}: ${r.error.message}`;
+        return r;
+      }
+      why = r.error.code;
+    } catch (e) {
+      why = e.message; // timeout, no responders, disconnected
+    }
+    if (performance.now() - started > 30000) {
+      li.dataset.state = "failed";
+      res.textContent = `gave up after ${attempt} attempts (${why}); the outcome is unknown`;
+      return null;
+    }
+    res.textContent = `retrying with the same request ID (${why}) · attempt ${attempt + 1}`;
+    await sleep(backoff / 2 + Math.random() * backoff);
+    backoff = Math.min(backoff * 2, 1000);
+  }
+}
+
+// ---- start ----
+
+async function main() {
+  $("player").value = params.get("player") || `player-${session.slice(0, 4)}`;
+  try {
+    const r = await fetch("config.json", { cache: "no-store" });
+    cfg = await r.json();
+  } catch (e) {
+    setConn("refused", `could not load config.json: ${e.message}`);
+    return;
+  }
+  const url = params.get("nats") || cfg.nats;
+  if (!url) {
+    setConn("refused", "no NATS WebSocket URL: start tickd with --nats-websocket (embedded server) or --demo-page-nats ws://HOST:PORT (tickd server --websocket), or add ?nats=ws://HOST:PORT");
+    return;
+  }
+  for (let i = 0; i < (cfg.demo || 0); i++) addKnown(`demo-${i}`, "config");
+  nc = new Conn(url, { onStatus: setConn });
+  window.tickfencePlayer = { conn: nc, command, select }; // for the browser test and the console
+  try {
+    await nc.connect();
+  } catch (e) {
+    setConn("refused", e.message);
+    return;
+  }
+  for (const b of ["join", "attack", "leave"]) $(b).onclick = () => command(b);
+  $("controls").onsubmit = (e) => (e.preventDefault(), command("attack"));
+  $("rescan").onclick = rescan;
+  rescan();
+  const id = params.get("id") || (cfg.demo > 0 ? "demo-0" : "");
+  renderList();
+  if (id) {
+    addKnown(id, "config");
+    select(id);
+  }
+}
+
+main();
