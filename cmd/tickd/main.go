@@ -100,7 +100,8 @@ func main() {
 	fs.BoolVar(&o.insecure, "insecure", false, "let --nats-listen take an address other than loopback without --auth (anyone reaching it can\n"+
 		"rewrite shards and records)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "connect to --nats over TLS, verifying the server's certificate against this CA (ca.pem of tickctl auth init --tls)")
-	fs.StringVar(&o.nodeID, "node-id", host, "this node's ID (instance ID rules: A-Z a-z 0-9 _ -)")
+	fs.StringVar(&o.nodeID, "node-id", defaultNodeID(host), "this node's ID, 1..64 of A-Z a-z 0-9 _ -; the default is made of the host name: its first label,\n"+
+		"lowercased, any other character as -, cut to 64 with a hash of the name")
 	fs.UintVar(&o.shards, "shards", 256, "shard count of a new cluster (fixed once created)")
 	fs.UintVar(&o.partitions, "partitions", 1, "data buckets per epoch of a new cluster, 1..shards (fixed once created): shard S lives in\n"+
 		"partition S mod P, and on a JetStream cluster the partitions' stream leaders spread the writes over the servers\n"+
@@ -115,8 +116,9 @@ func main() {
 		"on tickfence.out.<S>.<id>, for watchers (tickctl instance watch); 0: none. 1 costs ~3 µs of node CPU and ~2.5 µs\n"+
 		"of server CPU per frame (tickbench frames): at 2 500 dungeons, 50 000 frames/s")
 	fs.Uint64Var(&o.checkpointEvery, "checkpoint-every", 20, "write an instance at least every this many ticks even without commands")
-	fs.BoolVar(&o.sync, "sync", false, "embedded server fsyncs every write (survives power loss; slower); for an external server\n"+
-		"see tickd server --sync or sync_interval: always")
+	fs.Var((*syncFlag)(&o.sync), "sync", "the embedded server fsyncs every write before it is acknowledged (JetStream sync_interval: always;\n"+
+		"also spelled --sync always): it survives a power loss of the machine, not only a kill of the process;\n"+
+		"slower. An external server has its own: tickd server --sync, or sync_interval: always in nats-server's config")
 	fs.StringVar(&o.metricsAddr, "metrics", "127.0.0.1:9464", "serve Prometheus metrics on HOST:PORT/metrics (empty: off)")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler (net/http/pprof) under /debug/pprof/ on the --metrics listener, and sample\n"+
 		"lock contention and blocking for its mutex and block profiles (costs a little CPU); for diagnosis: whoever\n"+
@@ -184,7 +186,7 @@ Signals: SIGINT or SIGTERM hands every shard off to the other nodes (or, alone, 
 releases them) and exits; a second signal exits at once.
 `)
 	}
-	_ = fs.Parse(os.Args[1:])
+	_ = fs.Parse(syncArgs(os.Args[1:]))
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "tickd: unexpected argument %q (see tickd --help)\n", fs.Arg(0))
 		os.Exit(2)
@@ -450,8 +452,9 @@ func serverMain(args []string) int {
 	fs := flag.NewFlagSet("tickd server", flag.ExitOnError)
 	listen := fs.String("listen", "127.0.0.1:4222", "HOST:PORT for NATS clients")
 	data := fs.String("data", "tickd-server-data", "directory of JetStream's files (reused on restart)")
-	sync := fs.Bool("sync", false, "fsync every write (JetStream sync_interval: always): an acknowledged write survives a power loss\n"+
-		"of this machine, not only a kill of the process; slower")
+	sync := new(bool)
+	fs.Var((*syncFlag)(sync), "sync", "fsync every write before it is acknowledged (JetStream sync_interval: always; also spelled\n"+
+		"--sync always): an acknowledged write survives a power loss of this machine, not only a kill of the process; slower")
 	clusterAddr := fs.String("cluster", "", "HOST:PORT to accept the routes of the other servers of a JetStream cluster on (empty: standalone)")
 	routes := fs.String("routes", "", "comma-separated URLs of the cluster's servers, nats-route://HOST:PORT (or nats://HOST:PORT);\n"+
 		"this server's own may be in the list, so every server can be given the same one")
@@ -501,7 +504,7 @@ Examples:
   tickd --nats nats://127.0.0.1:4222,nats://127.0.0.1:4223,nats://127.0.0.1:4224 --replicas 3 --partitions 3
 `)
 	}
-	_ = fs.Parse(args)
+	_ = fs.Parse(syncArgs(args))
 	var log *slog.Logger
 	if *logJSON {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
