@@ -393,6 +393,9 @@ func (n *Node) openNATS() error {
 		base = append(base, topts...)
 	}
 	if creds != "" {
+		if err := auth.CheckNode(creds, o.NodeID); err != nil {
+			return err
+		}
 		copts, err := auth.ClientOptions(creds, func(w string) { n.log.Warn(w) })
 		if err != nil {
 			return err

@@ -295,6 +295,26 @@ func ClientOptions(file string, warn func(string)) ([]nats.Option, error) {
 	return []nats.Option{nats.UserCredentials(file), nats.CustomInboxPrefix(InboxPrefix(u.Name))}, nil
 }
 
+// CheckNode says whether the credentials file may run node nodeID: a node credential of its own
+// (tickctl auth user DIR node n1) only node n1, whose lease is the only one it may write; the
+// shared node.creds (user "node") any node; another role none. A file without a role tag (not
+// made by Init or NewUser) is not judged: its server decides.
+func CheckNode(file, nodeID string) error {
+	u, err := ReadCreds(file)
+	if err != nil {
+		return err
+	}
+	switch {
+	case u.Role == "":
+		return nil
+	case u.Role != Node:
+		return fmt.Errorf("credentials %s are a %s's (user %s): a node needs a node credential (node.creds, or tickctl auth user DIR node %s)", file, u.Role, u.Name, nodeID)
+	case u.Name != string(Node) && u.Name != nodeID:
+		return fmt.Errorf("credentials %s are node %s's and may write only its lease: run this node as --node-id %s, or give node %s its own (tickctl auth user DIR node %s)", file, u.Name, u.Name, nodeID, nodeID)
+	}
+	return nil
+}
+
 // CredsFromEnv is the credentials file a flag's default should be: $NATS_CREDS.
 func CredsFromEnv() string { return os.Getenv("NATS_CREDS") }
 

@@ -412,3 +412,33 @@ func TestEffectsConsumer(t *testing.T) {
 	refused(t, fx, "effects subscribe frames", subscribe(fx, "tickfence.out.>", &n, &mu))
 	refused(t, fx, "effects subscribe another's inbox", subscribe(fx, auth.InboxPrefix("gateway")+".>", &n, &mu))
 }
+
+// TestNodeCredentialOfItsOwn: a node credential issued for node n7 writes n7's lease and no other
+// node's (the server refuses node.n8), and runs node n7 only: a node started as n8 with it is
+// refused before it connects, naming the ID it may run as.
+func TestNodeCredentialOfItsOwn(t *testing.T) {
+	e := newEnv(t)
+	creds, err := auth.NewUser(e.dir, auth.Node, "n7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, n7 := e.connect(t, "n7")
+	refused(t, n7, "node n7 puts node.n8", put(n7, store.ControlBucket, store.NodeKey("n8")))
+	e.notStored(t, store.ControlBucket, store.NodeKey("n8"))
+	refused(t, n7, "node n7 puts node.n1", put(n7, store.ControlBucket, store.NodeKey("n1")))
+	e.notStored(t, store.ControlBucket, store.NodeKey("n1"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = tickfence.Start(ctx, tickfence.Options{Kinds: []actor.Kind{dungeon.Kind{}}, NodeID: "n8", NATS: e.url, Creds: creds, Shards: shards})
+	if err == nil || !strings.Contains(err.Error(), "--node-id n7") {
+		t.Fatalf("node n8 on n7's credential: %v; want a refusal naming n7", err)
+	}
+	n, err := tickfence.Start(ctx, tickfence.Options{Kinds: []actor.Kind{dungeon.Kind{}}, NodeID: "n7", NATS: e.url, Creds: creds, Shards: shards})
+	if err != nil {
+		t.Fatalf("node n7 on its own credential: %v", err)
+	}
+	n.Close()
+	if v := n7.violations(); len(v) != 0 {
+		t.Fatalf("violations: %v", v)
+	}
+}

@@ -1,5 +1,7 @@
 package auth
 
+import "github.com/tickfence/tickfence/store"
+
 // The permissions of every role, in one place (DESIGN 9). Each subject is a NATS subject
 // permission of the role's users; the comment beside it says what needs it. They were found by
 // running tickd, tickctl and a gateway against a server enforcing them and reading the permission
@@ -21,7 +23,8 @@ const (
 	fxStream   = "tickfence-effects"      // the effects stream (natscmd.EffectsStream)
 	jsAPI      = "$JS.API."               // JetStream API prefix
 	flowCtl    = "$JS.FC.>"               // flow-control answers of ordered push consumers (object reads)
-	dataKVAll  = "$KV.*.>"                // any bucket's keys: the data buckets of every epoch
+	dataShards = "$KV.*.shard.*"          // shard.<S> of the data buckets of every epoch
+	dataInsts  = "$KV.*.inst.>"           // inst.<S>.<id> of the data buckets of every epoch
 	dataDirAll = "$JS.API.DIRECT.GET.*.>" // KV Get on a bucket whose stream allows direct gets (the control bucket)
 )
 
@@ -40,6 +43,12 @@ func rolePerms(r Role, name string) perms {
 	inbox := InboxPrefix(name) + ".>" // replies to this user's own requests (nats.CustomInboxPrefix)
 	switch r {
 	case Node:
+		// A node credential of its own (tickctl auth user DIR node n1) writes only its own
+		// lease, node.n1; the shared node.creds of Init (user "node") any node's.
+		lease := controlKV + "node." + name
+		if name == string(Node) {
+			lease = controlKV + "node.*"
+		}
 		return perms{
 			pubAllow: []string{
 				jsAPI + "INFO",                     // jetstream.AccountInfo when the store opens
@@ -52,7 +61,12 @@ func rolePerms(r Role, name string) perms {
 				jsAPI + "CONSUMER.CREATE.*.>",      // KV watches and key listings (ordered consumers), object reads
 				jsAPI + "CONSUMER.DELETE.*.*",      // ordered consumers are deleted when a watch stops
 				flowCtl,                            // flow control of object reads (large state: ordered push consumers)
-				dataKVAll,                          // KV puts: shard.<S> (rotation, the coordinator's grants), inst.<S>.<id>, and the control keys: node.<id>, leader, move.<S>, cluster (the first node creates it)
+				dataShards,                         // KV puts on shard.<S>: token rotations, the coordinator's grants
+				dataInsts,                          // KV puts on inst.<S>.<id>: the fenced records, tombstones
+				lease,                              // its lease (per-message TTL), renewed and deleted when it leaves
+				controlKV + store.LeaderKey,        // the coordinator's lease: candidates create it, the leader renews it
+				controlKV + "move.*",               // the coordinator requests hand-offs, the old owner answers them
+				controlKV + store.ClusterKey,       // the first node creates the cluster record (subject permissions cannot tell a create from an overwrite)
 				blobsO,                             // large state uploaded before the record that points at it
 				fxSubj,                             // effects, published after the write that holds them
 				frames,                             // frames after each tick
