@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
@@ -208,7 +207,9 @@ type chaosFlags struct {
 
 // parseChaosFlags reads and checks the chaos flags; a --seed of 0 becomes a random seed.
 func parseChaosFlags(args []string) (chaosConfig, chaosFlags, error) {
-	fs := flag.NewFlagSet("chaos", flag.ExitOnError)
+	fs := newFlagSet("chaos", "A nemesis soak: a tickd server and --nodes node processes under --rate attacks, with random pauses,\n"+
+		"kills, moves, drains and frozen saves (--faults) every --fault-every; then the stored history, every\n"+
+		"acknowledged command and every effect are checked (exit 1 on a violation). --seed replays a run.")
 	nodes := fs.Int("nodes", 3, "tickd node processes")
 	instances := fs.Int("instances", 100, "dungeons created by tickbench (boss HP 1e9 but the killable ones, one joined player)")
 	killable := fs.Int("killable", 20, "of the instances, how many get a boss of --killable-hp that dies and respawns (one loot effect per kill); at most --instances")
@@ -224,9 +225,8 @@ func parseChaosFlags(args []string) (chaosConfig, chaosFlags, error) {
 	kinds := fs.String("faults", strings.Join(faultKinds, ","), "fault kinds the nemesis picks from")
 	bin := fs.String("tickd", "", "use this tickd binary instead of building one")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
-	_ = fs.Parse(args)
-	if fs.NArg() > 0 {
-		return chaosConfig{}, chaosFlags{}, fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return chaosConfig{}, chaosFlags{}, err
 	}
 	if *nodes < 2 || *instances < 1 || *rate <= 0 || *duration <= 0 || *every <= 0 {
 		return chaosConfig{}, chaosFlags{}, errors.New("--nodes must be at least 2; --instances, --rate, --duration and --fault-every positive")

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
@@ -273,7 +272,10 @@ type clusterFlags struct {
 
 // parseClusterFlags reads and checks the cluster flags; a --seed of 0 becomes a random seed.
 func parseClusterFlags(args []string) (clusterConfig, clusterFlags, error) {
-	fs := flag.NewFlagSet("cluster", flag.ExitOnError)
+	fs := newFlagSet("cluster", "tickd servers (--servers: 1, or 3 or 5 forming one JetStream cluster) and --nodes node processes\n"+
+		"under --rate attack commands on --instances dungeons: lateness per node, command round trip, writes,\n"+
+		"and the failover after --kill-node, --pause-node or --kill-leader at the middle of the window.\n"+
+		"tickbench cluster compare REPORT.json... compares the --json reports of runs.")
 	nodes := fs.Int("nodes", 3, "tickd node processes")
 	instances := fs.Int("instances", 300, "dungeons created by tickbench (boss HP 1e9: bosses never die)")
 	rate := fs.Float64("rate", 500, "attack commands per second, in all")
@@ -299,12 +301,11 @@ func parseClusterFlags(args []string) (clusterConfig, clusterFlags, error) {
 	bin := fs.String("tickd", "", "use this tickd binary instead of building one")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	plotOut := fs.String("plot", "", "write an HTML page with lateness and round trip over time to this file")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args, "a node for --kill-node or --pause-node goes after =, e.g. --kill-node=n2"); err != nil {
+		return clusterConfig{}, clusterFlags{}, err
+	}
 	fail := func(format string, a ...any) (clusterConfig, clusterFlags, error) {
 		return clusterConfig{}, clusterFlags{}, fmt.Errorf(format, a...)
-	}
-	if fs.NArg() > 0 {
-		return fail("%s: unexpected argument %q (a node for --kill-node or --pause-node goes after =, e.g. --kill-node=n2)", fs.Name(), fs.Arg(0))
 	}
 	if *nodes < 1 || *instances < 1 || *rate <= 0 || *duration <= 0 || *tickRate <= 0 {
 		return fail("--nodes, --instances, --rate, --duration and --tick-rate must be positive")

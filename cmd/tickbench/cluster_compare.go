@@ -5,8 +5,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,25 +14,33 @@ import (
 )
 
 func runClusterCompare(args []string) error {
-	fs := flag.NewFlagSet("cluster compare", flag.ExitOnError)
+	fs := newFlagSet("cluster compare", "")
 	markdown := fs.Bool("markdown", false, "print the table as Markdown")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: tickbench cluster compare [--markdown] REPORT.json REPORT.json...\n\n"+
-			"One row per run (reports written by tickbench cluster --json), then each run's ratios to the first.")
+			"One row per run (reports written by tickbench cluster --json), then each run's ratios to the first.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	var files []string
 	for len(args) > 0 { // flags and files in any order
-		_ = fs.Parse(args)
-		if fs.NArg() == 0 {
+		n := len(args)
+		for i, a := range args { // the flags before the next file (its one flag takes no value)
+			if !strings.HasPrefix(a, "-") {
+				n = i
+				break
+			}
+		}
+		if err := parseFlags(fs, args[:n]); err != nil {
+			return err
+		}
+		if n == len(args) {
 			break
 		}
-		files = append(files, fs.Arg(0))
-		args = fs.Args()[1:]
+		files = append(files, args[n])
+		args = args[n+1:]
 	}
 	if len(files) == 0 {
-		fs.Usage()
-		return errors.New("cluster compare: no report given")
+		return usageError{"tickbench cluster compare: no report given (see tickbench cluster compare --help)"}
 	}
 	var reps []clusterReport
 	for _, f := range files {

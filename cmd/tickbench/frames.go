@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -45,7 +44,10 @@ type framesReport struct {
 }
 
 func runFrames(args []string) error {
-	fs := flag.NewFlagSet("frames", flag.ExitOnError)
+	fs := newFlagSet("frames", "One node beside a tickd server runs --instances demo dungeons with one nearly idle player each,\n"+
+		"without frames and then with a frame from every dungeon every --frame-every ticks; each run reports\n"+
+		"tick lateness p50/p99, ticks/s against the schedule, the node's CPU per tick, and frames\n"+
+		"published/dropped per second.")
 	instances := fs.Int("instances", 10000, "demo dungeons on the node")
 	duration := fs.Duration("duration", 30*time.Second, "measurement window of each run (after the warm-up)")
 	warmup := fs.Duration("warmup", 15*time.Second, "time after the dungeons are created before measuring")
@@ -54,21 +56,8 @@ func runFrames(args []string) error {
 	watch := fs.Bool("watch", false, "also subscribe tickfence.out.> from tickbench and count what arrives (costs CPU on this machine)")
 	bin := fs.String("tickd", "", "use this tickd binary instead of building one")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
-	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, `usage: tickbench frames [flags]
-
-One node beside a tickd server runs --instances demo dungeons with one nearly idle player each,
-without frames and then with a frame from every dungeon every --frame-every ticks; each run reports
-tick lateness p50/p99, ticks/s against the schedule, the node's CPU per tick, and frames
-published/dropped per second.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
-	_ = fs.Parse(args)
-	if fs.NArg() > 0 {
-		return fmt.Errorf("frames: unexpected argument %q", fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *instances < 1 || *duration <= 0 || *rounds < 1 || *every < 1 {
 		return fmt.Errorf("--instances, --duration, --rounds and --frame-every must be positive")

@@ -1,67 +1,89 @@
 // Command tickbench measures tickfence's tick engine and write path against baselines measured in
 // the same run on the same machine, and prints a table per scenario:
 //
-//	tickbench ticks   [--instances 10000,50000,40000 --rate 20 --work 5us,0,5us --duration 10s]
-//	tickbench writes  [--storage memory,file --sync --inflight 64 --duration 5s --cluster]
-//	tickbench cluster [--nodes 3 --instances 300 --rate 500 --duration 20s --kill-node | --pause-node]
-//	tickbench chaos   [--nodes 3 --duration 10m --seed N]
+//	tickbench ticks    [--instances 10000,50000,40000 --tick-rate 20 --work 5us,0,5us --duration 10s]
+//	tickbench writes   [--storage memory,file --sync --inflight 64 --duration 5s --cluster --auth --tls]
+//	tickbench cluster  [--servers 1|3|5 --replicas N --partitions P --nodes 3 --instances 300 --rate 500
+//	                    --duration 20s --kill-node[=ID] | --pause-node[=ID] | --kill-leader[=data|=p<k>]]
+//	tickbench cluster compare [--markdown] REPORT.json...
+//	tickbench chaos    [--nodes 3 --instances 100 --rate 200 --duration 10m --seed N]
 //	tickbench overload [--instances 1000 --steps 10,25,50,75,100,125,150,200 --step 15s --capacity N]
-//	tickbench frames  [--instances 10000 --duration 30s --rounds 1 --frame-every 1 --watch]
+//	tickbench frames   [--instances 10000 --duration 30s --rounds 1 --frame-every 1 --watch]
 //
-// Every scenario takes --json FILE (the figures, machine-readable); ticks and cluster take --plot
-// FILE (a self-contained HTML page with an SVG plot over time). Progress goes to stderr. cluster
-// and chaos build tickd and run a `tickd server` and node processes.
+// A flag means the same in every scenario that takes it: --instances (instances, or dungeons, to
+// run), --rate (commands per second, in all), --tick-rate (ticks per second of each instance, as
+// tickd's), --shards (shards of the cluster), --give-up (how long a command waits for its answer),
+// --duration (the measurement window), --json FILE and --plot FILE. tickbench SCENARIO --help
+// lists a scenario's flags (on stdout, exit 0); a usage error exits 2. Progress goes to stderr.
+// cluster, chaos, overload and frames build tickd and run a `tickd server` and node processes.
 package main
 
 import (
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strings"
 	"time"
 )
 
-func main() {
-	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		usage()
-		os.Exit(2)
+func main() { os.Exit(run(os.Args[1:])) }
+
+// scenarios run a scenario on its arguments.
+var scenarios = map[string]func([]string) error{
+	"ticks": runTicks, "writes": runWrites, "cluster": runCluster, "chaos": runChaos,
+	"overload": runOverload, "frames": runFrames,
+}
+
+// run runs a command line and returns the exit status: 0 done (or help printed), 1 failed, 2 a
+// usage error.
+func run(args []string) int {
+	if len(args) == 0 {
+		usage(os.Stderr)
+		return 2
 	}
-	var err error
-	switch os.Args[1] {
-	case "ticks":
-		err = runTicks(os.Args[2:])
-	case "writes":
-		err = runWrites(os.Args[2:])
-	case "cluster":
-		err = runCluster(os.Args[2:])
-	case "chaos":
-		err = runChaos(os.Args[2:])
-	case "overload":
-		err = runOverload(os.Args[2:])
-	case "frames":
-		err = runFrames(os.Args[2:])
-	case "help", "-h", "--help":
-		usage()
-		return
+	name := args[0]
+	switch name {
+	case "help", "-h", "--help", "-help":
+		if len(args) > 1 && scenarios[args[1]] != nil { // tickbench help SCENARIO
+			name, args = args[1], []string{args[1], "--help"}
+			break
+		}
+		usage(os.Stdout)
+		return 0
+	}
+	f := scenarios[name]
+	if f == nil {
+		fmt.Fprintf(os.Stderr, "tickbench: unknown scenario %q (see tickbench --help)\n", name)
+		return 2
+	}
+	err := f(args[1:])
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintln(os.Stderr, err) // it names the scenario
+		return 2
 	default:
-		usage()
-		os.Exit(2)
-	}
-	if err != nil {
 		fmt.Fprintln(os.Stderr, "tickbench:", err)
-		os.Exit(1)
+		return 1
 	}
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, `usage: tickbench SCENARIO [flags]
+func usage(w io.Writer) {
+	fmt.Fprintln(w, `usage: tickbench SCENARIO [flags]
 
 scenarios:
   ticks    tick engine vs the raw loop and one goroutine + time.Ticker per instance
-  writes   fenced writes vs raw JetStream compare-on-revision publishes (embedded server)
-  cluster  tickd server + N node processes under command load: lateness per node, command round
-           trip, failover time after --kill-node or --pause-node
+  writes   fenced writes vs raw JetStream compare-on-revision publishes (embedded server; --cluster:
+           also three in-process servers with R3 buckets)
+  cluster  tickd servers (--servers 1, 3 or 5; --replicas, --partitions) and N node processes under
+           command load: lateness per node, command round trip, failover time after --kill-node,
+           --pause-node or --kill-leader; tickbench cluster compare REPORT.json... compares runs
   chaos    nemesis soak: random pauses, kills, moves, drains and frozen saves under load, then
            the stored history, every acknowledged command and every effect (loot from the
            killable dungeons, consumed during the soak) are checked (exit 1 on a violation)
@@ -70,7 +92,64 @@ scenarios:
   frames   one node with N demo dungeons, without and with a frame from each every tick: tick
            lateness, CPU per tick, frames published and dropped
 
-tickbench SCENARIO --help lists its flags.`)
+Flags mean the same in every scenario that takes them: --instances (instances to run), --rate
+(commands per second, in all), --tick-rate (ticks per second of each instance), --shards (shards
+of the cluster), --give-up (how long a command waits for its answer), --duration (the measurement
+window), --json FILE (the figures), --plot FILE (an HTML page plotting them).
+
+tickbench SCENARIO --help (or tickbench help SCENARIO) lists its flags.`)
+}
+
+// errHelp: a scenario printed its --help (exit 0).
+var errHelp = errors.New("help printed")
+
+// usageError is a command line a scenario cannot run (exit 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// renamed are flags a scenario once had under another name, for the error's hint.
+var renamed = map[string]string{
+	"ticks rate":       "--tick-rate (ticks per second of each instance, as in cluster, overload and tickd; --rate is commands per second)",
+	"overload timeout": "--give-up (how long a command waits for its answer, as in cluster and chaos)",
+}
+
+// newFlagSet is the flags of scenario name (its words after tickbench); about says what it does
+// in its --help, after the usage line.
+func newFlagSet(name, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet("tickbench "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: tickbench %s [flags]\n\n%s\n\nflags:\n", name, about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses a scenario's flags: --help or -h prints its help on stdout (errHelp); an
+// unknown flag, a bad value or an argument is a usageError pointing at the help (argHint says
+// more about an argument).
+func parseFlags(fs *flag.FlagSet, args []string, argHint ...string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		return errHelp
+	}
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("unexpected argument %q%s", fs.Arg(0), strings.Join(append([]string{""}, argHint...), "; "))
+	}
+	if err != nil {
+		msg := err.Error()
+		if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+			msg = "unknown flag --" + name
+			if to := renamed[strings.TrimPrefix(fs.Name(), "tickbench ")+" "+name]; to != "" {
+				msg += "; it is " + to
+			}
+		}
+		return usageError{fmt.Sprintf("%s: %s (see %s --help)", fs.Name(), msg, fs.Name())}
+	}
+	return nil
 }
 
 // machine describes where a run happened, for the report.

@@ -12,7 +12,7 @@ import (
 func TestTicksSmoke(t *testing.T) {
 	dir := t.TempDir()
 	js, plot := filepath.Join(dir, "t.json"), filepath.Join(dir, "t.html")
-	err := runTicks([]string{"--instances", "200", "--rate", "50", "--work", "1us", "--duration", "200ms",
+	err := runTicks([]string{"--instances", "200", "--tick-rate", "50", "--work", "1us", "--duration", "200ms",
 		"--warmup", "100ms", "--mem-instances", "100", "--json", js, "--plot", plot})
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"html"
 	"math"
@@ -77,7 +76,11 @@ type overloadReport struct {
 }
 
 func runOverload(args []string) error {
-	fs := flag.NewFlagSet("overload", flag.ExitOnError)
+	fs := newFlagSet("overload", "Command load from 10 % to 200 % of one node's capacity. It starts a tickd server and one tickd\n"+
+		"node, creates --instances dungeons, finds the capacity (unless --capacity is given), then runs each\n"+
+		"step for --step and prints one row per step. Every attack is sent once (the client does not retry\n"+
+		"busy), so the table counts what the node answered. At the end every instance's stored damage is\n"+
+		"compared with the acknowledged attacks.")
 	instances := fs.Int("instances", 1000, "dungeons created by tickbench (boss HP 1e9: bosses never die)")
 	shards := fs.Int("shards", 64, "shards of the cluster")
 	tickRate := fs.Float64("tick-rate", 20, "tick rate of the node (Hz)")
@@ -85,27 +88,14 @@ func runOverload(args []string) error {
 	step := fs.Duration("step", 15*time.Second, "length of each load step")
 	percents := fs.String("steps", "10,25,50,75,100,125,150,200", "load steps, in percent of the capacity")
 	capacity := fs.Float64("capacity", 0, "the node's capacity in commands/s (0: find it first, ramping the load until answers slow down)")
-	timeout := fs.Duration("timeout", time.Second, "an attack with no answer after this long counts as timed out (it is never retried)")
+	timeout := fs.Duration("give-up", time.Second, "an attack with no answer after this long counts as timed out (it is never retried)")
 	opaque := fs.Bool("request-ids", false, "send opaque request IDs (Tickfence-Request-Id) instead of client sessions (needed for a tickd from before sessions)")
 	nodeArgs := fs.String("node-args", "", "extra tickd flags for the node, space-separated (e.g. \"--max-command-delay -1\" to see the node without admission control)")
 	bin := fs.String("tickd", "", "use this tickd binary instead of building one")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	plotOut := fs.String("plot", "", "write an HTML page plotting the steps to this file")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `tickbench overload: command load from 10 %% to 200 %% of one node's capacity.
-
-It starts a tickd server and one tickd node, creates --instances dungeons, finds the capacity
-(unless --capacity is given), then runs each step for --step and prints one row per step.
-Every attack is sent once (the client does not retry busy), so the table counts what the node
-answered. At the end every instance's stored damage is compared with the acknowledged attacks.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
-	_ = fs.Parse(args)
-	if fs.NArg() > 0 {
-		return fmt.Errorf("overload: unexpected argument %q", fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	var pcts []float64
 	for _, f := range strings.Split(*percents, ",") {
@@ -116,7 +106,7 @@ Flags:
 		pcts = append(pcts, v)
 	}
 	if *instances < 1 || *step <= 0 || *tickRate <= 0 || *timeout <= 0 {
-		return errors.New("--instances, --step, --tick-rate and --timeout must be positive")
+		return errors.New("--instances, --step, --tick-rate and --give-up must be positive")
 	}
 	cfg := overloadConfig{Instances: *instances, Shards: *shards, TickRate: *tickRate, CheckpointEvery: *checkpoint,
 		Step: *step, Percents: pcts, Capacity: *capacity, Timeout: *timeout, RequestIDs: *opaque}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -81,9 +80,11 @@ type ticksReport struct {
 }
 
 func runTicks(args []string) error {
-	fs := flag.NewFlagSet("ticks", flag.ExitOnError)
+	fs := newFlagSet("ticks", "The tick engine against the raw loop (one goroutine ticking every instance) and one goroutine +\n"+
+		"time.Ticker per instance, for each case of --instances, --tick-rate and --work (lists zipped): tick\n"+
+		"lateness p50/p99/max, CPU per tick, missed ticks; then memory per idle instance.")
 	instances := fs.String("instances", "10000,50000,40000", "instances per case (comma-separated; the lists are zipped, a single value applies to every case)")
-	rates := fs.String("rate", "20", "ticks per second per instance, per case")
+	rates := fs.String("tick-rate", "20", "ticks per second of each instance (Hz, as tickd --tick-rate), per case")
 	works := fs.String("work", "5us,0,5us", "game work per tick (CPU spin, calibrated), per case")
 	duration := fs.Duration("duration", 10*time.Second, "measurement window per design and case (rounded up to whole periods)")
 	warmup := fs.Duration("warmup", time.Second, "time each design runs before the window opens")
@@ -94,7 +95,9 @@ func runTicks(args []string) error {
 	memN := fs.Int("mem-instances", 20000, "idle instances for the memory measurement (0 skips it)")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	plotOut := fs.String("plot", "", "write an HTML page with a plot of lateness over time to this file")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 
 	cases, err := zipCases(*instances, *rates, *works)
 	if err != nil {
@@ -149,7 +152,7 @@ func zipCases(instances, rates, works string) ([]tickCase, error) {
 		case i < len(l):
 			return l[i], nil
 		}
-		return "", fmt.Errorf("--instances, --rate and --work must have one value or the same number of values")
+		return "", fmt.Errorf("--instances, --tick-rate and --work must have one value or the same number of values")
 	}
 	var cases []tickCase
 	for i := 0; i < n; i++ {

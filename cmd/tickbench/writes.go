@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -43,7 +42,10 @@ type writesReport struct {
 }
 
 func runWrites(args []string) error {
-	fs := flag.NewFlagSet("writes", flag.ExitOnError)
+	fs := newFlagSet("writes", "Fenced writes (the store's writes, checked against the shard's token; with --batch-shards also\n"+
+		"one atomic batch per shard) against raw JetStream compare-on-revision publishes, on an embedded\n"+
+		"server: writes/s and latency per method and storage;\n"+
+		"--cluster also on three in-process servers with R3 buckets.")
 	storages := fs.String("storage", "memory,file", "JetStream storage of the buckets: memory, file, or both")
 	syncAll := fs.Bool("sync", false, "fsync every write (the server's sync_always)")
 	inflight := fs.Int("inflight", 64, "writes in flight: one per instance, instances spread over the shards")
@@ -57,7 +59,9 @@ func runWrites(args []string) error {
 		"node credentials, and print the ratio of each method's writes/s with and without (the cost of authentication)")
 	withTLS := fs.Bool("tls", false, "also run each R1 profile over TCP on loopback twice: plain, then with TLS (a dev CA from tickctl auth init\n"+
 		"--tls) and the roles enforced (node credentials), and print the ratio of each method's writes/s (the cost of both on the wire)")
-	_ = fs.Parse(args)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
 
 	rep := writesReport{Machine: thisMachine()}
 	fmt.Printf("tickbench writes on %s\n", rep.Machine)
