@@ -78,6 +78,10 @@ type Options struct {
 	// TLSCA makes every connection to an external server TLS, verifying the server's
 	// certificate against this CA file (tickctl auth init --tls writes a dev one: ca.pem).
 	TLSCA string
+	// TLSCert and TLSKey are the client certificate (PEM) every connection to an external
+	// server presents, for a server that requires them (tickd server --tls-verify; a dev one:
+	// auth.NewClientCert). They need TLSCA.
+	TLSCert, TLSKey string
 	// DataDir of the embedded server (default "tickfence-data"); reused on restart.
 	DataDir string
 	// Listen makes the embedded server accept clients on HOST:PORT (default: in-process only,
@@ -320,6 +324,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 		return nil, err
 	}
 	cmds.Shedding = func() bool { h := n.node.Host(); return h != nil && h.Shedding() }
+	cmds.Logger = n.log
 	runCtx, stopRun := context.WithCancel(context.Background())
 	n.stopRun = stopRun
 	n.wg.Add(1)
@@ -386,11 +391,13 @@ func (n *Node) openNATS() error {
 		base = []nats.Option{srv.ConnectOption()}
 	}
 	if o.TLSCA != "" {
-		topts, err := auth.TLSClientOptions(o.TLSCA, "", "")
+		topts, err := auth.TLSClientOptions(o.TLSCA, o.TLSCert, o.TLSKey)
 		if err != nil {
 			return err
 		}
 		base = append(base, topts...)
+	} else if o.TLSCert != "" || o.TLSKey != "" {
+		return errors.New("tickfence: a client certificate (TLSCert, TLSKey) needs TLSCA: the CA that signed the server's certificate")
 	}
 	if creds != "" {
 		if err := auth.CheckNode(creds, o.NodeID); err != nil {
@@ -414,7 +421,7 @@ func (n *Node) openNATS() error {
 			})), o.NATSOptions...)
 		nc, err := natskv.Connect(url, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("connect to NATS %s: %w", where, err)
+			return nil, fmt.Errorf("connect to NATS %s: %w", where, auth.ExplainTLS(err, o.TLSCert != ""))
 		}
 		n.keep(nc)
 		return nc, nil

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -90,6 +91,95 @@ func InitTLS(dir string, hosts []string) ([]string, error) {
 	return written, nil
 }
 
+// NewClientCert writes a client certificate for name (name.pem, name-key.pem, mode 0600) signed by
+// the dev CA of InitTLS in dir, for servers that require client certificates (tickd server
+// --tls-verify): clients present it with --tls-cert and --tls-key. It returns the two files.
+func NewClientCert(dir, name string) (cert, key string, err error) {
+	if !validName.MatchString(name) {
+		return "", "", fmt.Errorf("certificate name %q: want 1-64 of A-Z a-z 0-9 _ -", name)
+	}
+	caCert, caKey, err := readCA(dir)
+	if err != nil {
+		return "", "", err
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: name},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
+	if err != nil {
+		return "", "", err
+	}
+	kder, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		return "", "", err
+	}
+	cert, key = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		return "", "", err
+	}
+	return cert, key, nil
+}
+
+// readCA reads the dev CA of InitTLS in dir.
+func readCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	read := func(name, typ string) ([]byte, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("the dev CA (tickctl auth init DIR --tls): %w", err)
+		}
+		p, _ := pem.Decode(b)
+		if p == nil || p.Type != typ {
+			return nil, fmt.Errorf("%s: not a PEM %s", name, typ)
+		}
+		return p.Bytes, nil
+	}
+	cb, err := read(TLSCA, "CERTIFICATE")
+	if err != nil {
+		return nil, nil, err
+	}
+	kb, err := read(tlsCAKey, "EC PRIVATE KEY")
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := x509.ParseCertificate(cb)
+	if err != nil {
+		return nil, nil, err
+	}
+	k, err := x509.ParseECPrivateKey(kb)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, k, nil
+}
+
+// ExplainTLS adds what to do to a connection error of a TLS client: a server that requires client
+// certificates closes the connection right after the handshake (TLS 1.3 sends the refusal
+// later), which nats.go reports only as "connection closed by remote after TLS handshake".
+// hasCert says whether the client presented one. Other errors are returned as they are.
+func ExplainTLS(err error, hasCert bool) error {
+	if err == nil {
+		return nil
+	}
+	s := err.Error()
+	switch {
+	case strings.Contains(s, "tls: certificate required"):
+		return fmt.Errorf("%w: give this client a certificate with --tls-cert and --tls-key", err)
+	case !strings.Contains(s, "closed by remote after TLS handshake"):
+		return err
+	case hasCert:
+		return fmt.Errorf("%w: the server refused this client's certificate (signed by a CA it does not trust, expired, or not for client authentication?)", err)
+	}
+	return fmt.Errorf("%w: the server requires a client certificate (tickd server --tls-verify): give one with --tls-cert and --tls-key", err)
+}
+
 func serial() *big.Int {
 	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	return n
@@ -102,6 +192,9 @@ func TLSClientOptions(caFile, certFile, keyFile string) ([]nats.Option, error) {
 		return nil, errors.New("a TLS client needs the CA that signed the servers' certificates (--tls-ca)")
 	}
 	opts := []nats.Option{nats.RootCAs(caFile)}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("a client certificate needs both --tls-cert and --tls-key")
+	}
 	if certFile != "" {
 		opts = append(opts, nats.ClientCert(certFile, keyFile))
 	}

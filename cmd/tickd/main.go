@@ -50,6 +50,7 @@ type options struct {
 	authDir         string
 	insecure        bool
 	tlsCA           string
+	tlsCert, tlsKey string
 	nodeID          string
 	shards          uint
 	partitions      uint
@@ -100,6 +101,8 @@ func main() {
 	fs.BoolVar(&o.insecure, "insecure", false, "let --nats-listen take an address other than loopback without --auth (anyone reaching it can\n"+
 		"rewrite shards and records)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "connect to --nats over TLS, verifying the server's certificate against this CA (ca.pem of tickctl auth init --tls)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "with --tls-ca: the client certificate (PEM) to present to a server that requires one (tickd server --tls-verify; tickctl auth cert DIR NAME makes a dev one)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "the key of --tls-cert")
 	fs.StringVar(&o.nodeID, "node-id", defaultNodeID(host), "this node's ID, 1..64 of A-Z a-z 0-9 _ -; the default is made of the host name: its first label,\n"+
 		"lowercased, any other character as -, cut to 64 with a hash of the name")
 	fs.UintVar(&o.shards, "shards", 256, "shard count of a new cluster (fixed once created)")
@@ -343,7 +346,7 @@ func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.L
 	beforeWrite, beforeRelease := faultHooks(log)
 	return tickfence.Options{
 		Kinds: []actor.Kind{dungeon.Kind{FrameEvery: o.demoFrameEvery}}, NodeID: o.nodeID,
-		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync, Creds: o.creds, Auth: o.authDir, Insecure: o.insecure, TLSCA: o.tlsCA,
+		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync, Creds: o.creds, Auth: o.authDir, Insecure: o.insecure, TLSCA: o.tlsCA, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 		Shards: uint32(o.shards), RequireShards: set.Shards, Partitions: uint32(o.partitions), RequirePartitions: set.Partitions,
 		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, CheckpointEvery: o.checkpointEvery,
 		LeaseTTL: o.lease, DataHistory: o.dataHistory,
