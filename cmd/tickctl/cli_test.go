@@ -191,11 +191,22 @@ func TestCompletion(t *testing.T) {
 		t.Errorf("tickctl completion zsh: exit %d\n%s", code, zsh)
 	}
 	if zshPath, err := exec.LookPath("zsh"); err == nil {
-		if out, err := exec.Command(zshPath, "-n", "-c", zsh).CombinedOutput(); err != nil {
-			t.Errorf("zsh -n: %v\n%s", err, out)
+		// The script's function with compsys's compadd, _files and compdef stood in for (they print
+		// what they were given): what zsh would offer.
+		prog := `compadd() { shift; print -r -- "$*"; }; _files() { print -r -- _files; }; compdef() { print -r -- "compdef $*"; }
+eval "$SCRIPT"
+words=("$BIN" dr); CURRENT=2; _tickctl
+words=("$BIN" instance ""); CURRENT=3; _tickctl
+words=("$BIN" rebalance --d); CURRENT=3; _tickctl
+words=("$BIN" backup ""); CURRENT=3; _tickctl`
+		cmd := exec.Command(zshPath, "-f", "-c", prog)
+		cmd.Env = append(cmd.Environ(), "SCRIPT="+zsh, "BIN="+bin)
+		out, err := cmd.CombinedOutput()
+		if want := "compdef _tickctl tickctl\ndrain\ncreate end get send watch\n--dry-run\n_files\n"; err != nil || string(out) != want {
+			t.Errorf("zsh completion: %v\n%s\nwant:\n%s", err, out, want)
 		}
 	} else {
-		t.Log("no zsh here: the zsh script's syntax is not checked, only its text")
+		t.Log("no zsh here: the zsh script is checked by its text only")
 	}
 	if _, stderr, code := runBin(t, nil, "completion", "fish"); code != 2 || !strings.Contains(stderr, "want bash or zsh") {
 		t.Errorf("tickctl completion fish: exit %d, %s", code, stderr)
