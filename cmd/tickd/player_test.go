@@ -6,11 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/browser"
 	"github.com/tickfence/tickfence/internal/proc"
@@ -179,5 +181,80 @@ func waitBelow(t *testing.T, b *browser.Browser, hp int64, within time.Duration)
 	t.Helper()
 	if err := b.WaitFor(fmt.Sprintf(`Number(document.getElementById('boss').dataset.hp) < %d`, hp), within); err != nil {
 		t.Fatalf("the boss's HP on the page did not drop below %d: %v", hp, err)
+	}
+}
+
+// TestPlayerPageAuth: with --auth, the page served by a tickd with everything embedded
+// (--nats-websocket on a free port, announced in config.json) is refused until it is given a
+// gateway's credentials; then it signs the server's nonce in the browser, receives its replies
+// under the gateway's own inbox, shows a boss's frames and its join and attack are answered.
+func TestPlayerPageAuth(t *testing.T) {
+	b := browser.ForTest(t, browser.Options{Width: 1100, Height: 760, Timeout: 30 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	bin, err := proc.Build(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authDir := filepath.Join(dir, "auth")
+	if _, err := auth.Init(authDir); err != nil {
+		t.Fatal(err)
+	}
+	credsFile, err := auth.NewUser(authDir, auth.Gateway, "ada-browser")
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := os.ReadFile(credsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePorts(t, 1)[0]
+	p, err := proc.Start(bin, "tickd", nil, "--data", filepath.Join(dir, "data"), "--auth", authDir, "--nats-websocket", "127.0.0.1:0",
+		"--metrics", fmt.Sprintf("127.0.0.1:%d", port), "--shards", "8", "--demo", "2", "--demo-players", "1", "--demo-rate", "0.01",
+		"--demo-frame-every", "2", "--log-json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	if err := proc.WaitJoined(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Do(chromedp.Navigate(fmt.Sprintf("http://127.0.0.1:%d/demo/?id=demo-1&player=ada", port))); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WaitFor(`document.getElementById('conn').dataset.state === 'refused' && !document.getElementById('auth').hidden`, 10*time.Second); err != nil {
+		var s string
+		_ = b.Eval(`document.getElementById('conn').textContent`, &s)
+		t.Fatalf("the page without credentials: %v (%q)", err, s)
+	}
+	// Paste the credentials and connect (the page reloads with them in its session storage).
+	if err := b.Eval(fmt.Sprintf(`document.getElementById('creds').value = %q; document.getElementById('auth').requestSubmit()`, creds), nil); err != nil {
+		t.Fatal(err)
+	}
+	connected := `document.getElementById('conn').dataset.state === 'connected' && document.getElementById('boss').dataset.hp !== undefined`
+	// A poll that began before the reload dies with its page (DevTools error -32000): poll again.
+	for i := 0; i < 5; i++ {
+		if err = b.WaitFor(connected, 15*time.Second); err == nil || !strings.Contains(err.Error(), "-32000") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		var s string
+		_ = b.Eval(`document.getElementById('conn').textContent`, &s)
+		t.Fatalf("the page with a gateway's credentials: %v (%q); console: %v", err, s, b.ConsoleLogs())
+	}
+	click(t, b, "join", 1, 10*time.Second)
+	hp0 := bossNumber(t, b, "hp")
+	click(t, b, "attack", 1, 10*time.Second)
+	waitBelow(t, b, hp0, 10*time.Second)
+	if errs := b.JSErrors(); len(errs) > 0 {
+		t.Errorf("the page logged errors: %v", errs)
+	}
+	for _, l := range b.ConsoleLogs() {
+		if strings.Contains(strings.ToLower(l), "violation") {
+			t.Errorf("the page was refused something: %s", l)
+		}
 	}
 }

@@ -1,8 +1,9 @@
 // A small client of the NATS protocol over WebSocket, written for the player demo page: CONNECT,
 // PING/PONG, SUB/UNSUB, PUB/HPUB, MSG/HMSG, request/reply with one wildcard inbox and "no
-// responders" (status 503), and reconnection with the subscriptions made again. Nothing else (no
-// JetStream, no authentication: the page supports servers without --auth; see README "Player
-// demo page"). The protocol: https://docs.nats.io/reference/reference-protocols/nats-protocol
+// responders" (status 503), reconnection with the subscriptions made again, and a user's
+// credentials (a .creds file: its JWT, and its nkey seed signing the server's nonce with
+// WebCrypto's Ed25519; replies under _INBOX.<the JWT's name>, as tickfence's roles require).
+// Nothing else (no JetStream). The protocol: https://docs.nats.io/reference/reference-protocols/nats-protocol
 // Frames of the server arrive as binary WebSocket messages that may split or join protocol lines
 // anywhere, so bytes are buffered and parsed by length.
 
@@ -56,16 +57,67 @@ function encodeHeaders(h) {
   return enc.encode(s + "\r\n");
 }
 
+// ---- credentials ----
+
+const B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+function base32Decode(s) {
+  const out = [];
+  let bits = 0, value = 0;
+  for (const ch of s) {
+    const v = B32.indexOf(ch);
+    if (v < 0) throw new Error("not base32");
+    value = (value << 5) | v;
+    bits += 5;
+    if (bits >= 8) {
+      out.push((value >>> (bits - 8)) & 0xff);
+      bits -= 8;
+    }
+  }
+  return new Uint8Array(out);
+}
+
+const b64url = (bytes) => btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+const unb64url = (s) => atob(s.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((s.length + 3) % 4));
+
+// parseCreds reads a NATS .creds file (tickctl auth user): {jwt, seed, name}, name being the
+// JWT's, which names the user's inbox. It throws on anything else.
+export function parseCreds(text) {
+  const jwt = /-{3,}BEGIN NATS USER JWT-{3,}\s*([A-Za-z0-9_.=-]+)\s*-{3,}END/.exec(text);
+  const seed = /-{3,}BEGIN USER NKEY SEED-{3,}\s*(SU[A-Z2-7]+)\s*-{3,}END/.exec(text);
+  if (!jwt || !seed) throw new Error("not a user credentials file (.creds): it needs a NATS USER JWT and a USER NKEY SEED block");
+  let claims;
+  try {
+    claims = JSON.parse(unb64url(jwt[1].split(".")[1]));
+  } catch (e) {
+    throw new Error("the credentials' JWT cannot be read");
+  }
+  return { jwt: jwt[1], seed: seed[1], name: claims.name || "" };
+}
+
+// signNonce signs the server's nonce with the seed's ed25519 key, as nats.go does
+// (base64url, no padding). A seed is 2 bytes of prefix, the 32-byte key and a CRC16.
+async function signNonce(seed, nonce) {
+  if (!crypto.subtle) throw new Error("this page is not in a secure context (open it on https, 127.0.0.1 or localhost): WebCrypto cannot sign");
+  const raw = base32Decode(seed).subarray(2, 34);
+  const pkcs8 = concat(new Uint8Array([0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20]), raw);
+  const key = await crypto.subtle.importKey("pkcs8", pkcs8, { name: "Ed25519" }, false, ["sign"]);
+  return b64url(new Uint8Array(await crypto.subtle.sign({ name: "Ed25519" }, key, enc.encode(nonce))));
+}
+
 export class Conn {
   // url: ws:// or wss:// of the server's WebSocket listener. onStatus(state, detail) is told
   // "connecting", "connected", "disconnected" (and why), every time it changes.
-  constructor(url, { name = "tickfence player page", onStatus = () => {} } = {}) {
+  // creds: the text of a .creds file, or "" for none.
+  constructor(url, { name = "tickfence player page", onStatus = () => {}, creds = "" } = {}) {
     this.url = url;
+    this.creds = creds ? parseCreds(creds) : null;
     this.name = name;
     this.onStatus = onStatus;
     this.subs = new Map(); // sid → {subject, cb}
     this.nextSid = 1;
-    this.inbox = `_INBOX.${randomToken(10)}`;
+    // A user of tickfence's roles may receive replies under _INBOX.<its name> only.
+    this.inbox = this.creds && this.creds.name ? `_INBOX.${this.creds.name}.${randomToken(8)}` : `_INBOX.${randomToken(10)}`;
     this.pending = new Map(); // inbox token → {resolve, reject, timer}
     this.nextReq = 1;
     this.buf = new Uint8Array(0);
@@ -158,7 +210,18 @@ export class Conn {
     });
   }
 
-  onInfo(info) {
+  // refuse gives up for good: the server will not take this page as it is.
+  refuse(why) {
+    this.closed = true;
+    if (this.firstConnect) {
+      this.firstConnect.reject(new Error(why));
+      this.firstConnect = null;
+    }
+    this.onStatus("refused", why);
+    if (this.ws) this.ws.close();
+  }
+
+  async onInfo(info) {
     const first = this.server === null;
     this.server = info;
     if (!first && this.connected) return; // a cluster update
@@ -166,6 +229,13 @@ export class Conn {
       verbose: false, pedantic: false, headers: true, no_responders: true, lang: "js-tickfence-page",
       version: "1", protocol: 1, name: this.name,
     };
+    if (this.creds) {
+      connect.jwt = this.creds.jwt;
+      if (info.nonce) connect.sig = await signNonce(this.creds.seed, info.nonce);
+    } else if (info.auth_required) {
+      this.refuse("the server requires credentials (it runs with --auth): give the page a gateway's .creds");
+      return;
+    }
     this.sendLine("CONNECT " + JSON.stringify(connect));
     this.sendLine(`SUB ${this.inbox}.* 0`); // sid 0: every reply
     for (const [sid, s] of this.subs) this.sendLine(`SUB ${s.subject} ${sid}`);
@@ -228,16 +298,16 @@ export class Conn {
           break;
         }
         case "INFO":
-          this.onInfo(JSON.parse(line.slice(sp + 1)));
+          this.onInfo(JSON.parse(line.slice(sp + 1))).catch((e) => this.refuse(e.message));
           break;
         case "+OK":
           break;
         case "-ERR":
           console.warn("NATS server:", line);
-          if (this.firstConnect && /authorization/i.test(line)) {
-            this.firstConnect.reject(new Error(`the server refused the page: ${line} (the page cannot authenticate; see README)`));
-            this.firstConnect = null;
-            this.closed = true;
+          if (/authorization|authentication/i.test(line)) {
+            this.refuse(`the server refused the page: ${line.slice(5)}${this.creds ? " (are these the credentials of this server's gateway?)" : ""}`);
+          } else if (/permissions violation/i.test(line)) {
+            console.warn(`refused by the server's permissions: ${line}`);
           }
           break;
         default:

@@ -1,7 +1,7 @@
 // The player demo page: lists dungeons, shows a boss from its frames (DESIGN 8, README "Frames, for
 // gateways in any language") and sends join/attack/leave with request IDs (README "Commands, for
 // gateways in any language"), talking NATS over WebSocket to the server (nats.js).
-import { Conn } from "./nats.js";
+import { Conn, parseCreds } from "./nats.js";
 import { decode } from "./msgpack.js";
 
 const $ = (id) => document.getElementById(id);
@@ -292,6 +292,35 @@ async function command(type) {
   }
 }
 
+// ---- credentials, for a server with --auth ----
+
+const CREDS_KEY = "tickfence-player-creds";
+
+function showAuth(err) {
+  $("auth").hidden = false;
+  $("auth-error").textContent = err || "";
+}
+
+function setupAuthForm() {
+  $("auth").onsubmit = (e) => {
+    e.preventDefault();
+    const text = $("creds").value;
+    try {
+      parseCreds(text);
+    } catch (err) {
+      $("auth-error").textContent = err.message;
+      return;
+    }
+    sessionStorage.setItem(CREDS_KEY, text);
+    location.reload();
+  };
+  $("creds-forget").onclick = () => {
+    sessionStorage.removeItem(CREDS_KEY);
+    $("creds").value = "";
+    $("auth-error").textContent = "forgotten";
+  };
+}
+
 // ---- start ----
 
 async function main() {
@@ -309,12 +338,20 @@ async function main() {
     return;
   }
   for (let i = 0; i < (cfg.demo || 0); i++) addKnown(`demo-${i}`, "config");
-  nc = new Conn(url, { onStatus: setConn });
+  setupAuthForm();
+  const creds = sessionStorage.getItem(CREDS_KEY) || "";
+  try {
+    nc = new Conn(url, { onStatus: setConn, creds });
+  } catch (e) {
+    showAuth(`the stored credentials: ${e.message}`);
+    return;
+  }
   window.tickfencePlayer = { conn: nc, command, select }; // for the browser test and the console
   try {
     await nc.connect();
   } catch (e) {
     setConn("refused", e.message);
+    if (/credentials|authoriz|authentic|secure context/i.test(e.message)) showAuth(creds ? e.message : "");
     return;
   }
   for (const b of ["join", "attack", "leave"]) $(b).onclick = () => command(b);
