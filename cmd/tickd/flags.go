@@ -1,7 +1,11 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
 )
 
@@ -47,4 +51,22 @@ func syncArgs(args []string) []string {
 		out = append(out, a)
 	}
 	return out
+}
+
+// parseFlags parses args into fs (made with flag.ContinueOnError) the way the peers' CLIs do:
+// -h or --help prints the help on stdout and exits 0; a bad flag or value is one line on stderr
+// naming the help, and exit 2.
+func parseFlags(fs *flag.FlagSet, args []string) {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v (see %s --help)\n", fs.Name(), err, fs.Name())
+		os.Exit(2)
+	}
 }

@@ -84,7 +84,7 @@ func main() {
 		os.Exit(serverMain(os.Args[2:]))
 	}
 	var o options
-	fs := flag.NewFlagSet("tickd", flag.ExitOnError)
+	fs := flag.NewFlagSet("tickd", flag.ContinueOnError)
 	host, _ := os.Hostname()
 	fs.StringVar(&o.data, "data", "tickd-data", "directory of the embedded JetStream server's files (reused on restart)")
 	fs.StringVar(&o.natsURL, "nats", os.Getenv("NATS_URL"), "use this external NATS server instead of the embedded one (default $NATS_URL)")
@@ -189,7 +189,7 @@ Signals: SIGINT or SIGTERM hands every shard off to the other nodes (or, alone, 
 releases them) and exits; a second signal exits at once.
 `)
 	}
-	_ = fs.Parse(syncArgs(os.Args[1:]))
+	parseFlags(fs, syncArgs(os.Args[1:]))
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "tickd: unexpected argument %q (see tickd --help)\n", fs.Arg(0))
 		os.Exit(2)
@@ -452,7 +452,7 @@ func summarize(ctx context.Context, every time.Duration, nd *node.Node, engine *
 // --nats, so freezing or killing a node never freezes the store. With --cluster it is one server
 // of a JetStream cluster (R3/R5 buckets: DESIGN 10).
 func serverMain(args []string) int {
-	fs := flag.NewFlagSet("tickd server", flag.ExitOnError)
+	fs := flag.NewFlagSet("tickd server", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:4222", "HOST:PORT for NATS clients")
 	data := fs.String("data", "tickd-server-data", "directory of JetStream's files (reused on restart)")
 	sync := new(bool)
@@ -507,7 +507,7 @@ Examples:
   tickd --nats nats://127.0.0.1:4222,nats://127.0.0.1:4223,nats://127.0.0.1:4224 --replicas 3 --partitions 3
 `)
 	}
-	_ = fs.Parse(syncArgs(args))
+	parseFlags(fs, syncArgs(args))
 	var log *slog.Logger
 	if *logJSON {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
