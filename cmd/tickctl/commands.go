@@ -37,14 +37,14 @@ import (
 
 // verb is one command of tickctl.
 type verb struct {
-	path     string   // its words: "drain", "instance create"
-	args     string   // synopsis of its arguments and required flags: "<shard> <node>"
-	min, max int      // how many positional arguments it takes
-	short    string   // what it does (the line of tickctl --help; may wrap with \n)
-	long     string   // more, for tickctl VERB --help
-	flags    []string // the flags it takes besides the global ones (names in flagDefs)
-	offline  bool     // runs without NATS: no global flags
-	timeout  time.Duration
+	path     string                                                 // its words: "drain", "instance create"
+	args     string                                                 // synopsis of its arguments and required flags: "<shard> <node>"
+	min, max int                                                    // how many positional arguments it takes
+	short    string                                                 // what it does (the line of tickctl --help; may wrap with \n)
+	long     string                                                 // more, for tickctl VERB --help
+	flags    []string                                               // the flags it takes besides the global ones (names in flagDefs)
+	offline  bool                                                   // runs without NATS: no global flags
+	timeout  time.Duration                                          // default --timeout (0: 10s); negative: none, the verb runs until Ctrl-C (SIGINT/SIGTERM end it cleanly)
 	check    func(g *globals, args []string) error                  // before connecting
 	run      func(ctx context.Context, c *cli, args []string) error // connected
 	local    func(g globals, args []string, out io.Writer) error    // offline

@@ -115,12 +115,12 @@ func run(args []string, out io.Writer) (err error) {
 	if !p.timeoutSet && v.timeout > 0 {
 		g.timeout = v.timeout
 	}
-	watching := v.path == "instance watch"
+	watching := v.timeout < 0 // runs until Ctrl-C (instance watch)
 	if !p.timeoutSet && v.timeout < 0 {
 		g.timeout = 100 * 365 * 24 * time.Hour // until Ctrl-C or --count
 	}
 	base := context.Background()
-	if watching { // Ctrl-C ends a watch cleanly; other commands keep the default (exit at once)
+	if watching { // Ctrl-C ends it cleanly; other commands keep the default (exit at once)
 		var stop context.CancelFunc
 		base, stop = signal.NotifyContext(base, os.Interrupt, syscall.SIGTERM)
 		defer stop()
