@@ -25,7 +25,8 @@ import (
 // that runs the dungeon and connected to the server over WebSocket. It joins and attacks a boss
 // with the page's buttons and sees its HP drop in the frames; then kills -9 that node and attacks
 // again: the page retries with the same request ID until the shard's new owner answers, and the
-// HP drops again in frames of the new grant. The screenshot goes to docs/img/player.png with
+// HP drops again in frames of the new grant. Then the server restarts: the page reconnects,
+// subscribes again and its next attack is answered. The screenshot goes to docs/img/player.png with
 // TICKFENCE_SCREENSHOTS=1 (how the docs' one was made), else to the test's temporary directory.
 func TestPlayerPageFailover(t *testing.T) {
 	b := browser.ForTest(t, browser.Options{Width: 1100, Height: 760, Timeout: 30 * time.Second})
@@ -127,6 +128,20 @@ func TestPlayerPageFailover(t *testing.T) {
 	if err := b.Eval(`document.querySelector('#log li.note') ? document.querySelector('#log li.note').textContent : ''`, &note); err != nil || note == "" {
 		t.Errorf("the page did not note the grant change: %q, %v", note, err)
 	}
+
+	// The server restarts: the page reconnects by itself, subscribes again, and plays on.
+	if err := c.RestartServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WaitFor(`window.tickfencePlayer.conn.reconnects >= 1 && document.getElementById('conn').dataset.state === 'connected'`, 20*time.Second); err != nil {
+		t.Fatalf("the page did not reconnect to the restarted server: %v", err)
+	}
+	tick := bossNumber(t, b, "tick")
+	if err := b.WaitFor(fmt.Sprintf(`Number(document.getElementById('boss').dataset.tick) > %d`, tick), 20*time.Second); err != nil {
+		t.Fatalf("no new frame after the server's restart: %v", err)
+	}
+	click(t, b, "attack", 3, 30*time.Second)
+	waitBelow(t, b, hp2, 10*time.Second)
 
 	shot := filepath.Join(dir, "player.png")
 	if os.Getenv("TICKFENCE_SCREENSHOTS") == "1" {

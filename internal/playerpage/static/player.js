@@ -69,7 +69,15 @@ function stampOf(msg) {
   };
 }
 
+let wasDown = false;
 function setConn(state, detail) {
+  if (state === "disconnected" && !wasDown) {
+    wasDown = true;
+    note(`NATS connection lost (${detail}); reconnecting`);
+  } else if (state === "connected" && wasDown) {
+    wasDown = false;
+    note(`reconnected to ${detail}; subscriptions made again`);
+  }
   const el = $("conn");
   el.dataset.state = state;
   el.textContent = state === "connected" ? `connected · ${detail}` : `${state}${detail ? " · " + detail : ""}`;
@@ -175,7 +183,7 @@ function frame(cur, m, base) {
   cur.frames++;
   cur.lastAt = performance.now();
   if (cur.token !== null && cur.token !== st.token) {
-    note(`${cur.id}: frames now under token ${st.token} (was ${cur.token}): the shard moved to another owner (a failover or a hand-off)`);
+    note(`${cur.id}: frames now under token ${st.token} (was ${cur.token}): a new grant — the shard moved (a failover or a hand-off), or its owner rotated its token (after a reconnect)`);
   }
   cur.token = st.token;
   $("frames").textContent = `${cur.frames} shown, ${cur.dropped} dropped`;
