@@ -98,8 +98,8 @@ func main() {
 	fs.StringVar(&o.creds, "creds", auth.CredsFromEnv(), "NATS credentials file of this node (node.creds from tickctl auth init; default $NATS_CREDS)")
 	fs.StringVar(&o.authDir, "auth", "", "the embedded server enforces the roles of this directory (tickctl auth init DIR); the node\n"+
 		"connects with its node.creds unless --creds says otherwise")
-	fs.BoolVar(&o.insecure, "insecure", false, "let --nats-listen take an address other than loopback without --auth (anyone reaching it can\n"+
-		"rewrite shards and records)")
+	fs.BoolVar(&o.insecure, "insecure", false, "let --nats-listen and --nats-websocket take an address other than loopback without --auth, and\n"+
+		"--nats-websocket without an origin accept any page (anyone reaching them can rewrite shards and records)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "connect to --nats over TLS, verifying the server's certificate against this CA (ca.pem of tickctl auth init --tls)")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "with --tls-ca: the client certificate (PEM) to present to a server that requires one (tickd server --tls-verify; tickctl auth cert DIR NAME makes a dev one)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "the key of --tls-cert")
@@ -466,8 +466,8 @@ func serverMain(args []string) int {
 	clusterName := fs.String("cluster-name", natsserver.DefaultClusterName, "the JetStream cluster's name; the same on every server of it")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	authDir := fs.String("auth", "", "enforce the roles of this directory (tickctl auth init DIR): every client needs one of its credentials")
-	insecure := fs.Bool("insecure", false, "let --listen take an address other than loopback without --auth (anyone reaching it can rewrite\n"+
-		"shards and records)")
+	insecure := fs.Bool("insecure", false, "let --listen and --websocket take an address other than loopback without --auth, and --websocket\n"+
+		"without --websocket-origin accept any page (anyone reaching them can rewrite shards and records)")
 	tlsCert := fs.String("tls-cert", "", "TLS certificate of this server (PEM) for clients and, with --cluster, routes (tickctl auth init --tls: server.pem)")
 	tlsKey := fs.String("tls-key", "", "its key (server-key.pem)")
 	tlsCA := fs.String("tls-ca", "", "the CA routes verify each other against (required with --tls-cert and --cluster; ca.pem)")
