@@ -3,6 +3,7 @@
 // gateways in any language"), talking NATS over WebSocket to the server (nats.js).
 import { Conn, parseCreds } from "./nats.js";
 import { decode } from "./msgpack.js";
+import { fnv1a32, FrameFilter } from "./wire.js";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -15,44 +16,7 @@ let nc = null;
 const known = new Map(); // dungeon ID → {fromConfig, seen}
 let current = null; // {id, shard, subs, filter, last frame's arrival}
 
-// fnv1a32 is the shard function of DESIGN 1: FNV-1a-32 of the instance ID's bytes, mod shards.
-function fnv1a32(s) {
-  let h = 0x811c9dc5;
-  for (const b of new TextEncoder().encode(s)) {
-    h ^= b;
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h >>> 0;
-}
 const shardOf = (id) => fnv1a32(id) % cfg.shards;
-
-// FrameFilter is the watcher's rule (shard/wire.FrameFilter): keep the highest (epoch, token)
-// seen on any of the instance's subjects and drop frames below it; under that grant keep per
-// topic the last (tick, frame) shown and drop one not after it. A zombie's frames die here as
-// soon as the new owner's first frame has arrived.
-class FrameFilter {
-  constructor() {
-    this.seen = false;
-    this.epoch = 0n;
-    this.token = 0n;
-    this.last = new Map();
-  }
-  pass(topic, st) {
-    if (!this.seen || st.epoch > this.epoch || (st.epoch === this.epoch && st.token > this.token)) {
-      this.seen = true;
-      this.epoch = st.epoch;
-      this.token = st.token;
-      this.last = new Map();
-    } else if (st.epoch < this.epoch || st.token < this.token) {
-      return false;
-    } else {
-      const l = this.last.get(topic);
-      if (l && (st.tick < l[0] || (st.tick === l[0] && st.index <= l[1]))) return false;
-    }
-    this.last.set(topic, [st.tick, st.index]);
-    return true;
-  }
-}
 
 function stampOf(msg) {
   const num = (k, dflt) => {
