@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tickfence/tickfence/internal/lease"
+	"github.com/tickfence/tickfence/internal/logkey"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/store"
 )
@@ -461,7 +462,7 @@ func (r *rounds) round(ctx context.Context) error {
 		to := store.Assignment{Owner: node, Session: snap.nodes[node].Session}
 		got, rev, err := assign(ctx, r.st, r.t, r.epoch, s, cur.Owner, cur.Revision, to, released)
 		if err != nil {
-			r.log.Warn("failover assignment", "shard", s, "to", node, "err", err)
+			r.log.Warn("failover assignment", logkey.Shard, s, "to", node, logkey.Token, cur.Revision, logkey.CASResult, casResult(err), logkey.Err, err)
 			continue
 		}
 		assigned[s] = true
@@ -476,11 +477,13 @@ func (r *rounds) round(ctx context.Context) error {
 		switch {
 		case released:
 			r.cfg.metrics.Handoffs.WithLabelValues("ok").Inc()
-			r.log.Info("hand-off complete", "shard", s, "from", cur.Owner.Owner, "to", node, "result", "ok", "token", rev, "grant", got.Grant)
+			r.log.Info("hand-off complete", logkey.Shard, s, "from", cur.Owner.Owner, "to", node, "result", "ok", "previous_token", cur.Revision,
+				logkey.Token, rev, logkey.CurrentRevision, rev, logkey.CASResult, "ok", "grant", got.Grant)
 		case cur.Revision != 0 && cur.Owner.Owner != "":
 			r.cfg.metrics.Failovers.Inc()
-			r.log.Info("failover: shard reassigned", "shard", s, "from", cur.Owner.Owner, "from_session", cur.Owner.Session,
-				"to", node, "session", to.Session, "token", rev, "grant", got.Grant)
+			r.log.Info("failover: shard reassigned", logkey.Shard, s, "from", cur.Owner.Owner, "from_session", cur.Owner.Session,
+				"to", node, "session", to.Session, "previous_token", cur.Revision, logkey.Token, rev, logkey.CurrentRevision, rev,
+				logkey.CASResult, "ok", "grant", got.Grant)
 		default:
 			r.log.Debug("shard assigned", "shard", s, "to", node, "token", rev)
 		}
@@ -507,6 +510,14 @@ func (r *rounds) round(ctx context.Context) error {
 			"imbalance_after", fmt.Sprintf("%.2f", plan.After))
 	}
 	return nil
+}
+
+// casResult names the outcome of a failed compare-and-set for the logs (logkey.CASResult).
+func casResult(err error) string {
+	if errors.Is(err, store.ErrConflict) {
+		return "conflict"
+	}
+	return "error"
 }
 
 // trackUnowned updates tickfence_shards_unowned and tickfence_shard_unowned_max_seconds: a shard
@@ -605,7 +616,8 @@ func (r *rounds) settleMove(ctx context.Context, snap snapshot, s uint32, e stor
 	}
 	r.v.applyShard(store.AssignmentEvent{Shard: s, Revision: rev, Assignment: got})
 	r.cfg.metrics.Handoffs.WithLabelValues(rec.Result).Inc()
-	r.log.Info("hand-off complete", "shard", s, "from", rec.From, "to", target, "result", rec.Result, "token", rev, "grant", got.Grant)
+	r.log.Info("hand-off complete", logkey.Shard, s, "from", rec.From, "to", target, "result", rec.Result, "previous_token", cur.Revision,
+		logkey.Token, rev, logkey.CurrentRevision, rev, logkey.CASResult, "ok", "grant", got.Grant)
 	return r.finishMove(ctx, e, target, rec.Result)
 }
 

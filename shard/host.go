@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/internal/logkey"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/internal/watch"
 	"github.com/tickfence/tickfence/shard/wire"
@@ -31,7 +32,8 @@ type Command struct {
 	// Reply sends the encoded (msgpack) reply. The host calls it exactly once.
 	Reply func(reply []byte)
 
-	admitted bool // counted by admission control until answered
+	admitted bool   // counted by admission control until answered
+	cas      string // the result of the write whose failure refused it, for the refusal's log line
 }
 
 // Commands connects the host to the command subjects of the shards it runs.
@@ -142,6 +144,8 @@ type Host struct {
 	released     map[uint32]handedOn
 	reconcileNow chan struct{}
 	adm          *admission
+	fence        sync.Map // shard → *fenceView, for the diagnostic logs (diaglog.go)
+	diagLimit    logkey.Limiter
 
 	// Writes leave the tick workers through writeQ: encoding a record and publishing it (which
 	// can wait on the connection's lock) happen on the writer goroutines, so a slow store never
@@ -354,6 +358,7 @@ func (h *Host) Reconcile(ctx context.Context) {
 		skip := h.closed || h.paused || h.shards[ev.Shard] != nil || ok && rel.grant == a && time.Since(rel.at) < releasedHold
 		if !skip {
 			h.seen[ev.Shard] = max(h.seen[ev.Shard], rev)
+			h.noteRevision(ev.Shard, rev)
 		}
 		h.mu.Unlock()
 		if skip {
@@ -394,6 +399,7 @@ func (h *Host) applied(shard uint32, rev uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.seen[shard] = max(h.seen[shard], rev)
+	h.noteRevision(shard, rev)
 }
 
 func (h *Host) runs(shard uint32) bool {
@@ -420,6 +426,7 @@ func (h *Host) start(g store.Grant, rotateFirst bool) {
 		sh.state = rebuilding
 	}
 	h.shards[g.Shard] = sh
+	h.noteToken(g.Shard, g.Token)
 	h.mu.Unlock()
 	h.cfg.metrics.ShardsOwned.Inc()
 	if rotateFirst {
@@ -440,6 +447,7 @@ func (h *Host) Apply(ev store.AssignmentEvent) {
 		return
 	}
 	h.seen[ev.Shard] = ev.Revision
+	h.noteRevision(ev.Shard, ev.Revision)
 	sh := h.shards[ev.Shard]
 	switch {
 	case mine && sh == nil:
@@ -485,6 +493,7 @@ func (h *Host) forget(sh *shardRun) {
 	if h.shards[sh.id] == sh {
 		delete(h.shards, sh.id)
 		h.cfg.metrics.ShardsOwned.Dec()
+		h.noteToken(sh.id, 0)
 	}
 }
 
@@ -526,6 +535,9 @@ func (h *Host) answer(c Command, reply []byte, result string) {
 	}
 	h.cfg.metrics.Commands.WithLabelValues(result).Inc()
 	h.cfg.metrics.CommandSeconds.Observe(took.Seconds())
+	if result != "ok" && result != "duplicate" {
+		h.logRefusal(c, result, reply)
+	}
 	if c.Reply != nil {
 		c.Reply(reply)
 	}

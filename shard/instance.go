@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -632,7 +633,7 @@ func (in *instance) written(w *write, err error) {
 		// rejection here is the fence doing its job. Commands still attached had no effect.
 		in.mu.Unlock()
 		for _, a := range answers {
-			h.answerErr(a.c, wire.CodeRetry, "write of instance %s failed: %v", in.id, err)
+			h.answerWriteErr(a.c, err, wire.CodeRetry, "write of instance %s failed: %v", in.id, err)
 		}
 		return
 	}
@@ -674,18 +675,23 @@ func (in *instance) written(w *write, err error) {
 		}
 	case errors.Is(err, store.ErrTooLarge):
 		for _, a := range answers {
-			h.answerErr(a.c, wire.CodeTooLarge, "the instance's record would exceed %d bytes; the command was undone", store.MaxRecordBytes)
+			h.answerWriteErr(a.c, err, wire.CodeTooLarge, "the instance's record would exceed %d bytes; the command was undone", store.MaxRecordBytes)
 		}
-		in.sh.log.Error("record too large: instance reverted to its last stored state", "instance", in.id, "token", in.grant.Token, "err", err)
+		in.logWrite(slog.LevelError, "record too large: instance reverted to its last stored state", answers, err)
 	case refused:
 		// Nothing was stored and the token is still ours: undo and go on, no rotation.
 		for _, a := range answers {
-			h.answerErr(a.c, wire.CodeRetry, "the store refused the write of instance %s, nothing was applied (%v); retry with the same request id", in.id, err)
+			h.answerWriteErr(a.c, err, wire.CodeRetry, "the store refused the write of instance %s, nothing was applied (%v); retry with the same request id", in.id, err)
 		}
-		in.sh.log.Error("write refused by the store: instance reverted to its last stored state", "instance", in.id, "token", in.grant.Token, "err", err)
+		in.logWrite(slog.LevelError, "write refused by the store: instance reverted to its last stored state", answers, err)
 	default:
 		for _, a := range answers {
-			h.answerErr(a.c, wire.CodeRetry, "write of instance %s failed: %v", in.id, err)
+			h.answerWriteErr(a.c, err, wire.CodeRetry, "write of instance %s failed: %v", in.id, err)
+		}
+		if errors.Is(err, store.ErrStaleOwner) {
+			in.logWrite(slog.LevelWarn, "write rejected by the fence", answers, err)
+		} else {
+			in.logWrite(slog.LevelWarn, "write outcome unknown: the shard's token is rotated", answers, err)
 		}
 		// Not on the acknowledgement path: settling it may read from the store.
 		h.spawn(func() { in.sh.writeFailed(in, err) })

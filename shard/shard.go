@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/internal/logkey"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 )
@@ -309,8 +310,8 @@ func (sh *shardRun) writeFailed(in *instance, err error) {
 		if stale != nil {
 			met = stale.Revision
 		}
-		sh.stop("stale_owner", "instance", in.id, "revision", rev, "store_met_revision", met,
-			"new_owner", a.Owner, "new_session", a.Session, "read_err", rerr, "err", err)
+		sh.stop("stale_owner", logkey.Instance, in.id, logkey.CurrentRevision, rev, "store_met_revision", met,
+			logkey.CASResult, writeResult(err), "new_owner", a.Owner, "new_session", a.Session, "read_err", rerr, logkey.Err, err)
 	default:
 		sh.rebuild("write outcome unknown: "+err.Error(), 0)
 	}
@@ -330,7 +331,8 @@ func (sh *shardRun) rebuild(cause string, adopt uint64) {
 	sh.insts = map[string]*instance{}
 	sh.mu.Unlock()
 	sh.retireAll(insts, wire.CodeRetry, "shard %d is being rebuilt after an uncertain write; retry with the same request id", sh.id)
-	sh.log.Warn("rebuilding shard", "token", old.Token, "cause", cause, "adopt", adopt)
+	sh.log.Warn("rebuilding shard", logkey.Token, old.Token, logkey.CurrentRevision, max(adopt, sh.h.fenceOf(sh.id).rev.Load()),
+		"cause", cause, "adopt", adopt)
 	sh.h.spawn(func() { sh.rotateAndLoad(old, adopt) })
 }
 
@@ -351,7 +353,12 @@ func (sh *shardRun) rotateAndLoad(old store.Grant, adopt uint64) {
 	sh.state = loading
 	sh.mu.Unlock()
 	sh.h.applied(g.Shard, g.Token) // its own watch event must not start it again unrotated
-	sh.log.Info("token rotated", "from", old.Token, "token", g.Token)
+	sh.h.noteToken(g.Shard, g.Token)
+	cas := "ok"
+	if adopt > old.Token {
+		cas = "adopted"
+	}
+	sh.log.Info("token rotated", logkey.Token, old.Token, logkey.CurrentRevision, g.Token, logkey.CASResult, cas)
 	sh.load(g)
 }
 
@@ -389,7 +396,7 @@ func (sh *shardRun) rotate(old store.Grant, adopt uint64) (store.Grant, bool) {
 		}
 	}, func(err error) bool { return errors.Is(err, errLost) })
 	if err != nil {
-		sh.stop("stale_owner", "token", old.Token, "err", err)
+		sh.stop("stale_owner", logkey.CASResult, "lost", logkey.Err, err)
 		return store.Grant{}, false
 	}
 	return g, true
@@ -439,7 +446,7 @@ func (sh *shardRun) stop(reason string, attrs ...any) {
 		level = slog.LevelError
 	}
 	sh.log.Log(context.Background(), level, "shard stopped: its actors no longer tick",
-		append([]any{"reason", reason, "token", token, "instances", len(insts)}, attrs...)...)
+		append([]any{"reason", reason, logkey.Token, token, "instances", len(insts)}, attrs...)...)
 }
 
 // submit routes a command to its instance's mailbox, or creates the instance.
@@ -523,7 +530,7 @@ func (sh *shardRun) deny(g store.Grant, c Command, reply []byte) {
 		case err != nil || !a.Holds(g.Assignment):
 			why = fmt.Sprintf("shard.%d is at revision %d, held by %q session %q", g.Shard, rev, a.Owner, a.Session)
 			if cur.Token == g.Token {
-				sh.stop("stale_owner", "revision", rev, "new_owner", a.Owner, "new_session", a.Session, "noticed_by", "unknown instance check")
+				sh.stop("stale_owner", logkey.CurrentRevision, rev, "new_owner", a.Owner, "new_session", a.Session, "noticed_by", "unknown instance check")
 			}
 		case rev != g.Token || cur.Token != g.Token || state == stopped:
 			// Still this session's, at another revision: a rotation of its own under way, or
@@ -535,8 +542,8 @@ func (sh *shardRun) deny(g store.Grant, c Command, reply []byte) {
 			return
 		}
 		if why != "" {
-			sh.log.Warn("not denying an instance: this session may no longer own its shard", "instance", c.Instance,
-				"token", g.Token, "revision", rev, "why", why)
+			sh.log.Warn("not denying an instance: this session may no longer own its shard", logkey.Instance, c.Instance,
+				logkey.Token, g.Token, logkey.CurrentRevision, rev, logkey.RequestID, c.Key(), "why", why)
 			h.answerErr(c, wire.CodeNotOwner, "node %s may no longer own shard %d (%s); retry", h.cfg.Node, g.Shard, why)
 			return
 		}

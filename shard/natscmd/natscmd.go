@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tickfence/tickfence/internal/logkey"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/wire"
@@ -32,6 +34,10 @@ type Server struct {
 	// Shedding, if set, is asked before a command is decoded: true refuses it with busy at once
 	// (the node's admission control is refusing everything anyway; decoding would only cost).
 	Shedding func() bool
+	// Logger, if set, receives the commands refused here, before they reach their shard (busy
+	// while shedding: debug; malformed or too large: warn), with the keys of package logkey.
+	Logger *slog.Logger
+	limit  logkey.Limiter
 }
 
 var busyReply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy,
@@ -65,6 +71,7 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 			if s.metrics != nil {
 				s.metrics.Commands.WithLabelValues(wire.CodeBusy).Inc()
 			}
+			s.logRefusal(slog.LevelDebug, m, wire.CodeBusy, "the node is shedding load", 0)
 			reply(busyReply)
 			return
 		}
@@ -79,6 +86,7 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 			if s.metrics != nil {
 				s.metrics.Commands.WithLabelValues(werr.Code).Inc()
 			}
+			s.logRefusal(slog.LevelWarn, m, werr.Code, werr.Message, req.Fingerprint)
 			reply(wire.EncodeReply(wire.Reply{Error: werr}))
 			return
 		}
@@ -92,6 +100,29 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 		return nil, err
 	}
 	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// logRefusal logs a command refused before it reached its shard: no token applies, no
+// conditional update decided it (rate-limited per code).
+func (s *Server) logRefusal(level slog.Level, m *nats.Msg, code, msg string, fingerprint uint64) {
+	if s.Logger == nil || !s.Logger.Enabled(context.Background(), level) {
+		return
+	}
+	emit, suppressed := s.limit.Allow(code, time.Now())
+	if !emit {
+		return
+	}
+	id := m.Header.Get(wire.HeaderRequestID)
+	if c := m.Header.Get(wire.HeaderClient); c != "" {
+		id = c + "/" + m.Header.Get(wire.HeaderSeq)
+	}
+	attrs := []slog.Attr{slog.String("subject", m.Subject), slog.String(logkey.RequestID, id),
+		slog.String(logkey.Fingerprint, logkey.FormatFingerprint(fingerprint)), slog.String(logkey.CASResult, logkey.CASNone),
+		slog.String(logkey.Code, code), slog.String(logkey.Err, msg)}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int(logkey.Suppressed, suppressed))
+	}
+	s.Logger.LogAttrs(context.Background(), level, "command refused", attrs...)
 }
 
 // Client sends commands to instances. A command with an empty request ID uses the compact form
