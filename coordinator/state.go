@@ -48,10 +48,8 @@ func ReadState(ctx context.Context, st store.Store) (*State, error) {
 		return nil, err
 	}
 	v := &view{control: map[string]store.Entry{}, shards: make([]ShardState, cl.Shards)}
-	created := map[string]time.Time{}
 	for _, e := range entries {
 		v.applyControl(e)
-		created[e.Key] = e.Created
 	}
 	for s := uint32(0); s < cl.Shards; s++ {
 		a, rev, err := st.Assignment(ctx, cl.Epoch, s)
@@ -61,9 +59,22 @@ func ReadState(ctx context.Context, st store.Store) (*State, error) {
 			return nil, err
 		}
 	}
+	return v.state(cl, time.Now()), nil
+}
+
+// state is the State of what v holds, lease ages as of now.
+func (v *view) state(cl store.Cluster, now time.Time) *State {
 	snap := v.snapshot()
+	v.mu.Lock()
+	control := make(map[string]store.Entry, len(v.control))
+	for k, e := range v.control {
+		if kind, _ := store.SplitKey(k); kind == "node" || k == store.LeaderKey {
+			control[k] = e
+		}
+	}
+	v.mu.Unlock()
 	out := &State{Cluster: cl, Shards: snap.shards, Moves: map[uint32]store.MoveRecord{}, snap: snap}
-	if e, ok := v.control[store.LeaderKey]; ok {
+	if e, ok := control[store.LeaderKey]; ok {
 		var r store.LeaderRecord
 		if json.Unmarshal(e.Value, &r) == nil {
 			out.Leader = &r
@@ -78,10 +89,10 @@ func ReadState(ctx context.Context, st store.Store) (*State, error) {
 	in := snap.input(0, false, 0)
 	loads := ShardLoads(in)
 	for _, n := range in.Nodes {
-		nv := NodeView{ID: n.ID, Record: snap.nodes[n.ID], Revision: v.control[store.NodeKey(n.ID)].Revision,
-			Drained: n.Drained, Weight: n.Weight}
-		if c := created[store.NodeKey(n.ID)]; !c.IsZero() {
-			nv.LeaseAge = time.Since(c)
+		e := control[store.NodeKey(n.ID)]
+		nv := NodeView{ID: n.ID, Record: snap.nodes[n.ID], Revision: e.Revision, Drained: n.Drained, Weight: n.Weight}
+		if !e.Created.IsZero() {
+			nv.LeaseAge = now.Sub(e.Created)
 		}
 		for s, sh := range in.Shards {
 			if sh.Owner.Owner == n.ID && sh.Owner.Session == n.Session && sh.Revision != 0 {
@@ -95,7 +106,7 @@ func ReadState(ctx context.Context, st store.Store) (*State, error) {
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].ID < out.Nodes[j].ID })
 	out.Imbalance = MakePlan(in).Before
 	out.Stuck = StuckLeaving(in)
-	return out, nil
+	return out
 }
 
 // Plan computes a rebalancing plan over the current state: load-based moves only, at most

@@ -16,20 +16,10 @@ import (
 )
 
 // The audit stream: one entry per operator action tickctl runs (issue 14.5); nodes create it.
-const (
-	auditStream  = auth.AuditStream
-	auditSubject = auth.AuditSubject + "." // + the verb
-)
+const auditStream = auth.AuditStream
 
-// auditEntry is one recorded action.
-type auditEntry struct {
-	Who    string    `json:"who"`  // the credential's user name ("" without credentials)
-	Role   string    `json:"role"` // its role
-	What   string    `json:"what"` // the command line's arguments
-	When   time.Time `json:"when"`
-	Result string    `json:"result"` // "ok" or the error
-	Host   string    `json:"host,omitempty"`
-}
+// auditEntry is one recorded action (auth.AuditEntry: the console records the same).
+type auditEntry = auth.AuditEntry
 
 // audited are the verbs whose every run is recorded.
 func audited(pos []string, g globals) bool {
@@ -45,29 +35,9 @@ func audited(pos []string, g globals) bool {
 // recordAudit appends what was done and how it ended to the audit stream (creating it on first
 // use). A failure to record is reported on stderr, never hides the command's own result.
 func recordAudit(nc *nats.Conn, g globals, pos []string, result error) {
-	e := auditEntry{What: strings.Join(pos, " "), When: time.Now().UTC(), Result: "ok"}
-	if result != nil {
-		e.Result = result.Error()
-	}
-	if g.creds != "" {
-		if u, err := auth.ReadCreds(g.creds); err == nil {
-			e.Who, e.Role = u.Name, string(u.Role)
-		}
-	}
-	e.Host, _ = os.Hostname()
-	b, _ := json.Marshal(e)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	js, err := jetstream.New(nc)
-	if err == nil {
-		_, err = js.Publish(ctx, auditSubject+pos[0], b)
-		if errors.Is(err, jetstream.ErrNoStreamResponse) { // a cluster whose nodes predate the audit stream
-			if err = auth.EnsureAuditStream(ctx, js, 1); err == nil {
-				_, err = js.Publish(ctx, auditSubject+pos[0], b)
-			}
-		}
-	}
-	if err != nil {
+	if err := auth.RecordAudit(ctx, nc, pos[0], auth.NewAuditEntry(g.creds, strings.Join(pos, " "), result)); err != nil {
 		fmt.Fprintln(os.Stderr, "tickctl: warning: the action was not recorded in the audit stream:", err)
 	}
 }

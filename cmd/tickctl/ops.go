@@ -257,34 +257,16 @@ func (c *cli) rebalance(ctx context.Context, dryRun bool) error {
 		return w.Flush()
 	}
 	start := time.Now()
-	done := 0
-	pending := plan.Moves
-	inFlight := map[uint32]string{}
-	for len(pending) > 0 || len(inFlight) > 0 {
-		for len(pending) > 0 && len(inFlight) < c.g.maxMoves {
-			m := pending[0]
-			pending = pending[1:]
-			m.Reason = "operator-rebalance"
-			if _, err := coordinator.StartMove(ctx, c.st, m); err != nil {
-				fmt.Fprintf(os.Stderr, "shard %d: not moved: %v\n", m.Shard, err)
-				continue
-			}
-			inFlight[m.Shard] = m.From
+	done, err := coordinator.ApplyPlan(ctx, c.st, c.cl.Epoch, plan.Moves, c.g.maxMoves, func(p coordinator.ApplyProgress) {
+		switch {
+		case p.Refused != nil:
+			fmt.Fprintf(os.Stderr, "shard %d: not moved: %v\n", p.Move.Shard, p.Refused)
+		case !c.g.json:
+			fmt.Fprintf(os.Stderr, "\rrebalancing: %d/%d moves done", p.Done, p.Total)
 		}
-		for sh, from := range inFlight {
-			if a, _, err := c.st.Assignment(ctx, c.cl.Epoch, sh); err == nil && a.Owner != from {
-				delete(inFlight, sh)
-				done++
-				if !c.g.json {
-					fmt.Fprintf(os.Stderr, "\rrebalancing: %d/%d moves done", done, len(plan.Moves))
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("rebalance: %d of %d moves done: %w", done, len(plan.Moves), ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+	})
+	if err != nil {
+		return err
 	}
 	after, err := c.state(ctx)
 	if err != nil {
