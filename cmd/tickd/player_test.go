@@ -162,7 +162,7 @@ func TestPlayerPageFailover(t *testing.T) {
 // the log) is answered ok.
 func click(t *testing.T, b *browser.Browser, button string, n int, within time.Duration) {
 	t.Helper()
-	if err := b.Eval(fmt.Sprintf(`document.getElementById(%q).click()`, button), nil); err != nil {
+	if err := b.Do(chromedp.Click(chromedp.CSS("#" + button))); err != nil { // a mouse click on the button
 		t.Fatal(err)
 	}
 	sel := fmt.Sprintf(`document.querySelectorAll('#log li[data-type=%s]')`, button)
@@ -244,7 +244,7 @@ func TestPlayerPageAuth(t *testing.T) {
 		t.Fatalf("the page without credentials: %v (%q)", err, s)
 	}
 	// Paste the credentials and connect (the page reloads with them in its session storage).
-	if err := b.Eval(fmt.Sprintf(`document.getElementById('creds').value = %q; document.getElementById('auth').requestSubmit()`, creds), nil); err != nil {
+	if err := b.Do(chromedp.SetValue(chromedp.CSS("#creds"), string(creds)), chromedp.Click(chromedp.CSS("#creds-connect"))); err != nil {
 		t.Fatal(err)
 	}
 	connected := `document.getElementById('conn').dataset.state === 'connected' && document.getElementById('boss').dataset.hp !== undefined`
