@@ -277,6 +277,7 @@ var verbs = []*verb{
 			return nil
 		},
 		run: func(ctx context.Context, c *cli, _ []string) error { return c.audit(ctx) }},
+	consoleVerb, // console.go
 	{path: "auth init", args: "<dir> [--tls [--hosts h1,h2]]", min: 1, max: 1, offline: true, flags: []string{"tls", "hosts"},
 		short: "new credentials: one file per role (node, gateway, operator, observer, admin .creds,\n" +
 			"mode 0600) and server.conf that enforces them (tickd --auth DIR, tickd server --auth\n" +
