@@ -464,7 +464,8 @@ func serverMain(args []string) int {
 	name := fs.String("server-name", "", "this server's name (default \"tickd-server\" standalone); required with --cluster: unique in the\n"+
 		"cluster and the same on every restart, as JetStream's peers know each other by name")
 	clusterName := fs.String("cluster-name", natsserver.DefaultClusterName, "the JetStream cluster's name; the same on every server of it")
-	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
+	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text (the NATS server's own warnings and errors too)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error (debug adds the NATS server's notices)")
 	authDir := fs.String("auth", "", "enforce the roles of this directory (tickctl auth init DIR): every client needs one of its credentials")
 	insecure := fs.Bool("insecure", false, "let --listen and --websocket take an address other than loopback without --auth, and --websocket\n"+
 		"without --websocket-origin accept any page (anyone reaching them can rewrite shards and records)")
@@ -508,18 +509,18 @@ Examples:
 `)
 	}
 	parseFlags(fs, syncArgs(args))
-	var log *slog.Logger
-	if *logJSON {
-		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	} else {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log, err := newLogger(*logLevel, *logJSON)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tickd server:", err)
+		return 2
 	}
 	if fs.NArg() > 0 {
 		log.Error("tickd server: unexpected argument (see tickd server --help)", "arg", fs.Arg(0))
 		return 2
 	}
 	cfg := natsserver.Config{Listen: *listen, Sync: *sync, Name: *name, Cluster: *clusterAddr, AuthDir: *authDir, Insecure: *insecure,
-		TLSCert: *tlsCert, TLSKey: *tlsKey, TLSCA: *tlsCA, TLSVerify: *tlsVerify, WebSocket: *webSocket}
+		TLSCert: *tlsCert, TLSKey: *tlsKey, TLSCA: *tlsCA, TLSVerify: *tlsVerify, WebSocket: *webSocket,
+		Logger: natsserver.SlogLogger(log)}
 	if *wsOrigins != "" {
 		cfg.WebSocketOrigins = strings.Split(*wsOrigins, ",")
 	}

@@ -216,6 +216,13 @@ func TestTickdServerCluster(t *testing.T) {
 			t.Fatalf("server %d logged %v; want its name, client URL %s, cluster tickfence, route URL %s", i+1, m, urls[i], routes[i])
 		}
 	}
+	for _, p := range servers { // --log-json: every line is JSON, the NATS server's own (component nats-server) too
+		for _, l := range p.Lines(0) {
+			if l["level"] == nil || l["time"] == nil {
+				t.Fatalf("%s wrote a line that is not a JSON log line: %v", p.Name, l)
+			}
+		}
+	}
 	nc, err := nats.Connect(strings.Join(urls, ","))
 	if err != nil {
 		t.Fatal(err)
