@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/tickfence/tickfence/auth"
@@ -35,6 +36,17 @@ func authInit(g globals, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "start the server with tickd --auth %s (embedded) or tickd server --auth %s; give each process its "+
 		"role's file with --creds (or NATS_CREDS); keep operator.nk and account.nk secret (they sign new users)\n", args[0], args[0])
+	return nil
+}
+
+// authCert runs tickctl auth cert DIR NAME (no NATS needed).
+func authCert(_ globals, args []string, out io.Writer) error {
+	cert, key, err := auth.NewClientCert(args[0], args[1])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote %s and %s: present them with --tls-cert %s --tls-key %s (and --tls-ca %s)\n",
+		cert, key, cert, key, filepath.Join(args[0], auth.TLSCA))
 	return nil
 }
 

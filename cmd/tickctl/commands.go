@@ -52,7 +52,7 @@ type verb struct {
 }
 
 // globalFlags are the flags every verb that connects takes.
-var globalFlags = []string{"nats", "creds", "tls-ca", "json", "timeout"}
+var globalFlags = []string{"nats", "creds", "tls-ca", "tls-cert", "tls-key", "json", "timeout"}
 
 type flagDef struct {
 	name string
@@ -77,6 +77,13 @@ var flagDefs = []flagDef{
 	}},
 	{"tls-ca", func(fs *flag.FlagSet, g *globals) {
 		fs.StringVar(&g.tlsCA, "tls-ca", "", "connect over TLS, verifying the server against this CA `FILE` (e.g. DIR/ca.pem)")
+	}},
+	{"tls-cert", func(fs *flag.FlagSet, g *globals) {
+		fs.StringVar(&g.tlsCert, "tls-cert", "", "with --tls-ca: the client certificate `FILE` to present to a server that requires one\n"+
+			"(tickd server --tls-verify; tickctl auth cert makes a dev one)")
+	}},
+	{"tls-key", func(fs *flag.FlagSet, g *globals) {
+		fs.StringVar(&g.tlsKey, "tls-key", "", "the key `FILE` of --tls-cert")
 	}},
 	{"json", func(fs *flag.FlagSet, g *globals) { fs.BoolVar(&g.json, "json", false, "JSON output for scripts") }},
 	{"timeout", func(fs *flag.FlagSet, g *globals) {
@@ -279,7 +286,7 @@ var verbs = []*verb{
 		run: func(ctx context.Context, c *cli, _ []string) error { return c.audit(ctx) }},
 	consoleVerb, // console.go
 	{path: "auth init", args: "<dir> [--tls [--hosts h1,h2]]", min: 1, max: 1, offline: true, flags: []string{"tls", "hosts"},
-		short: "new credentials: one file per role (node, gateway, operator, observer, admin .creds,\n" +
+		short: "new credentials: one file per role (node, gateway, operator, observer, admin, effects .creds,\n" +
 			"mode 0600) and server.conf that enforces them (tickd --auth DIR, tickd server --auth\n" +
 			"DIR, nats-server); --tls: a self-signed dev CA (ca.pem) and a server certificate\n" +
 			"(server.pem, server-key.pem) for localhost, 127.0.0.1 and the hosts",
@@ -294,6 +301,10 @@ var verbs = []*verb{
 			return nil
 		},
 		local: authUser},
+	{path: "auth cert", args: "<dir> <name>", min: 2, max: 2, offline: true,
+		short: "a client certificate (NAME.pem, NAME-key.pem) signed by the dev CA of auth init --tls, for\n" +
+			"a server that requires them (tickd server --tls-verify): --tls-cert and --tls-key",
+		local: authCert},
 	{path: "completion", args: "bash|zsh", min: 1, max: 1, offline: true,
 		short: "a shell completion script, e.g. source <(tickctl completion bash)",
 		long: "bash: source <(tickctl completion bash), or save it in /etc/bash_completion.d/tickctl.\n" +

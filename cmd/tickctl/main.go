@@ -29,6 +29,8 @@ type globals struct {
 	natsURL   string
 	creds     string
 	tlsCA     string
+	tlsCert   string
+	tlsKey    string
 	tls       bool
 	hosts     string
 	json      bool
@@ -144,11 +146,13 @@ func run(args []string, out io.Writer) (err error) {
 			}
 		})}
 	if g.tlsCA != "" {
-		to, err := auth.TLSClientOptions(g.tlsCA, "", "")
+		to, err := auth.TLSClientOptions(g.tlsCA, g.tlsCert, g.tlsKey)
 		if err != nil {
-			return err
+			return usageError{err.Error()}
 		}
 		copts = append(copts, to...)
+	} else if g.tlsCert != "" || g.tlsKey != "" {
+		return usageError{"--tls-cert and --tls-key need --tls-ca (the CA that signed the server's certificate)"}
 	}
 	if g.creds != "" {
 		ao, err := auth.ClientOptions(g.creds, func(w string) { fmt.Fprintln(os.Stderr, "tickctl: warning:", w) })
@@ -159,6 +163,9 @@ func run(args []string, out io.Writer) (err error) {
 	}
 	nc, err := natskv.Connect(g.natsURL, copts...)
 	if err != nil {
+		if g.tlsCA != "" {
+			return fmt.Errorf("connect to %s: %w", g.natsURL, auth.ExplainTLS(err, g.tlsCert != ""))
+		}
 		return fmt.Errorf("connect to %s: %w (is tickd running with --nats-listen?)", g.natsURL, err)
 	}
 	defer nc.Close()

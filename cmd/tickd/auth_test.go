@@ -91,4 +91,33 @@ func TestAuthProcesses(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "certificate signed by unknown authority") {
 		t.Errorf("tickctl status with another CA: %v\n%s", err, out)
 	}
+
+	// A server that requires client certificates (--tls-verify): a node and tickctl presenting
+	// one from tickctl auth cert get in; tickctl without one is refused and told what to give.
+	for _, name := range []string{"n3", "op"} {
+		if out, err := exec.Command(tickctl, "auth", "cert", adir, name).CombinedOutput(); err != nil {
+			t.Fatalf("tickctl auth cert %s: %v\n%s", name, err, out)
+		}
+	}
+	cert := func(name string) []string {
+		return []string{"--tls-cert", filepath.Join(adir, name+".pem"), "--tls-key", filepath.Join(adir, name+"-key.pem")}
+	}
+	vsrv, err := proc.Start(tickd, "server-verify", nil, "server", "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "nats-verify"), "--auth", adir, "--log-json",
+		"--tls-cert", filepath.Join(adir, "server.pem"), "--tls-key", filepath.Join(adir, "server-key.pem"), "--tls-ca", filepath.Join(adir, "ca.pem"), "--tls-verify")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(vsrv.Kill)
+	_, ready, err = vsrv.WaitLog(ctx, 0, proc.Msg("NATS JetStream server ready"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, _ = ready["url"].(string)
+	node("n3", true, nil, append([]string{"--creds", filepath.Join(adir, "node.creds"), "--demo", "4"}, cert("n3")...)...)
+	if out, err := tc("operator", append([]string{"status"}, cert("op")...)...); err != nil {
+		t.Errorf("tickctl status with a client certificate: %v\n%s", err, out)
+	}
+	if out, err := tc("operator", "status"); err == nil || !strings.Contains(out, "--tls-cert") {
+		t.Errorf("tickctl status without a client certificate: %v\n%s; want a refusal saying to give --tls-cert", err, out)
+	}
 }
