@@ -141,7 +141,7 @@ export class Conn {
 
   open() {
     if (this.closed) return;
-    this.onStatus("connecting", this.url);
+    this.onStatus("connecting", this.lastError ? `${this.url} (last attempt: ${this.lastError})` : this.url);
     this.buf = new Uint8Array(0);
     let ws;
     try {
@@ -152,6 +152,10 @@ export class Conn {
     }
     ws.binaryType = "arraybuffer";
     this.ws = ws;
+    let opened = false;
+    ws.onopen = () => {
+      opened = true;
+    };
     ws.onmessage = (ev) => {
       const chunk = typeof ev.data === "string" ? enc.encode(ev.data) : new Uint8Array(ev.data);
       this.buf = this.buf.length ? concat(this.buf, chunk) : chunk;
@@ -164,6 +168,12 @@ export class Conn {
     };
     ws.onclose = (ev) => {
       if (this.ws !== ws) return;
+      if (!opened) {
+        // The browser does not say why a handshake failed: the server is down, or it refuses
+        // this page's origin (a 403: tickd server --websocket-origin, tickd --nats-websocket-origin).
+        this.lost(`cannot open ${this.url}: is the server up, and does it accept pages from ${location.origin}?`);
+        return;
+      }
       this.lost(ev.reason || `socket closed (code ${ev.code})`);
     };
     ws.onerror = () => {}; // onclose follows and says it
@@ -187,6 +197,7 @@ export class Conn {
     }
     this.pending.clear();
     if (this.closed) return;
+    this.lastError = why;
     this.onStatus("disconnected", why);
     if (wasConnected) this.backoff = 250;
     setTimeout(() => this.open(), this.backoff);
@@ -241,6 +252,7 @@ export class Conn {
     for (const [sid, s] of this.subs) this.sendLine(`SUB ${s.subject} ${sid}`);
     this.ping().then(() => {
       this.connected = true;
+      this.lastError = "";
       if (this.firstConnect) {
         this.firstConnect.resolve();
         this.firstConnect = null;
