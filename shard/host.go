@@ -270,6 +270,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if h.adm != nil && !cfg.Engine.Manual() {
 		h.adm.lag, h.adm.lagLimit = cfg.Engine.Lag, cfg.Engine.Period()/2
 	}
+	cfg.metrics.CountPendingEffects(h.pendingEffects)
 	return h, nil
 }
 

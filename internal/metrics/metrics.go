@@ -62,11 +62,13 @@ type Node struct {
 	EffectsPublished prometheus.Counter
 	EffectsFailed    prometheus.Counter
 	EffectsRefused   prometheus.Counter
+	EffectsPending   prometheus.GaugeFunc
 
 	// Lateness feeds the summary log (p99 over the last interval: Take it once per interval).
 	Lateness *hdr.Window
 	writes   atomic.Uint64
 	skipped  atomic.Pointer[func() uint64]
+	fxHeld   atomic.Pointer[func() uint64]
 }
 
 var (
@@ -91,6 +93,9 @@ func For(reg prometheus.Registerer) *Node {
 	forM[reg] = m
 	return m
 }
+
+// CountPendingEffects makes f the source of tickfence_effects_pending (the shard host's count).
+func (m *Node) CountPendingEffects(f func() uint64) { m.fxHeld.Store(&f) }
 
 // CountSkipped makes f the source of tickfence_ticks_skipped_total (the engine's count).
 func (m *Node) CountSkipped(f func() uint64) { m.skipped.Store(&f) }
@@ -176,6 +181,14 @@ func newNode(reg prometheus.Registerer) *Node {
 		Help: "Effect publishes that failed (sent again later)."})
 	m.EffectsRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_effects_refused_total",
 		Help: "Effects a game made that break the limits (kind, size): logged and not stored."})
+	m.EffectsPending = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tickfence_effects_pending",
+		Help: "Effects held in this node's stored records that the effects stream has not acknowledged yet: the backlog."}, func() float64 {
+		if f := m.fxHeld.Load(); f != nil {
+			return float64((*f)())
+		}
+		return 0
+	})
+	reg.MustRegister(m.EffectsPending)
 	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.Elections, m.LeaseRenewal, m.SelfFenced,
 		m.LeaseTTL, m.ShardsUnowned, m.ShardUnownedMaxAge, m.TickPeriod,
 		m.FramesPublished, m.FramesDropped, m.FramesRefused, m.EffectsEmitted, m.EffectsPublished, m.EffectsFailed, m.EffectsRefused)
