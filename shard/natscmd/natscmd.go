@@ -116,9 +116,13 @@ func (s *Server) logRefusal(level slog.Level, m *nats.Msg, code, msg string, fin
 	if c := m.Header.Get(wire.HeaderClient); c != "" {
 		id = c + "/" + m.Header.Get(wire.HeaderSeq)
 	}
-	attrs := []slog.Attr{slog.String("subject", m.Subject), slog.String(logkey.RequestID, id),
+	attrs := []slog.Attr{slog.String("subject", m.Subject)}
+	if sh, inst, err := wire.ParseSubject(m.Subject, s.shards); err == nil {
+		attrs = append(attrs, slog.Any(logkey.Shard, sh), slog.String(logkey.Instance, inst))
+	}
+	attrs = append(attrs, slog.String(logkey.RequestID, id),
 		slog.String(logkey.Fingerprint, logkey.FormatFingerprint(fingerprint)), slog.String(logkey.CASResult, logkey.CASNone),
-		slog.String(logkey.Code, code), slog.String(logkey.Err, msg)}
+		slog.String(logkey.Code, code), slog.String(logkey.Err, msg))
 	if suppressed > 0 {
 		attrs = append(attrs, slog.Int(logkey.Suppressed, suppressed))
 	}
