@@ -84,6 +84,7 @@ type Console struct {
 	plans    map[string]planned
 	planSeq  int
 	applying bool
+	leader   store.LeaderRecord // the last one on the timeline
 }
 
 type point struct {
@@ -151,7 +152,11 @@ func New(ctx context.Context, cfg Config) (*Console, error) {
 	c.mu.Lock()
 	c.w = w
 	now := time.Now()
-	for _, n := range w.State().Nodes {
+	s := w.State()
+	if s.Leader != nil {
+		c.leader = *s.Leader
+	}
+	for _, n := range s.Nodes {
 		c.joined[n.Record.Session] = now.Add(-time.Hour) // there before the console: not joining
 		c.addLateness(n.ID, now, n.Record.P99LatenessMs)
 	}
@@ -186,10 +191,12 @@ func (c *Console) control(e store.Entry, now time.Time) {
 	switch {
 	case e.Key == store.LeaderKey && !e.Deleted:
 		var r store.LeaderRecord
-		if json.Unmarshal(e.Value, &r) == nil {
+		if json.Unmarshal(e.Value, &r) == nil && r != c.leader { // not its renewals
+			c.leader = r
 			c.add(Event{At: now, Kind: "leader", Node: r.Node, Text: "coordinator leader: " + r.Node})
 		}
 	case e.Key == store.LeaderKey && e.Expired:
+		c.leader = store.LeaderRecord{}
 		c.add(Event{At: now, Kind: "leader", Text: "the coordinator's leader lease expired"})
 	case kind == "node" && e.Deleted:
 		if e.Expired {
