@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -34,6 +35,10 @@ type writeResult struct {
 	Errors      uint64        `json:"errors"`
 	FirstError  string        `json:"first_error,omitempty"`
 	PayloadSize int           `json:"payload_bytes"`
+	// CPUPerWrite is the CPU this process (client and in-process server alike) spent per write
+	// acknowledged in the window: a cost that other processes' load on the machine disturbs far
+	// less than writes/s.
+	CPUPerWrite time.Duration `json:"cpu_per_write_ns"`
 }
 
 type writesReport struct {
@@ -95,7 +100,7 @@ func runWrites(args []string) error {
 			printWrites(profile+" auth (node credentials, permissions enforced)", arows)
 			for i, r := range arows {
 				if i < len(rows) && rows[i].WritesPerS > 0 {
-					fmt.Printf("ratio %s, auth / without: %.3f\n", r.Method, r.WritesPerS/rows[i].WritesPerS)
+					fmt.Printf("ratio %s, auth / without: writes/s %.3f, CPU per write %.3f\n", r.Method, r.WritesPerS/rows[i].WritesPerS, cpuRatio(r, rows[i]))
 				}
 			}
 			fmt.Println()
@@ -114,7 +119,7 @@ func runWrites(args []string) error {
 			printWrites(profile+" over TCP on loopback, TLS and node credentials", trows)
 			for i, r := range trows {
 				if i < len(prows) && prows[i].WritesPerS > 0 {
-					fmt.Printf("ratio %s, TLS+auth / plain TCP: %.3f\n", r.Method, r.WritesPerS/prows[i].WritesPerS)
+					fmt.Printf("ratio %s, TLS+auth / plain TCP: writes/s %.3f, CPU per write %.3f\n", r.Method, r.WritesPerS/prows[i].WritesPerS, cpuRatio(r, prows[i]))
 				}
 			}
 			fmt.Println()
@@ -154,13 +159,14 @@ func runWrites(args []string) error {
 func printWrites(profile string, rows []writeResult) {
 	fmt.Println(profile)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "method\tin flight\twrites/s\tp50 ms\tp99 ms\tmax ms\terrors\t")
+	fmt.Fprintln(tw, "method\tin flight\twrites/s\tp50 ms\tp99 ms\tmax ms\terrors\tCPU µs/write\t")
 	var raw float64
 	for _, r := range rows {
 		if r.Method == "raw CAS publish, pipelined" {
 			raw = r.WritesPerS
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t\n", r.Method, r.InFlight, r.WritesPerS, ms(r.P50), ms(r.P99), ms(r.Max), r.Errors)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t%.1f\t\n", r.Method, r.InFlight, r.WritesPerS, ms(r.P50), ms(r.P99), ms(r.Max), r.Errors,
+			float64(r.CPUPerWrite)/float64(time.Microsecond))
 	}
 	tw.Flush()
 	for _, r := range rows {
@@ -234,6 +240,8 @@ func loop(name string, n int, d time.Duration, p *progress, write func(i int) er
 	var wg sync.WaitGroup
 	start := warm
 	end := start.Add(d)
+	cpu0 := make(chan time.Duration, 1)
+	go func() { time.Sleep(time.Until(warm)); cpu0 <- processCPU() }()
 	for i := range n {
 		wg.Add(1)
 		go func() {
@@ -271,8 +279,12 @@ func loop(name string, n int, d time.Duration, p *progress, write func(i int) er
 	}
 	p.done()
 	el := time.Since(start).Seconds()
+	cpu := processCPU() - <-cpu0
 	r := writeResult{Method: name, InFlight: n, Seconds: el, WritesPerS: float64(h.Count()) / el,
 		P50: h.Quantile(0.5), P99: h.Quantile(0.99), Max: h.Max(), Errors: errs.Load()}
+	if h.Count() > 0 {
+		r.CPUPerWrite = cpu / time.Duration(h.Count())
+	}
 	if e, ok := firstErr.Load().(string); ok {
 		r.FirstError = e
 	}
@@ -284,7 +296,7 @@ func loop(name string, n int, d time.Duration, p *progress, write func(i int) er
 func rawCAS(b *benchStore, data []byte, n int) func(i int) error {
 	last := make([]uint64, n)
 	return func(i int) error {
-		m := nats.NewMsg("$KV." + b.bucket + ".raw." + strconv.Itoa(i))
+		m := nats.NewMsg("$KV." + b.bucket + ".inst.raw." + strconv.Itoa(i)) // a record key of the layout: node credentials may write only those
 		m.Data = data
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last[i], 10))
 		fut, err := b.js.PublishMsgAsync(m)
@@ -350,6 +362,22 @@ func benchRecord(payload int) (store.Record, []byte) {
 	}
 	enc, _ := store.EncodeRecord(rec)
 	return rec, enc
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func cpuRatio(a, b writeResult) float64 {
+	if b.CPUPerWrite == 0 {
+		return 0
+	}
+	return float64(a.CPUPerWrite) / float64(b.CPUPerWrite)
 }
 
 // security is how the bench's connection reaches its server: in-process or over TCP on
@@ -438,11 +466,11 @@ func writesR1(profile string, storage jetstream.StorageType, syncAll bool, sec s
 		return nil, err
 	}
 	var rev uint64
-	if rev, err = kv.Create(ctx, "sync.0", enc); err != nil {
+	if rev, err = kv.Create(ctx, "inst.sync.0", enc); err != nil {
 		return nil, err
 	}
 	add(loop(profile+" kv.Update", 1, min(d, 3*time.Second), p, func(int) error {
-		r, err := kv.Update(ctx, "sync.0", enc, rev)
+		r, err := kv.Update(ctx, "inst.sync.0", enc, rev)
 		rev = r
 		return err
 	}))
