@@ -323,15 +323,16 @@ type View struct {
 	Imbalance float64 `json:"imbalance"`
 	// Owners are the names the shard grid's numbers index (live nodes first, sorted, then owners
 	// without a lease); Grid[s] is shard s's owner, -1 unassigned.
-	Owners   []string           `json:"owners"`
-	Grid     []int              `json:"grid"`
-	Pinned   []uint32           `json:"pinned"`
-	Moves    []MoveInfo         `json:"moves"`
-	Nodes    []NodeInfo         `json:"nodes"`
-	Lateness map[string][]point `json:"lateness"`
-	Timeline []Event            `json:"timeline"`
-	Applying bool               `json:"applying"` // a rebalance is being carried out
-	LeaseTTL int64              `json:"lease_ttl_ms"`
+	Owners      []string           `json:"owners"`
+	Grid        []int              `json:"grid"`
+	Pinned      []uint32           `json:"pinned"`
+	Moves       []MoveInfo         `json:"moves"`
+	Nodes       []NodeInfo         `json:"nodes"`
+	Lateness    map[string][]point `json:"lateness"`
+	Timeline    []Event            `json:"timeline"`
+	Applying    bool               `json:"applying"` // a rebalance is being carried out
+	LeaseTTL    int64              `json:"lease_ttl_ms"`
+	LeaseMargin int64              `json:"lease_margin_ms"`
 }
 
 // View builds the current view.
@@ -342,7 +343,7 @@ func (c *Console) View() View {
 	now := time.Now()
 	v := View{Version: c.version, At: now.UnixMilli(), Shards: s.Cluster.Shards, Epoch: s.Cluster.Epoch,
 		Replicas: s.Cluster.ReplicasOr1(), Imbalance: s.Imbalance, Grid: make([]int, len(s.Shards)),
-		Lateness: map[string][]point{}, Applying: c.applying, LeaseTTL: c.cfg.LeaseTTL.Milliseconds(),
+		Lateness: map[string][]point{}, Applying: c.applying, LeaseTTL: c.cfg.LeaseTTL.Milliseconds(), LeaseMargin: c.cfg.LeaseMargin.Milliseconds(),
 		Pinned: []uint32{}, Moves: []MoveInfo{}}
 	if s.Leader != nil {
 		v.Leader = s.Leader.Node

@@ -373,7 +373,7 @@ func TestConsolePageAt4096Shards(t *testing.T) {
 	for k := 0; k <= pushes; k++ {
 		v := View{Version: uint64(k + 1), At: now.UnixMilli(), Shards: shards, Epoch: 1, Replicas: 1, Leader: "n1",
 			Imbalance: 1.4, Owners: []string{"n1", "n2", "n3"}, Grid: append([]int(nil), grid...), Pinned: []uint32{7, 99},
-			Lateness: lateness, Timeline: timeline, LeaseTTL: 2000, Moves: []MoveInfo{}}
+			Lateness: lateness, Timeline: timeline, LeaseTTL: 2000, LeaseMargin: 500, Moves: []MoveInfo{}}
 		for i, s := range n2[min(k*per, len(n2)):min((k+1)*per, len(n2))] {
 			to := []int{0, 2}[i%2]
 			grid[s] = to // done by the next view; in flight in this one

@@ -21,6 +21,7 @@ function colourOf(i) {
 const css = (rgb) => `rgb(${rgb[0]},${rgb[1]},${rgb[2]})`;
 
 let view = null;
+let receivedAt = performance.now(); // when view came
 let selected = -1;
 let layout = { cols: 1, cell: 10, rows: 1 };
 let lastTimeline = "";
@@ -81,13 +82,17 @@ function renderNodes(v) {
     tr.querySelector(".swatch").style.background = css(colourOf(i));
     tr.querySelector(".id").textContent = n.id + (n.id === v.leader ? " ★" : "");
     tr.querySelector(".id").title = "session " + n.session + (n.id === v.leader ? " (coordinator leader)" : "");
+    // Lease ages go on between pushes: a node not renewed in time is self-fenced by its own clock
+    // by now, whatever the last push said.
+    const age = n.lease_age_ms + (performance.now() - receivedAt);
+    const state = age > v.lease_ttl_ms - v.lease_margin_ms ? "self-fenced" : n.state;
     const st = tr.querySelector(".state");
-    st.textContent = n.state + (n.stuck ? " (stuck: peers drained)" : "");
-    st.className = "state " + n.state;
+    st.textContent = state + (n.stuck ? " (stuck: peers drained)" : "");
+    st.className = "state " + state;
     tr.querySelector(".shards").textContent = n.shards;
     tr.querySelector(".instances").textContent = n.instances;
     tr.querySelector(".load").textContent = (100 * n.load).toFixed(1) + "%";
-    tr.querySelector(".age").textContent = fmtMs(n.lease_age_ms);
+    tr.querySelector(".age").textContent = fmtMs(age);
     tr.querySelector(".p99").textContent = n.p99_lateness_ms.toFixed(2) + " ms";
     tr.querySelector(".weight").textContent = n.weight;
     tr.querySelector(".drain").disabled = n.drained;
@@ -357,6 +362,7 @@ function connect() {
   es.addEventListener("state", (ev) => {
     const t0 = performance.now();
     const v = JSON.parse(ev.data);
+    receivedAt = performance.now();
     const t1 = performance.now();
     render(v);
     const t2 = performance.now();
@@ -372,3 +378,4 @@ function connect() {
   $("conn").title = "live updates (Server-Sent Events)";
 }
 connect();
+setInterval(() => view && renderNodes(view), 250); // lease ages between pushes
