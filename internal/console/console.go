@@ -344,7 +344,7 @@ func (c *Console) View() View {
 	v := View{Version: c.version, At: now.UnixMilli(), Shards: s.Cluster.Shards, Epoch: s.Cluster.Epoch,
 		Replicas: s.Cluster.ReplicasOr1(), Imbalance: s.Imbalance, Grid: make([]int, len(s.Shards)),
 		Lateness: map[string][]point{}, Applying: c.applying, LeaseTTL: c.cfg.LeaseTTL.Milliseconds(), LeaseMargin: c.cfg.LeaseMargin.Milliseconds(),
-		Pinned: []uint32{}, Moves: []MoveInfo{}}
+		Pinned: []uint32{}, Moves: []MoveInfo{}, Owners: []string{}, Nodes: []NodeInfo{}, Timeline: []Event{}} // [], not null
 	if s.Leader != nil {
 		v.Leader = s.Leader.Node
 	}
@@ -383,7 +383,7 @@ func (c *Console) View() View {
 		}
 	}
 	sort.Slice(v.Moves, func(i, j int) bool { return v.Moves[i].Shard < v.Moves[j].Shard })
-	v.Timeline = append([]Event(nil), c.timeline...)
+	v.Timeline = append(v.Timeline, c.timeline...)
 	for k := range c.moves { // forget hand-offs long settled
 		if now.Sub(c.moves[k].seen) > time.Minute {
 			delete(c.moves, k)
