@@ -112,7 +112,7 @@ func (w *Watcher) run(ctx context.Context, first chan<- error) {
 			report(err)
 			return
 		}
-		w.log.Warn("console watch ended; watching again", "err", err, "after", backoff)
+		w.log.Warn("cluster watch ended; watching again", "err", err, "after", backoff)
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
