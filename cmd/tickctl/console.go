@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/tickfence/tickfence/internal/console"
 	"github.com/tickfence/tickfence/internal/natsserver"
 )
@@ -108,6 +110,15 @@ func (c *cli) console(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A refused request (a permission violation) comes back on the connection: end that action at
+	// once with the reason, and keep serving.
+	c.nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			con.Refused(permissionError{err: err, creds: c.g.creds})
+			return
+		}
+		log.Warn("NATS connection error", "err", err)
+	})
 	ln, err := net.Listen("tcp", consoleOpts.listen)
 	if err != nil {
 		return fmt.Errorf("console: %w", err)

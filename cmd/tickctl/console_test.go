@@ -141,6 +141,52 @@ func TestConsoleVerb(t *testing.T) {
 		t.Errorf("no audit entry of the console's pin 3 by %s: %+v", u.Name, entries)
 	}
 
+	// With observer credentials the page shows the cluster and the server refuses the buttons;
+	// the console goes on.
+	obs := exec.Command(tickctlBin(t), "console", "--listen", "127.0.0.1:0", "--json", "--nats", url, "--creds", auth.CredsFile(adir, "observer"))
+	obsOut, err := obs.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obsErr bytes.Buffer
+	obs.Stderr = &obsErr
+	if err := obs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Process.Kill()
+	line, err = bufio.NewReader(obsOut).ReadString('\n')
+	if err != nil || json.Unmarshal([]byte(line), &printed) != nil {
+		t.Fatalf("observer console: %q %v\n%s", line, err, obsErr.String())
+	}
+	req, _ = http.NewRequest("POST", printed.URL+"api/drain", strings.NewReader(`{"node": "n1"}`))
+	req.Header.Set("X-Tickfence-Console", "1")
+	start := time.Now()
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused struct {
+		OK    bool
+		Error string
+	}
+	json.NewDecoder(resp.Body).Decode(&refused)
+	resp.Body.Close()
+	if refused.OK || resp.StatusCode != http.StatusForbidden || !strings.Contains(refused.Error, "role observer) may not do this") {
+		t.Fatalf("drain with observer credentials: %d %+v", resp.StatusCode, refused)
+	}
+	t.Logf("drain with observer credentials refused after %v: %d %s", time.Since(start).Round(time.Millisecond), resp.StatusCode, refused.Error)
+	if resp, err := http.Get(printed.URL + "api/state"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the observer's console after a refused drain: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if err := obs.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Wait(); err != nil {
+		t.Errorf("observer console after SIGINT: %v\n%s", err, obsErr.String())
+	}
+
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}

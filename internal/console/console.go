@@ -85,6 +85,8 @@ type Console struct {
 	planSeq  int
 	applying bool
 	leader   store.LeaderRecord // the last one on the timeline
+	refused  chan struct{}      // closed and replaced when the NATS server refuses a request
+	refusal  error
 }
 
 type point struct {
@@ -143,7 +145,7 @@ func New(ctx context.Context, cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, log: cfg.Log, ctx: ctx, files: files, changed: make(chan struct{}),
+	c := &Console{cfg: cfg, log: cfg.Log, ctx: ctx, files: files, changed: make(chan struct{}), refused: make(chan struct{}),
 		lateness: map[string][]point{}, joined: map[string]time.Time{}, moves: map[uint32]recentMove{}, plans: map[string]planned{}}
 	w, err := coordinator.Watch(ctx, cfg.Store, cfg.Log, c.onChange)
 	if err != nil {
@@ -509,7 +511,7 @@ func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	verb := r.PathValue("verb")
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	ctx, cancel := c.actionContext(r.Context())
 	defer cancel()
 	shards := c.w.Cluster().Shards
 	needShard := func() (uint32, error) {
@@ -569,17 +571,66 @@ func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, answer{Error: err.Error()})
 		return
 	}
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		err = cause // the server refused it: say so, not "context canceled"
+	}
 	c.audit(verb, what, err)
 	c.note(what, err)
 	if err != nil {
 		status := http.StatusInternalServerError
-		if errors.Is(err, coordinator.ErrMoveRefused) {
+		var re refusedError
+		switch {
+		case errors.Is(err, coordinator.ErrMoveRefused):
 			status = http.StatusConflict
+		case errors.As(err, &re):
+			status = http.StatusForbidden
 		}
 		writeJSON(w, status, answer{Error: err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, answer{OK: true, Text: text})
+}
+
+// Refused ends the actions under way with err: the NATS server refused a request of theirs (a
+// permission violation comes back on the connection, not as the request's answer). The caller's
+// connection error handler calls it, e.g. for credentials of the observer role.
+func (c *Console) Refused(err error) {
+	c.log.Warn("the NATS server refused a request", "err", err)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refusal = refusedError{err}
+	close(c.refused)
+	c.refused = make(chan struct{})
+}
+
+// refusedError is an action the NATS server refused.
+type refusedError struct{ error }
+
+func (e refusedError) Unwrap() error { return e.error }
+
+// actionContext bounds an action to 10 s, and ends it at once with the server's refusal.
+func (c *Console) actionContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
+	c.mu.Lock()
+	refused := c.refused
+	c.mu.Unlock()
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-refused:
+			c.mu.Lock()
+			err := c.refusal
+			c.mu.Unlock()
+			cancel(err)
+		case <-stop:
+		}
+	}()
+	return tctx, func() {
+		close(stop)
+		tcancel()
+		cancel(nil)
+	}
 }
 
 // note puts an operator action on the timeline.
@@ -597,7 +648,7 @@ func (c *Console) note(what string, err error) {
 func (c *Console) audit(verb, what string, result error) {
 	e := auth.NewAuditEntry(c.cfg.Creds, what, result)
 	e.Via = "console"
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := c.actionContext(context.Background()) // observers may not append: refused at once
 	defer cancel()
 	if err := auth.RecordAudit(ctx, c.cfg.NC, verb, e); err != nil {
 		c.log.Warn("the action was not recorded in the audit stream", "what", what, "err", err)
