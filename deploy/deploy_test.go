@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
@@ -174,7 +177,27 @@ func interpolate(expr string) string {
 
 var labelValues = regexp.MustCompile(`^label_values\((.+),\s*([A-Za-z_]\w*)\)$`)
 
-// checkDashboard checks the dashboard JSON: Grafana's shape (a datasource variable every panel
+// checkGrafanaSchema decodes the dashboard strictly with the Grafana Foundation SDK, whose types are
+// generated from Grafana's own dashboard and panel schemas (with its panel and query plugins
+// registered: timeseries, stat, heatmap, prometheus): an unknown field, a wrong type or a missing
+// required field is an error; then the SDK's validation.
+func checkGrafanaSchema(b []byte) []error {
+	plugins.RegisterDefaultPlugins()
+	var d dashboard.Dashboard
+	// A nil cog.BuildErrors comes back as a non-nil error with an empty message.
+	if err := d.UnmarshalJSONStrict(b); err != nil && err.Error() != "" {
+		return []error{fmt.Errorf("grafana schema: %w", err)}
+	}
+	if err := d.Validate(); err != nil && err.Error() != "" {
+		return []error{fmt.Errorf("grafana schema: %w", err)}
+	}
+	if d.Title == nil || len(d.Panels) == 0 {
+		return []error{errors.New("grafana schema: no title or no panels decoded")}
+	}
+	return nil
+}
+
+// checkDashboard checks the dashboard JSON: Grafana's schema, its shape (a datasource variable every panel
 // uses, unique panel IDs, the panels the operators asked for) and every query.
 func checkDashboard(b []byte, names map[string]bool) []error {
 	var d struct {
@@ -194,10 +217,10 @@ func checkDashboard(b []byte, names map[string]bool) []error {
 		} `json:"templating"`
 		Panels []panel `json:"panels"`
 	}
+	errs := checkGrafanaSchema(b)
 	if err := json.Unmarshal(b, &d); err != nil {
-		return []error{fmt.Errorf("dashboard: %w", err)}
+		return append(errs, fmt.Errorf("dashboard: %w", err))
 	}
-	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if d.UID == "" || d.Title == "" || d.SchemaVersion < 36 { // 36: Grafana 9.4, the schema of 10 and later
 		fail("dashboard: uid %q, title %q, schemaVersion %d; want both set and a Grafana 10 schema", d.UID, d.Title, d.SchemaVersion)
@@ -355,6 +378,9 @@ func TestDashboardAndAlerts(t *testing.T) {
 			"does not parse"},
 		{"misspelled metric in a variable", "dashboard", "label_values(tickfence_ticks_total, job)", "label_values(tickfence_tick_total, job)",
 			"variable job: tickfence_tick_total is not a series"},
+		{"field of the wrong type (Grafana's schema)", "dashboard", `"schemaVersion": 39`, `"schemaVersion": "39"`,
+			"schemaVersion: json: cannot unmarshal string"},
+		{"misspelled panel field (Grafana's schema)", "dashboard", `"gridPos"`, `"gridPoz"`, "unexpected field 'gridPoz'"},
 		{"panel without the datasource variable", "dashboard", `"uid": "${datasource}"`, `"uid": "prom-1"`, "want ${datasource}"},
 		{"misspelled metric in an alert", "alerts", "tickfence_self_fenced_total", "tickfence_self_fence_total",
 			"alert TickfenceNodeSelfFenced: tickfence_self_fence_total is not a series"},
