@@ -459,7 +459,7 @@ func (h *Host) Apply(ev store.AssignmentEvent) {
 		sh.observe(ev.Revision)
 	case sh != nil:
 		h.mu.Unlock()
-		sh.stop("reassigned", slog.Uint64("revision", ev.Revision), slog.String("new_owner", ev.Owner),
+		sh.stop("reassigned", slog.Uint64(logkey.CurrentRevision, ev.Revision), slog.String("new_owner", ev.Owner),
 			slog.String("new_session", ev.Session), slog.Bool("released", ev.Deleted))
 	default:
 		h.mu.Unlock()

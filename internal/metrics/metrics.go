@@ -195,6 +195,9 @@ func newNode(reg prometheus.Registerer) *Node {
 	for _, r := range []string{"ok", "stale_owner", "conflict", "refused", "error"} {
 		m.StateWrites.WithLabelValues(r)
 	}
+	for _, r := range []string{"reassigned", "stale_owner", "shutdown"} { // a series from 0, so increase() sees the first stop
+		m.ShardStops.WithLabelValues(r)
+	}
 	reg.MustRegister(m.Ticks, m.TicksSkipped, m.TickLateness, m.TickDuration, m.StateWrites, m.Instances,
 		m.ShardsOwned, m.Commands, m.CommandSeconds, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding, m.WriteSeconds, m.WriteBatch)
 	return m
