@@ -396,7 +396,8 @@ func TestEffectsConsumer(t *testing.T) {
 	data := store.DataBucket(1, 0)
 	for _, k := range []struct{ bucket, key string }{
 		{data, store.InstanceKey(e.shard, "d1")}, {data, store.ShardKey(e.shard)}, {store.ControlBucket, store.ClusterKey},
-		{store.ControlBucket, store.DrainKey("n1")},
+		{store.ControlBucket, store.DrainKey("n1")}, {store.ControlBucket, store.NodeKey("n1")}, {store.ControlBucket, store.LeaderKey},
+		{store.ControlBucket, store.MoveKey(e.shard)},
 	} {
 		refused(t, fx, "effects put "+k.key, put(fx, k.bucket, k.key))
 		e.notStored(t, k.bucket, k.key)
@@ -405,6 +406,8 @@ func TestEffectsConsumer(t *testing.T) {
 	refused(t, fx, "effects read a record", request(fx, "$JS.API.DIRECT.GET.KV_"+data+".$KV."+data+"."+store.InstanceKey(e.shard, "d1"), ""))
 	refused(t, fx, "effects consumer on a data stream", request(fx, "$JS.API.CONSUMER.CREATE.KV_"+data+".x", `{}`))
 	refused(t, fx, "effects delete the effects stream", request(fx, "$JS.API.STREAM.DELETE."+natscmd.EffectsStream, ""))
+	refused(t, fx, "effects delete a bucket", request(fx, "$JS.API.STREAM.DELETE.KV_"+data, ""))
+	refused(t, fx, "effects blob upload", request(fx, "$O.tickfence-blobs.M.x", evil))
 	refused(t, fx, "effects publish an effect", request(fx, "tickfence.fx.loot.d1", evil))
 	var mu sync.Mutex
 	n := 0
