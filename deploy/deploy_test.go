@@ -384,7 +384,7 @@ func TestDashboardAndAlerts(t *testing.T) {
 		{"panel without the datasource variable", "dashboard", `"uid": "${datasource}"`, `"uid": "prom-1"`, "want ${datasource}"},
 		{"misspelled metric in an alert", "alerts", "tickfence_self_fenced_total", "tickfence_self_fence_total",
 			"alert TickfenceNodeSelfFenced: tickfence_self_fence_total is not a series"},
-		{"PromQL syntax error in an alert", "alerts", "> 3", "> > 3", "could not parse expression"},
+		{"PromQL syntax error in an alert", "alerts", "> 4", "> > 4", "could not parse expression"},
 		{"bad duration", "alerts", "for: 10m", "for: 10 minutes", "10 minutes"},
 		{"unknown field", "alerts", "for: 1m", "fore: 1m", "field fore not found"},
 		{"broken template", "alerts", "{{ $labels.instance }} self-fenced", "{{ $labels.instance } self-fenced", "annotation \"summary\""},
