@@ -635,6 +635,7 @@ func (in *instance) written(w *write, err error) {
 		for _, a := range answers {
 			h.answerWriteErr(a.c, err, wire.CodeRetry, "write of instance %s failed: %v", in.id, err)
 		}
+		in.logWrite(slog.LevelInfo, "write of an instance out of service here rejected", answers, err)
 		return
 	}
 	var next *write

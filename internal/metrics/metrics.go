@@ -121,7 +121,7 @@ func newNode(reg prometheus.Registerer) *Node {
 		CommandSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_command_seconds",
 			Help: "Command receipt to answer, the answer sent after the write holding its effect was stored.", Buckets: LatencyBuckets}),
 		ShardStops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tickfence_shard_stops_total",
-			Help: "Shards this node stopped, by reason: reassigned, stale_owner, shutdown."}, []string{"reason"}),
+			Help: "Shards this node stopped, by reason: reassigned, stale_owner, handoff, shutdown."}, []string{"reason"}),
 		Rotations: prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_token_rotations_total",
 			Help: "Token rotations after a write with an unknown outcome; each is followed by a rebuild of the shard."}),
 		CommandsPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_commands_pending",
@@ -195,7 +195,7 @@ func newNode(reg prometheus.Registerer) *Node {
 	for _, r := range []string{"ok", "stale_owner", "conflict", "refused", "error"} {
 		m.StateWrites.WithLabelValues(r)
 	}
-	for _, r := range []string{"reassigned", "stale_owner", "shutdown"} { // a series from 0, so increase() sees the first stop
+	for _, r := range []string{"reassigned", "stale_owner", "handoff", "shutdown"} { // a series from 0, so increase() sees the first stop
 		m.ShardStops.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Ticks, m.TicksSkipped, m.TickLateness, m.TickDuration, m.StateWrites, m.Instances,
