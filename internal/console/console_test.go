@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tickfence/tickfence"
@@ -36,9 +37,17 @@ type cluster struct {
 	console *Console
 	srv     *httptest.Server
 	nodes   map[string]*tickfence.Node
+	nc      *nats.Conn
 }
 
 func startCluster(t *testing.T, ctx context.Context, shards uint32) *cluster {
+	c := startNodes(t, ctx, shards)
+	c.placed(t, ctx, shards)
+	return c
+}
+
+// startNodes starts the server, the nodes and the console, without waiting for the shards.
+func startNodes(t *testing.T, ctx context.Context, shards uint32) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	ns, err := natsserver.Start(natsserver.Config{DataDir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:0"})
@@ -72,6 +81,14 @@ func startCluster(t *testing.T, ctx context.Context, shards uint32) *cluster {
 	}
 	c.srv = httptest.NewServer(c.console.Handler())
 	t.Cleanup(c.srv.Close)
+	c.nc = nc
+	return c
+}
+
+// placed waits until every shard is placed on the three nodes, and creates a few instances.
+func (c *cluster) placed(t *testing.T, ctx context.Context, shards uint32) {
+	t.Helper()
+	nc := c.nc
 	// Every shard placed, on all three nodes.
 	deadline := time.Now().Add(40 * time.Second)
 	for {
@@ -96,7 +113,6 @@ func startCluster(t *testing.T, ctx context.Context, shards uint32) *cluster {
 			t.Fatalf("create %s: %v", id, err)
 		}
 	}
-	return c
 }
 
 func (c *cluster) post(t *testing.T, path string, body any, header bool) (int, answer) {
@@ -307,7 +323,15 @@ func TestConsoleInBrowser(t *testing.T) {
 func drawnOwners(t *testing.T, b *browser.Browser) map[string]int {
 	t.Helper()
 	var counts map[string]int
-	err := b.Eval(`(() => {
+	err := b.Eval("("+drawnOwnersJS+")()", &counts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return counts
+}
+
+// drawnOwnersJS is a function that counts the canvas's cells by the owner whose colour they have.
+const drawnOwnersJS = `() => {
 		const v = consoleState, L = consoleLayout(), g = document.getElementById('grid').getContext('2d');
 		const img = g.getImageData(0, 0, L.cols * L.cell, L.rows * L.cell).data, w = L.cols * L.cell;
 		const names = new Map();
@@ -321,12 +345,7 @@ func drawnOwners(t *testing.T, b *browser.Browser) map[string]int {
 			out[o] = (out[o] || 0) + 1;
 		}
 		return out;
-	})()`, &counts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return counts
-}
+	}`
 
 func waitFor(d time.Duration, ok func() bool) error {
 	deadline := time.Now().Add(d)
@@ -453,4 +472,64 @@ func parts(p map[string]float64, n int) string {
 		out = append(out, fmt.Sprintf("%s %.2f", k, p[k]/float64(n)))
 	}
 	return strings.Join(out, ", ")
+}
+
+// TestConsoleOn4096Shards opens the console on a real cluster of 4096 shards and three nodes
+// while the coordinator places them (a few dozen to a few hundred grants a second here: an update
+// on every push), and reports what each update costs the page; the canvas shows the state the
+// page last received. (Placing all 4096 takes over a minute on two loaded cores, so it does not
+// wait for the end.)
+func TestConsoleOn4096Shards(t *testing.T) {
+	b := browser.ForTest(t, browser.Options{Width: 1400, Height: 1000, Timeout: 30 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := startNodes(t, ctx, 4096)
+	if err := b.Do(chromedp.Navigate(c.srv.URL)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WaitFor(`window.consoleState && consoleState.grid.length === 4096 && consoleStats.drawn === 4096 && consoleState.nodes.length === 3`, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Eval(`Object.assign(consoleStats, {updates: 0, bytes: 0, parseMs: 0, renderMs: 0, maxMs: 0, parts: {}}), consoleState.grid.filter(o => o >= 0).length`, nil); err != nil {
+		t.Fatal(err)
+	}
+	var before int
+	if err := b.Eval(`consoleState.grid.filter(o => o >= 0).length`, &before); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WaitFor(`consoleStats.updates >= 30`, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Updates  int                `json:"updates"`
+		Bytes    int                `json:"bytes"`
+		ParseMs  float64            `json:"parseMs"`
+		RenderMs float64            `json:"renderMs"`
+		MaxMs    float64            `json:"maxMs"`
+		Parts    map[string]float64 `json:"parts"`
+	}
+	var check struct {
+		Stats  json.RawMessage
+		Canvas map[string]int
+		State  map[string]int
+	}
+	// The canvas and the state it was drawn from, read in one go (no update in between).
+	if err := b.Eval(`(() => { const v = consoleState, byOwner = {};
+		for (const o of v.grid) { const k = o < 0 ? '(unassigned)' : v.owners[o]; byOwner[k] = (byOwner[k] || 0) + 1; }
+		return {stats: consoleStats, canvas: (`+drawnOwnersJS+`)(), state: byOwner}; })()`, &check); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(check.Stats, &st); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(check.Canvas) != fmt.Sprint(check.State) {
+		t.Fatalf("the canvas draws %v, the state it was drawn from has %v", check.Canvas, check.State)
+	}
+	t.Logf("4096 shards, 3 nodes, placement under way (%d placed when measuring began, %v now): %d updates of %.0f KB on average: "+
+		"parse %.2f ms + render (DOM, canvas, style and layout) %.2f ms per update on average, %.2f ms at most",
+		before, check.State, st.Updates, float64(st.Bytes)/float64(st.Updates)/1024, st.ParseMs/float64(st.Updates), st.RenderMs/float64(st.Updates), st.MaxMs)
+	t.Logf("render per update by part (ms): %s", parts(st.Parts, st.Updates))
+	if errs := b.JSErrors(); len(errs) > 0 {
+		t.Errorf("the page logged errors: %q", errs)
+	}
 }
