@@ -38,8 +38,8 @@ func init() {
 			fs.StringVar(&consoleOpts.listen, "listen", "127.0.0.1:8080", "serve the console on `HOST:PORT` (default 127.0.0.1:8080; port 0: a free one)")
 		}},
 		flagDef{"insecure", func(fs *flag.FlagSet, _ *globals) {
-			fs.BoolVar(&consoleOpts.insecure, "insecure", false, "let --listen be an address other than loopback: the console has no login, so anyone\n"+
-				"who reaches it acts with these NATS credentials")
+			fs.BoolVar(&consoleOpts.insecure, "insecure", false, "let --listen be an address other than loopback, and serve any Host name: the console\n"+
+				"has no login, so anyone who reaches it acts with these NATS credentials")
 		}},
 		flagDef{"lease-ttl", func(fs *flag.FlagSet, _ *globals) {
 			fs.DurationVar(&consoleOpts.leaseTTL, "lease-ttl", 2*time.Second, "the nodes' lease TTL (`D`, tickd --lease; default 2s): a node not renewed for\n"+
@@ -106,7 +106,8 @@ func (c *cli) console(ctx context.Context) error {
 	}
 	log := slog.New(h).With("component", "console")
 	con, err := console.New(ctx, console.Config{Store: c.st, NC: c.nc, Creds: c.g.creds, LeaseTTL: consoleOpts.leaseTTL,
-		LeaseMargin: consoleOpts.leaseMargin, History: consoleOpts.history, MaxMoves: c.g.maxMoves, Tolerance: c.g.tolerance, Log: log})
+		LeaseMargin: consoleOpts.leaseMargin, History: consoleOpts.history, MaxMoves: c.g.maxMoves, Tolerance: c.g.tolerance, Log: log,
+		AnyHost: consoleOpts.insecure})
 	if err != nil {
 		return err
 	}

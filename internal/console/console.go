@@ -25,9 +25,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +66,11 @@ type Config struct {
 	Tolerance float64
 	// Log receives structured logs (default: none).
 	Log *slog.Logger
+	// AnyHost serves requests whatever their Host header. By default only an IP address or
+	// localhost is accepted (with any port), so that a web page whose DNS name is made to point
+	// at 127.0.0.1 (DNS rebinding) is not the console's own origin. Set it to serve the console
+	// under a DNS name.
+	AnyHost bool
 }
 
 // Console is a running console.
@@ -438,7 +445,20 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /api/events", c.events)
 	mux.HandleFunc("POST /api/{verb}", c.action)
 	mux.HandleFunc("POST /api/rebalance/{step}", c.rebalance)
-	return mux
+	if c.cfg.AnyHost {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if host != "localhost" && net.ParseIP(strings.Trim(host, "[]")) == nil {
+			http.Error(w, "console: Host "+r.Host+" refused: open it by IP address or localhost (tickctl console --insecure serves any name)", http.StatusMisdirectedRequest)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func (c *Console) events(w http.ResponseWriter, r *http.Request) {

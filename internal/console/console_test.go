@@ -181,6 +181,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	c := startCluster(t, ctx, shards)
 	t.Logf("cluster of %d shards on three nodes placed in %v", shards, time.Since(start).Round(time.Millisecond))
 
+	// A page under another name (DNS rebinding) is not the console's.
+	req, _ := http.NewRequest("GET", c.srv.URL+"/api/state", nil)
+	req.Host = "console.example.com"
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("a request for Host %s: %v %v, want 421", req.Host, resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	// The API refuses a request without the console's header, and carries out the verbs.
 	if code, a := c.post(t, "/api/drain", map[string]any{"node": "n1"}, false); code != http.StatusForbidden || a.OK {
 		t.Fatalf("drain without the header: %d %+v", code, a)
