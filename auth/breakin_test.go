@@ -445,3 +445,66 @@ func TestNodeCredentialOfItsOwn(t *testing.T) {
 		t.Fatalf("violations: %v", v)
 	}
 }
+
+// TestNodeCannotReconfigureStreams (found by review): a node could update any stream's
+// configuration ($JS.API.STREAM.UPDATE.*, once needed to allow atomic batches on a data bucket
+// after the KV API made it). A subject transform on the control bucket then turned an allowed
+// shard.* publish into a write of drain.n1, and MaxMsgs=1 wiped the audit stream. Now data buckets
+// are created with atomic publishes, and no node may update a stream.
+func TestNodeCannotReconfigureStreams(t *testing.T) {
+	e := newEnv(t)
+	if _, err := auth.NewUser(e.dir, auth.Node, "n7"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opc, _ := e.connect(t, "operator")
+	for i := 0; i < 3; i++ {
+		if err := auth.RecordAudit(ctx, opc, "drain", auth.AuditEntry{Who: "operator", What: "drain n1"}); err != nil {
+			t.Fatalf("audit: %v", err)
+		}
+	}
+	nc, n7 := e.connect(t, "n7")
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, err := js.Stream(ctx, "KV_"+store.ControlBucket)
+	if err != nil {
+		t.Fatalf("n7 reads the control stream's info: %v", err)
+	}
+	cfg := ctl.CachedInfo().Config
+	cfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: "$KV." + store.ControlBucket + ".shard.*",
+		Destination: "$KV." + store.ControlBucket + ".drain.{{wildcard(1)}}"}
+	update := func(cfg jetstream.StreamConfig) func() error {
+		return func() error {
+			uctx, cancel := context.WithTimeout(ctx, time.Second) // a refused request gets no answer
+			defer cancel()
+			_, err := js.UpdateStream(uctx, cfg)
+			return err
+		}
+	}
+	refused(t, n7, "node n7 adds a subject transform to the control bucket", update(cfg))
+	_, _ = nc.Request("$KV."+store.ControlBucket+".shard.n1", []byte(evil), time.Second)
+	e.notStored(t, store.ControlBucket, store.DrainKey("n1"))
+	for _, name := range []string{auth.AuditStream, "KV_" + store.DataBucket(1, 0)} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("info %s: %v", name, err)
+		}
+		cfg := s.CachedInfo().Config
+		cfg.MaxMsgs, cfg.MaxBytes = 1, 1
+		refused(t, n7, "node n7 shrinks "+name, update(cfg))
+	}
+	as, _ := e.js.Stream(ctx, auth.AuditStream)
+	if in, err := as.Info(ctx); err != nil || in.State.Msgs < 3 {
+		t.Errorf("the audit stream after a node's attempt: %v, %+v; want its 3 entries", err, in)
+	}
+	if _, err := e.kv[store.DataBucket(1, 0)].Get(ctx, store.InstanceKey(e.shard, "d1")); err != nil {
+		t.Errorf("d1's record after a node's attempt: %v", err)
+	}
+	// The data bucket the node made allows atomic batches all the same.
+	if in, err := e.js.Stream(ctx, "KV_"+store.DataBucket(1, 0)); err != nil || !in.CachedInfo().Config.AllowAtomicPublish {
+		t.Errorf("data bucket without atomic publish: %v", err)
+	}
+}

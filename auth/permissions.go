@@ -53,8 +53,7 @@ func rolePerms(r Role, name string) perms {
 			pubAllow: []string{
 				jsAPI + "INFO",                     // jetstream.AccountInfo when the store opens
 				jsAPI + "STREAM.INFO.*",            // open a bucket (KeyValue/ObjectStore), the partitions' streams
-				jsAPI + "STREAM.CREATE.*",          // the first node creates the control and data buckets, the effects, blob and audit streams
-				jsAPI + "STREAM.UPDATE.*",          // data buckets allow atomic batches (set on the stream once the bucket is made)
+				jsAPI + "STREAM.CREATE.*",          // the first node creates the control and data buckets (each data bucket's stream made with atomic publishes: no STREAM.UPDATE, which would let it reconfigure any stream), the effects, blob and audit streams
 				jsAPI + "STREAM.LEADER.STEPDOWN.*", // spread the partitions' stream leaders over the servers (R3/R5)
 				jsAPI + "STREAM.MSG.GET.*",         // KV Get on the data buckets (their stream, updated for atomic batches, answers no direct get)
 				dataDirAll,                         // KV Get: every bucket's last value by subject

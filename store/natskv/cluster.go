@@ -30,28 +30,42 @@ func (s *Store) replicas() int {
 }
 
 // createDataBucket creates (or binds) a data bucket: history revisions kept per key (above 64, the
-// KV API's limit, set on the stream directly), the given replicas, and atomic batch publishes
-// allowed on its stream (the KV API has no such setting: the stream is updated after creation).
+// KV API's limit), the given replicas, and atomic batch publishes allowed on its stream. The KV
+// API has no such setting, and updating the stream afterwards would need a right to update any
+// stream, which a node must not have (a subject transform on the control bucket would let it write
+// keys it is denied): so the stream is created as the KV API makes a bucket's, with atomic
+// publishes, and bound as a bucket. A bucket that exists already is bound as it is (one made before
+// atomic publishes were set answers ErrBatchesOff, and the host writes singly).
 func (s *Store) createDataBucket(ctx context.Context, name string, history int64, replicas int) error {
-	if err := s.createBucket(ctx, jetstream.KeyValueConfig{Bucket: name, History: uint8(min(max(history, 1), 64)),
-		MaxValueSize: store.MaxRecordBytes + 1024}, replicas); err != nil {
-		return err
+	history = max(history, 1)
+	cfg := jetstream.StreamConfig{
+		Name:               "KV_" + name,
+		Subjects:           []string{"$KV." + name + ".>"},
+		MaxMsgsPerSubject:  history,
+		MaxBytes:           -1,
+		MaxMsgSize:         store.MaxRecordBytes + 1024,
+		Storage:            s.opts.Storage,
+		Replicas:           replicas,
+		AllowRollup:        true,
+		DenyDelete:         true,
+		Duplicates:         2 * time.Minute,
+		MaxMsgs:            -1,
+		MaxConsumers:       -1,
+		AllowDirect:        true,
+		Discard:            jetstream.DiscardNew,
+		AllowAtomicPublish: true,
 	}
-	info, err := s.streamInfo(ctx, name)
+	_, err := s.js.CreateStream(ctx, cfg)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("create bucket %s: %w", name, err)
+	}
+	kv, err := s.js.KeyValue(ctx, name)
 	if err != nil {
-		return err
+		return fmt.Errorf("create bucket %s: %w", name, err)
 	}
-	cfg := info.Config
-	if cfg.AllowAtomicPublish && (history <= 64 || cfg.MaxMsgsPerSubject == history) {
-		return nil
-	}
-	cfg.AllowAtomicPublish = true
-	if history > 64 {
-		cfg.MaxMsgsPerSubject = history
-	}
-	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("configure data bucket %s (atomic publish, history %d): %w", name, history, err)
-	}
+	s.mu.Lock()
+	s.buckets[name] = kv
+	s.mu.Unlock()
 	return nil
 }
 
