@@ -71,24 +71,29 @@ func InitTLS(dir string, hosts []string) ([]string, error) {
 	}
 	var written []string
 	for _, f := range []struct {
-		name, typ string
+		cert, key string
 		der       []byte
-		key       *ecdsa.PrivateKey
-	}{{TLSCA, "CERTIFICATE", caDER, nil}, {tlsCAKey, "", nil, caKey}, {TLSCert, "CERTIFICATE", srvDER, nil}, {TLSCertKey, "", nil, srvKey}} {
-		typ, der := f.typ, f.der
-		if f.key != nil {
-			if der, err = x509.MarshalECPrivateKey(f.key); err != nil {
-				return nil, err
-			}
-			typ = "EC PRIVATE KEY"
-		}
-		p := filepath.Join(dir, f.name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		k         *ecdsa.PrivateKey
+	}{{TLSCA, tlsCAKey, caDER, caKey}, {TLSCert, TLSCertKey, srvDER, srvKey}} {
+		cert, key := filepath.Join(dir, f.cert), filepath.Join(dir, f.key)
+		if err := writeCertAndKey(cert, key, f.der, f.k); err != nil {
 			return nil, err
 		}
-		written = append(written, p)
+		written = append(written, cert, key)
 	}
 	return written, nil
+}
+
+// writeCertAndKey writes a certificate (DER) and its EC key as PEM files, mode 0600.
+func writeCertAndKey(cert, key string, der []byte, k *ecdsa.PrivateKey) error {
+	kder, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
 }
 
 // NewClientCert writes a client certificate for name (name.pem, name-key.pem, mode 0600) signed by
@@ -114,15 +119,8 @@ func NewClientCert(dir, name string) (cert, key string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	kder, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		return "", "", err
-	}
 	cert, key = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		return "", "", err
-	}
-	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+	if err := writeCertAndKey(cert, key, der, k); err != nil {
 		return "", "", err
 	}
 	return cert, key, nil

@@ -385,14 +385,13 @@ func cpuRatio(a, b writeResult) float64 {
 type security struct{ auth, tcp, tls bool }
 
 func writesR1(profile string, storage jetstream.StorageType, syncAll bool, sec security, inflight, shards, payload int, d time.Duration, p *progress) ([]writeResult, error) {
-	withAuth := sec.auth
 	dir, err := os.MkdirTemp("", "tickbench-js-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	cfg := natsserver.Config{DataDir: filepath.Join(dir, "js"), Sync: syncAll}
-	if withAuth {
+	if sec.auth {
 		cfg.AuthDir = filepath.Join(dir, "auth")
 		if _, err := auth.Init(cfg.AuthDir); err != nil {
 			return nil, err
@@ -425,7 +424,7 @@ func writesR1(profile string, storage jetstream.StorageType, syncAll bool, sec s
 		url := srv.ClientURL()
 		opt = func(o *nats.Options) error { o.Servers = []string{url}; return nil }
 	}
-	if withAuth {
+	if sec.auth {
 		aopts, err := auth.ClientOptions(auth.CredsFile(cfg.AuthDir, string(auth.Node)), nil)
 		if err != nil {
 			return nil, err
