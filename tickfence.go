@@ -113,6 +113,10 @@ type Options struct {
 	RequireReplicas   bool
 	// TickRate is ticks per second of every instance (default 20).
 	TickRate float64
+	// TickWorkers is the number of goroutines that tick the instances (default
+	// actor.DefaultWorkers: 16 per GOMAXPROCS, 16 to 64; more than the cores hold the tick
+	// schedule better beside the command path and an embedded server).
+	TickWorkers int
 	// CheckpointEvery writes an instance at least every this many ticks without commands
 	// (default 20).
 	CheckpointEvery uint64
@@ -305,7 +309,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	}
 	// The lease reports the p99 tick lateness since its last renewal (operators' tools show it).
 	late := hdr.NewWindow(7)
-	if n.engine, err = actor.NewEngine(actor.EngineConfig{Rate: opt.TickRate, Registerer: opt.Registerer,
+	if n.engine, err = actor.NewEngine(actor.EngineConfig{Rate: opt.TickRate, Workers: opt.TickWorkers, Registerer: opt.Registerer,
 		Observe: func(lateness, _ time.Duration) { late.Record(lateness) }}); err != nil {
 		return nil, fmt.Errorf("tickfence: Options.TickRate: %w", err)
 	}

@@ -22,7 +22,7 @@ type Ticker interface {
 type EngineConfig struct {
 	// Rate is ticks per second per instance (10–60 for games). Required.
 	Rate float64
-	// Workers is the number of ticking goroutines (default GOMAXPROCS).
+	// Workers is the number of ticking goroutines (default DefaultWorkers()).
 	Workers int
 	// Slot is the width of a phase bucket: instances are spread over period/Slot buckets so their
 	// ticks do not all fall due at once (default 500µs: Go timers wake up to about 1 ms late, and
@@ -53,7 +53,7 @@ type EngineConfig struct {
 	Manual bool
 }
 
-// Engine ticks many instances at a fixed rate with a few goroutines: one worker per core, all
+// Engine ticks many instances at a fixed rate with a few goroutines (DefaultWorkers), all
 // sharing one schedule of phase buckets spread over the period, so that the cost per instance is a
 // slice entry, not a goroutine and a timer. Workers take the ticks of the bucket that is due in
 // small chunks, so the work spreads over the cores, and a worker the OS pauses does not hold up
@@ -103,13 +103,25 @@ type worker struct {
 	chunk   []*Handle
 }
 
+// DefaultWorkers is the engine's default worker count: 16 per GOMAXPROCS, at least 16 and at
+// most 64. More workers than cores hold the schedule better on a node that also runs a command
+// path and perhaps an embedded server: a due worker's timer fires only when the P holding it
+// reaches the scheduler, and then it waits behind what runs there; with many workers, their
+// timers sit on every P, so the first P free fires one and that worker takes the bucket. On 2
+// cores at 5 000 demo dungeons (17.5 k commands/s, embedded server) the tick p99 of 5 s windows
+// had medians of 6.2–6.8 ms with 2 workers, 2.6–3.9 ms with 16 to 64; an idle worker costs a
+// wake-up per bucket (100 dungeons: 0.15 cores with 2, 0.16 with 16, 0.19 with 64).
+func DefaultWorkers() int {
+	return min(max(16*runtime.GOMAXPROCS(0), 16), 64)
+}
+
 // NewEngine validates the config and starts the workers. Stop them with Stop.
 func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.Rate <= 0 || cfg.Rate > 1000 {
 		return nil, fmt.Errorf("tick rate must be in (0, 1000] Hz, got %v", cfg.Rate)
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = runtime.GOMAXPROCS(0)
+		cfg.Workers = DefaultWorkers()
 	}
 	if cfg.MaxCatchUp <= 0 {
 		cfg.MaxCatchUp = 2

@@ -475,6 +475,63 @@ func TestGoClientManyConcurrentCommandsAndAdmissionOverNATS(t *testing.T) {
 	}
 }
 
+// One Go client shared by many goroutines sending to many instances at once (its sessions'
+// bookkeeping is striped over locks): every command applies once, every instance ends with
+// exactly its commands, and the acks sent never cover a command still in flight (a stale ack
+// would be refused as request_id_reused).
+func TestGoClientManyInstancesAtOnceOverNATS(t *testing.T) {
+	b := backends(t)[1]
+	st := b.open(t)
+	n := newNode(t, st, "A", nodeOpt{commands: func(reg prometheus.Registerer) shard.Commands { return natscmd.NewServer(b.nc(t), testShards, reg) }})
+	n.grant(1)
+	n.grant(2)
+	c := natscmd.NewClient(b.nc(t), testShards)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var ids []string
+	for i := range 24 {
+		id := idIn(uint32(1+i%2), i)
+		ids = append(ids, id)
+		if r, err := c.SendMap(ctx, id, "", map[string]any{"type": "create", "kind": "counter"}); err != nil || !r.OK {
+			t.Fatalf("create %s: %v %+v", id, err, r)
+		}
+	}
+	const per = 40
+	var mu sync.Mutex
+	codes := map[string]int{}
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range per / 4 {
+					r, err := c.SendMap(ctx, id, "", map[string]any{"type": "add", "by": 1 + i%3})
+					mu.Lock()
+					switch {
+					case err != nil:
+						codes["error: "+err.Error()]++
+					case r.OK:
+						codes["ok"]++
+					default:
+						codes[r.Error.Code]++
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if codes["ok"] != len(ids)*per {
+		t.Fatalf("%d commands from one client over %d instances: %v", len(ids)*per, len(ids), codes)
+	}
+	for i, id := range ids {
+		if _, cs := load(t, st, id); cs.N != int64(per*(1+i%3)) {
+			t.Errorf("%s: n = %d, want %d", id, cs.N, per*(1+i%3))
+		}
+	}
+}
+
 // TestLargeStateGoesThroughABlob: a state over the record's limit is kept in the Object Store
 // (uploaded before the fenced write that points at it), and the next owner loads it from there.
 func TestLargeStateGoesThroughABlob(t *testing.T) {

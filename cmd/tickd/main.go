@@ -56,6 +56,7 @@ type options struct {
 	partitions      uint
 	replicas        uint
 	tickRate        float64
+	tickWorkers     int
 	demo            int
 	demoPlayers     int
 	demoRate        float64
@@ -112,6 +113,8 @@ func main() {
 	fs.UintVar(&o.replicas, "replicas", 1, "replicas of every bucket and stream of a new cluster: 1, 3 or 5 (fixed once created; 3 and 5 need a\n"+
 		"JetStream cluster of at least as many servers: tickd server --cluster). R3 survives the loss of one server, R5 of two")
 	fs.Float64Var(&o.tickRate, "tick-rate", 20, "ticks per second of every instance (Hz)")
+	fs.IntVar(&o.tickWorkers, "tick-workers", 0, "goroutines that tick the instances (0: 16 per GOMAXPROCS, 16 to 64: more than the cores\n"+
+		"hold the tick schedule better beside the command path)")
 	fs.IntVar(&o.demo, "demo", 100, "create demo dungeons demo-0 … demo-N-1 if missing and play them with simulated players (0: none)")
 	fs.IntVar(&o.demoPlayers, "demo-players", 4, "simulated players per demo dungeon (at least 1); each joins, then attacks")
 	fs.Float64Var(&o.demoRate, "demo-rate", 1, "attacks per second of each demo player, on average (> 0); commands/s ≈ N × players × rate")
@@ -348,7 +351,7 @@ func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.L
 		Kinds: []actor.Kind{dungeon.Kind{FrameEvery: o.demoFrameEvery}}, NodeID: o.nodeID,
 		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync, Creds: o.creds, Auth: o.authDir, Insecure: o.insecure, TLSCA: o.tlsCA, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 		Shards: uint32(o.shards), RequireShards: set.Shards, Partitions: uint32(o.partitions), RequirePartitions: set.Partitions,
-		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, CheckpointEvery: o.checkpointEvery,
+		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, TickWorkers: o.tickWorkers, CheckpointEvery: o.checkpointEvery,
 		LeaseTTL: o.lease, DataHistory: o.dataHistory,
 		NoCoordinator: o.noCoordinator, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
 		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending, WriteStrategy: shard.WriteStrategy(o.writeStrategy),

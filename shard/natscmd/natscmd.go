@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -141,9 +142,25 @@ type Client struct {
 	// (NewClient draws a random one). Two clients must never share it.
 	ID string
 
+	last    atomic.Uint64 // the highest sequence number assigned, to any instance
+	stripes [clientStripes]clientStripe
+}
+
+// clientStripes spread the sessions' bookkeeping over locks: a client shared by thousands of
+// goroutines (a gateway, tickd's demo players) does not serialise them on one.
+const clientStripes = 32
+
+type clientStripe struct {
 	mu   sync.Mutex
-	last uint64               // the highest sequence number assigned, to any instance
-	inst map[string]*inflight // instances with commands not settled yet
+	inst map[string]*inflight // instances of this stripe with commands not settled yet
+}
+
+func (c *Client) stripe(instance string) *clientStripe {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(instance); i++ {
+		h = (h ^ uint32(instance[i])) * 16777619
+	}
+	return &c.stripes[h%clientStripes]
 }
 
 // inflight is the client's side of its session with one instance.
@@ -156,8 +173,11 @@ type inflight struct {
 func NewClient(nc *nats.Conn, shards uint32) *Client {
 	var b [8]byte
 	_, _ = crand.Read(b[:])
-	return &Client{nc: nc, shards: shards, Attempt: 2 * time.Second, ID: "go-" + hex.EncodeToString(b[:]),
-		inst: map[string]*inflight{}}
+	c := &Client{nc: nc, shards: shards, Attempt: 2 * time.Second, ID: "go-" + hex.EncodeToString(b[:])}
+	for i := range c.stripes {
+		c.stripes[i].inst = map[string]*inflight{}
+	}
+	return c
 }
 
 // Retryable reports the error codes after which the same request should be sent again.
@@ -170,12 +190,13 @@ func Retryable(code string) bool {
 // with commands in flight. The owner keeps at most store.MaxClientInFlight answers above the
 // ack: while that many are unacknowledged (an older command still waits), assign waits.
 func (c *Client) assign(ctx context.Context, instance string) (uint64, error) {
+	st := c.stripe(instance)
 	for {
-		c.mu.Lock()
-		q := c.inst[instance]
+		st.mu.Lock()
+		q := st.inst[instance]
 		if q == nil {
 			q = &inflight{open: map[uint64]struct{}{}}
-			c.inst[instance] = q
+			st.inst[instance] = q
 		}
 		ack := c.ackLocked(q)
 		i := 0
@@ -184,14 +205,15 @@ func (c *Client) assign(ctx context.Context, instance string) (uint64, error) {
 		}
 		q.sent = q.sent[i:]
 		if len(q.sent) < store.MaxClientInFlight {
-			c.last++
-			seq := c.last
+			// Numbered under the instance's lock: no ack of this instance can cover the number
+			// before it is open.
+			seq := c.last.Add(1)
 			q.open[seq] = struct{}{}
 			q.sent = append(q.sent, seq)
-			c.mu.Unlock()
+			st.mu.Unlock()
 			return seq, nil
 		}
-		c.mu.Unlock()
+		st.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("command to %s: %d commands to it unacknowledged: %w", instance, store.MaxClientInFlight, ctx.Err())
@@ -202,24 +224,27 @@ func (c *Client) assign(ctx context.Context, instance string) (uint64, error) {
 
 // settle: the command has its final answer or was given up; it is never sent again.
 func (c *Client) settle(instance string, seq uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	q := c.inst[instance]
+	st := c.stripe(instance)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	q := st.inst[instance]
 	delete(q.open, seq)
 	if len(q.open) == 0 {
-		delete(c.inst, instance) // the ack is then the last number: it covers everything sent
+		delete(st.inst, instance) // the ack is then the last number: it covers everything sent
 	}
 }
 
 // ack is the highest number up to which every command to instance is settled.
 func (c *Client) ack(instance string) uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ackLocked(c.inst[instance])
+	st := c.stripe(instance)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return c.ackLocked(st.inst[instance])
 }
 
+// ackLocked: the instance's stripe is locked (so none of its numbers is being assigned).
 func (c *Client) ackLocked(q *inflight) uint64 {
-	a := c.last
+	a := c.last.Load()
 	if q != nil {
 		for n := range q.open {
 			a = min(a, n-1)
@@ -297,14 +322,12 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 		return nil, wire.Status{}, err
 	}
 	var seq uint64
-	name := requestID
 	if requestID == "" {
 		var err error
 		if seq, err = c.assign(ctx, instance); err != nil {
 			return nil, wire.Status{}, err
 		}
 		defer c.settle(instance, seq) // answered or given up: never sent again
-		name = fmt.Sprintf("%s/%d", c.ID, seq)
 	}
 	backoff := 20 * time.Millisecond
 	var last error
@@ -329,6 +352,10 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 		wait := time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond
 		select {
 		case <-ctx.Done():
+			name := requestID
+			if seq != 0 {
+				name = fmt.Sprintf("%s/%d", c.ID, seq)
+			}
 			return nil, wire.Status{}, fmt.Errorf("command %s to %s: gave up: %w (last: %v)", name, instance, ctx.Err(), last)
 		case <-time.After(wait):
 		}
