@@ -68,11 +68,12 @@ func newAdmission(target time.Duration, max int, pending, shedding prometheus.Ga
 }
 
 // admit reports whether a command may enter; if so, done must be called when it is answered.
-func (a *admission) admit(now time.Time) bool {
+// screened: refusing was asked for it already (by the transport) and let it in.
+func (a *admission) admit(now time.Time, screened bool) bool {
 	if a == nil {
 		return true
 	}
-	if a.refusing(now) {
+	if !screened && a.refusing(now) {
 		return false
 	}
 	if a.pending.Load() >= a.max {

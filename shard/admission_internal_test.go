@@ -18,7 +18,7 @@ func newTestAdmission(max int) *admission {
 func admitted(a *admission, n int, now time.Time) int {
 	k := 0
 	for range n {
-		if a.admit(now) {
+		if a.admit(now, false) {
 			k++
 		}
 	}
@@ -90,7 +90,7 @@ func TestAdmissionShedsAShareOnAStandingQueue(t *testing.T) {
 	// The hard bound.
 	b := newTestAdmission(2)
 	b.begin(t0)
-	if !b.admit(at(0)) || !b.admit(at(0)) || b.admit(at(0)) {
+	if !b.admit(at(0), false) || !b.admit(at(0), false) || b.admit(at(0), false) {
 		t.Fatal("the bound on pending commands does not hold")
 	}
 	if p := b.pending.Load(); p != 2 {
@@ -117,7 +117,7 @@ func TestAdmissionShedsAShareOnAStandingQueue(t *testing.T) {
 	// A transport that asks before decoding (no admit, no answer) moves the state on as well.
 	d := newTestAdmission(1 << 20)
 	d.begin(t0)
-	d.admit(at(0))
+	d.admit(at(0), false)
 	d.done(time.Second, at(10))
 	refused := 0
 	for range 100 {
@@ -136,10 +136,50 @@ func TestAdmissionShedsAShareOnAStandingQueue(t *testing.T) {
 	}
 	// Off.
 	var off *admission = newAdmission(-1, 1, nil, nil, nil)
-	if !off.admit(at(0)) || !off.admit(at(0)) {
+	if !off.admit(at(0), false) || !off.admit(at(0), false) {
 		t.Fatal("admission control off refused a command")
 	}
 }
 
 // admittedShare is the share of arrivals admitted now (1: all).
 func (a *admission) admittedShare() float64 { return float64(a.share.Load()) / shareOne }
+
+// A transport that asks refusing before decoding (natscmd) draws each command against the share
+// once: the commands it lets in are then admitted (screened), so the share admitted is the
+// share, not its square, and none is decoded only to be refused after.
+func TestScreenedCommandsDrawTheShareOnce(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	a := newTestAdmission(1 << 20)
+	a.begin(t0)
+	admitted(a, 1, at(0))
+	a.done(300*time.Millisecond, at(10)) // a standing queue: the share falls
+	ms := 110
+	for range 3 {
+		ms += 110
+		a.refusing(at(ms)) // ends the interval (nothing answered quickly in it)
+		a.done(300*time.Millisecond, at(ms+1))
+	}
+	ms += 110
+	a.refusing(at(ms))
+	share := a.admittedShare()
+	if share >= 0.9 || share <= 0.1 {
+		t.Fatalf("share %.3f: the setup did not cut it", share)
+	}
+	in, after := 0, 0
+	for range 1000 {
+		if a.refusing(at(ms)) {
+			continue // busy at the door, before decoding
+		}
+		in++
+		if a.admit(at(ms), true) {
+			after++
+		}
+	}
+	if want := share * 1000; float64(in) < want-3 || float64(in) > want+3 {
+		t.Fatalf("let in %d of 1000 at share %.3f", in, share)
+	}
+	if after != in {
+		t.Fatalf("%d let in at the door, %d of them admitted after decoding: screened commands were drawn again", in, after)
+	}
+}

@@ -31,6 +31,11 @@ type Command struct {
 	Received time.Time
 	// Reply sends the encoded (msgpack) reply. The host calls it exactly once.
 	Reply func(reply []byte)
+	// Screened: the transport asked Host.Shedding before decoding the command and was told to
+	// let it in, so admission control does not draw it against the admitted share a second time
+	// (it still counts it against the bound on pending commands). A command decoded only to be
+	// refused afterwards would waste the decode.
+	Screened bool
 
 	admitted bool   // counted by admission control until answered
 	cas      string // the result of the write whose failure refused it, for the refusal's log line
@@ -514,7 +519,7 @@ func (h *Host) Submit(c Command) {
 // admit applies admission control to a command arriving for a running shard: false if it was
 // refused (answered busy).
 func (h *Host) admit(c *Command) bool {
-	if c.admitted || h.adm.admit(time.Now()) {
+	if c.admitted || h.adm.admit(time.Now(), c.Screened) {
 		c.admitted = true
 		return true
 	}

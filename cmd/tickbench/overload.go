@@ -5,20 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"html"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/proc"
-	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 )
 
@@ -50,7 +48,7 @@ type overloadStep struct {
 	Busy        float64       `json:"busy_per_s"`
 	Other       float64       `json:"other_errors_per_s"`
 	TimedOut    float64       `json:"timed_out_per_s"` // no answer within the timeout
-	NotSent     int64         `json:"not_sent"`        // the generator's own in-flight bound
+	NotSent     int64         `json:"not_sent"`        // not sent: 64 attacks to that dungeon unanswered already (a session holds no more), or the publish failed
 	P50         time.Duration `json:"round_trip_p50_ns"`
 	P99         time.Duration `json:"round_trip_p99_ns"`
 	Max         time.Duration `json:"round_trip_max_ns"`
@@ -92,6 +90,8 @@ func runOverload(args []string) error {
 	opaque := fs.Bool("request-ids", false, "send opaque request IDs (Tickfence-Request-Id) instead of client sessions (needed for a tickd from before sessions)")
 	nodeArgs := fs.String("node-args", "", "extra tickd flags for the node, space-separated (e.g. \"--max-command-delay -1\" to see the node without admission control)")
 	bin := fs.String("tickd", "", "use this tickd binary instead of building one")
+	profile := fs.String("profile", "", "write a CPU profile of the node (go tool pprof) taken over the middle of the --profile-step step to this file (starts the node with --pprof)")
+	profileStep := fs.Float64("profile-step", 200, "the step (percent) --profile profiles")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	plotOut := fs.String("plot", "", "write an HTML page plotting the steps to this file")
 	if err := parseFlags(fs, args); err != nil {
@@ -112,6 +112,9 @@ func runOverload(args []string) error {
 		Step: *step, Percents: pcts, Capacity: *capacity, Timeout: *timeout, RequestIDs: *opaque}
 	cfg.NodeArgs = []string{"--tick-rate", fmt.Sprint(*tickRate), "--checkpoint-every", fmt.Sprint(*checkpoint)}
 	cfg.NodeArgs = append(cfg.NodeArgs, strings.Fields(*nodeArgs)...)
+	if *profile != "" {
+		cfg.NodeArgs = append(cfg.NodeArgs, "--pprof")
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -133,7 +136,12 @@ func runOverload(args []string) error {
 	if err := gen.setup(ctx, p, *instances); err != nil {
 		return err
 	}
-	o := &overload{b: b, g: gen, cfg: cfg, p: p}
+	a, err := newAttacker(gen, uint32(b.shards), *timeout, *opaque)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	o := &overload{b: b, g: gen, a: a, cfg: cfg, p: p}
 	if cfg.Capacity == 0 {
 		rep.Calibration, cfg.Capacity = o.calibrate(ctx)
 		rep.Config.Capacity, rep.Config.Calibrated = cfg.Capacity, true
@@ -143,8 +151,20 @@ func runOverload(args []string) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		var prof chan error
+		if *profile != "" && pct == *profileStep {
+			prof = make(chan error, 1)
+			go func() { prof <- o.profile(ctx, *profile, *step) }()
+		}
 		s := o.step(ctx, cfg.Capacity*pct/100, *step)
 		s.Percent = pct
+		if prof != nil {
+			if err := <-prof; err != nil {
+				p.line("profile: %v", err)
+			} else {
+				p.line("profile of the node at %g%%: %s (go tool pprof -top %s)", pct, *profile, *profile)
+			}
+		}
 		rep.Steps = append(rep.Steps, s)
 		p.line("%3.0f%%: %s", pct, s.brief())
 	}
@@ -173,6 +193,7 @@ func runOverload(args []string) error {
 type overload struct {
 	b   *benchCluster
 	g   *loadGen
+	a   *attacker
 	cfg overloadConfig
 	p   *progress
 }
@@ -211,17 +232,19 @@ func (o *overload) calibrate(ctx context.Context) ([]overloadStep, float64) {
 // step offers rate attacks/s for d and measures.
 func (o *overload) step(ctx context.Context, rate float64, d time.Duration) overloadStep {
 	n := o.b.Node("n1")
+	// A step starts on a node that admits everything again: what the previous one left (a
+	// reduced admitted share) is not this one's.
+	for settle := time.Now(); time.Since(settle) < 5*time.Second && ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
+		if m, err := scrapeNode(n); err != nil || m["tickfence_admission_shedding"] == 0 {
+			break
+		}
+	}
 	before, _ := scrapeNode(n)
 	cpu0, srv0, gen0 := procCPU(n.Pid()), procCPU(o.b.Server.Pid()), procCPU(os.Getpid())
 	t0 := time.Now()
-	var (
-		ok, busy, other, timedOut, notSent atomic.Int64
-		inflight                           atomic.Int64
-		wg                                 sync.WaitGroup
-		mu                                 sync.Mutex
-		errs                               = map[string]int64{}
-	)
-	rtt := hdr.New(7)
+	var notSent int64
+	a := o.a
+	a.counts() // what the previous step left is not this one's
 	sctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	tick := time.NewTicker(time.Millisecond)
@@ -230,55 +253,21 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		<-tick.C
 		due := int(time.Since(t0).Seconds() * rate)
 		for ; issued < due; issued++ {
-			if inflight.Load() >= maxInflight {
-				notSent.Add(1)
-				continue
+			// The only bound on what is in flight: a session's 64 unanswered attacks per dungeon
+			// (the timeout settles the rest).
+			if err := a.send(int(o.g.seq.Add(1) % uint64(len(o.g.ids)))); err != nil {
+				notSent++
 			}
-			i := int(o.g.seq.Add(1) % uint64(len(o.g.ids)))
-			inflight.Add(1)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer inflight.Add(-1)
-				actx, acancel := context.WithTimeout(context.Background(), o.cfg.Timeout)
-				defer acancel()
-				start := time.Now()
-				rid := ""
-				if o.cfg.RequestIDs {
-					rid = fmt.Sprintf("%s-o%d", o.g.runID, o.g.seq.Add(1))
-				}
-				r, err := o.g.client.Once(actx, o.g.ids[i], rid, map[string]any{"type": "attack", "player": "p"})
-				if err != nil {
-					timedOut.Add(1)
-					o.g.unknowN[i].Add(1)
-					return
-				}
-				rtt.Record(time.Since(start))
-				switch {
-				case r.OK:
-					ok.Add(1)
-					res, _ := r.Result.(map[string]any)
-					dmg, _ := proc.Int64(res["damage"])
-					o.g.acked[i].Add(dmg)
-				case r.Error.Code == wire.CodeBusy:
-					busy.Add(1) // refused without effect
-				default:
-					other.Add(1)
-					o.g.unknowN[i].Add(1) // conservatively: it may have had an effect
-					mu.Lock()
-					errs[r.Error.Code]++
-					mu.Unlock()
-				}
-			}()
 		}
 	}
 	tick.Stop()
-	wg.Wait()
+	a.drain() // every attack of the step answered or given up
+	ok, busy, other, timedOut, rtt, errs := a.counts()
 	secs := time.Since(t0).Seconds()
 	after, _ := scrapeNode(n)
 	cpu1, srv1, gen1 := procCPU(n.Pid()), procCPU(o.b.Server.Pid()), procCPU(os.Getpid())
-	s := overloadStep{Offered: rate, OK: float64(ok.Load()) / secs, Busy: float64(busy.Load()) / secs,
-		Other: float64(other.Load()) / secs, TimedOut: float64(timedOut.Load()) / secs, NotSent: notSent.Load(),
+	s := overloadStep{Offered: rate, OK: float64(ok) / secs, Busy: float64(busy) / secs,
+		Other: float64(other) / secs, TimedOut: float64(timedOut) / secs, NotSent: notSent,
 		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max()}
 	if cpu0 >= 0 && cpu1 >= 0 {
 		s.CPU = (cpu1 - cpu0) / secs
@@ -299,14 +288,49 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		s.WriteP50, s.WriteP99 = secs2(proc.Quantile(w, 0.5)), secs2(proc.Quantile(w, 0.99))
 		writes := after[`tickfence_state_writes_total{result="ok"}`] - before[`tickfence_state_writes_total{result="ok"}`]
 		s.RecordBytes = o.recordBytes(ctx)
-		if ok.Load() > 0 {
-			s.BytesPerCmd = writes * s.RecordBytes / float64(ok.Load())
+		if ok > 0 {
+			s.BytesPerCmd = writes * s.RecordBytes / float64(ok)
 		}
 	}
 	if len(errs) > 0 {
 		s.Errors = fmt.Sprint(errs)
 	}
 	return s
+}
+
+// profile takes a CPU profile of the node over the middle half of a step of length d.
+func (o *overload) profile(ctx context.Context, path string, d time.Duration) error {
+	u := strings.TrimSuffix(o.b.Node("n1").MetricsURL(), "/metrics")
+	if u == "" {
+		return errors.New("the node has not logged its metrics address")
+	}
+	secs := max(int(d.Seconds()/2), 1)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d / 4):
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", u, secs), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", req.URL, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func secs2(v float64) time.Duration {

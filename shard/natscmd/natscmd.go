@@ -91,7 +91,7 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 			reply(wire.EncodeReply(wire.Reply{Error: werr}))
 			return
 		}
-		handle(shard.Command{Request: req, Received: received, Reply: reply})
+		handle(shard.Command{Request: req, Received: received, Reply: reply, Screened: s.Shedding != nil})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", wire.ShardSubject(sh), err)

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tickfence/tickfence/internal/hdr"
+	"github.com/tickfence/tickfence/internal/proc"
+	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
+)
+
+// attacker is the overload scenario's open-loop generator: every attack is published once, with
+// its own reply subject under one wildcard inbox subscription, and its answer (or its absence
+// after the timeout) is matched by that subject. No goroutine, context or timer per attack: the
+// generator shares the 2-core machine with the node and its server, and what it spends per
+// attack is taken from them (a goroutine and two contexts per attack took a whole core at 38 k
+// attacks/s).
+//
+// It speaks the compact form (client sessions) as natscmd.Client does: one client ID, one
+// counter numbering the commands to every instance, and with each command the ack, the highest
+// number up to which every command to that instance is settled (answered or given up). A
+// command is never sent again, so a given-up one is settled at its timeout.
+type attacker struct {
+	g       *loadGen
+	nc      *nats.Conn
+	id      string // session client ID
+	prefix  string // reply subjects: prefix + seq
+	timeout time.Duration
+	sub     *nats.Subscription
+	body    []byte
+	last    atomic.Uint64 // highest number assigned
+	opaque  bool          // opaque request IDs (Tickfence-Request-Id) instead of the session
+	open    atomic.Int64  // attacks sent and not settled
+
+	insts   []attackTarget
+	pending [64]pendingShard
+
+	ok, busy, other, timedOut atomic.Int64
+	rtt                       *hdr.Window
+	errMu                     sync.Mutex
+	errs                      map[string]int64
+	stop                      chan struct{}
+	swept                     chan struct{}
+}
+
+type attackTarget struct {
+	mu      sync.Mutex
+	subject string
+	open    []uint64 // numbers sent and not settled, ascending
+}
+
+type pendingShard struct {
+	mu sync.Mutex
+	m  map[uint64]pendingAttack
+}
+
+type pendingAttack struct {
+	inst  int32
+	start time.Time
+}
+
+func newAttacker(g *loadGen, shards uint32, timeout time.Duration, opaque bool) (*attacker, error) {
+	body, err := wire.Canonical(map[string]any{"type": "attack", "player": "p"})
+	if err != nil {
+		return nil, err
+	}
+	a := &attacker{g: g, nc: g.nc, id: "tb-" + g.runID, timeout: timeout, body: body, opaque: opaque, rtt: hdr.NewWindow(7),
+		insts: make([]attackTarget, len(g.ids)), errs: map[string]int64{}, stop: make(chan struct{}), swept: make(chan struct{})}
+	a.prefix = g.nc.NewInbox() + "."
+	for i := range a.pending {
+		a.pending[i].m = map[uint64]pendingAttack{}
+	}
+	for i, id := range g.ids {
+		a.insts[i].subject = wire.Subject(store.ShardOf(id, shards), id)
+	}
+	if a.sub, err = g.nc.Subscribe(a.prefix+"*", a.answer); err != nil {
+		return nil, err
+	}
+	if err := a.sub.SetPendingLimits(1<<20, 256<<20); err != nil {
+		return nil, err
+	}
+	go a.sweep()
+	return a, nil
+}
+
+// send publishes one attack on instance i.
+func (a *attacker) send(i int) error {
+	t := &a.insts[i]
+	t.mu.Lock()
+	defer t.mu.Unlock() // publishing under it keeps one instance's numbers in order on the wire
+	seq := a.last.Add(1)
+	ack := seq - 1
+	if len(t.open) > 0 {
+		ack = t.open[0] - 1
+	}
+	if len(t.open) >= store.MaxClientInFlight {
+		return errTooManyOpen
+	}
+	m := nats.NewMsg(t.subject)
+	m.Reply = a.prefix + strconv.FormatUint(seq, 10)
+	m.Data = a.body
+	if a.opaque {
+		m.Header.Set(wire.HeaderRequestID, a.g.runID+"-o"+strconv.FormatUint(seq, 10))
+	} else {
+		m.Header.Set(wire.HeaderClient, a.id)
+		m.Header.Set(wire.HeaderSeq, strconv.FormatUint(seq, 10))
+		if ack > 0 {
+			m.Header.Set(wire.HeaderAck, strconv.FormatUint(ack, 10))
+		}
+	}
+	p := &a.pending[seq%uint64(len(a.pending))]
+	p.mu.Lock()
+	p.m[seq] = pendingAttack{inst: int32(i), start: time.Now()}
+	p.mu.Unlock()
+	t.open = append(t.open, seq)
+	a.open.Add(1)
+	if err := a.nc.PublishMsg(m); err != nil {
+		a.open.Add(-1)
+		t.open = t.open[:len(t.open)-1]
+		p.mu.Lock()
+		delete(p.m, seq)
+		p.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+var errTooManyOpen = fmt.Errorf("%d attacks to one dungeon unanswered", store.MaxClientInFlight)
+
+// take removes seq from the pending attacks; false if it was settled already (a late answer).
+func (a *attacker) take(seq uint64) (pendingAttack, bool) {
+	p := &a.pending[seq%uint64(len(a.pending))]
+	p.mu.Lock()
+	pa, ok := p.m[seq]
+	delete(p.m, seq)
+	p.mu.Unlock()
+	if ok {
+		a.open.Add(-1)
+		t := &a.insts[pa.inst]
+		t.mu.Lock()
+		for j, s := range t.open {
+			if s == seq {
+				t.open = append(t.open[:j], t.open[j+1:]...)
+				break
+			}
+		}
+		t.mu.Unlock()
+	}
+	return pa, ok
+}
+
+func (a *attacker) answer(m *nats.Msg) {
+	seq, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, a.prefix), 10, 64)
+	if err != nil {
+		return
+	}
+	pa, ok := a.take(seq)
+	if !ok {
+		return // counted as timed out already
+	}
+	a.rtt.Record(time.Since(pa.start))
+	r, err := wire.DecodeReply(m.Data, false)
+	switch {
+	case err != nil:
+		a.countOther("malformed reply")
+		a.g.unknowN[pa.inst].Add(1)
+	case r.OK:
+		a.ok.Add(1)
+		res, _ := r.Result.(map[string]any)
+		dmg, _ := proc.Int64(res["damage"])
+		a.g.acked[pa.inst].Add(dmg)
+	case r.Error.Code == wire.CodeBusy:
+		a.busy.Add(1) // refused without effect
+	default:
+		a.countOther(r.Error.Code)
+		a.g.unknowN[pa.inst].Add(1) // conservatively: it may have had an effect
+	}
+}
+
+func (a *attacker) countOther(code string) {
+	a.other.Add(1)
+	a.errMu.Lock()
+	a.errs[code]++
+	a.errMu.Unlock()
+}
+
+// sweep gives up the attacks unanswered for longer than the timeout, every 10 ms.
+func (a *attacker) sweep() {
+	defer close(a.swept)
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	var expired []uint64
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+		}
+		cut := time.Now().Add(-a.timeout)
+		for i := range a.pending {
+			p := &a.pending[i]
+			expired = expired[:0]
+			p.mu.Lock()
+			for seq, pa := range p.m {
+				if pa.start.Before(cut) {
+					expired = append(expired, seq)
+				}
+			}
+			p.mu.Unlock()
+			for _, seq := range expired {
+				if pa, ok := a.take(seq); ok {
+					a.timedOut.Add(1)
+					a.g.unknowN[pa.inst].Add(1)
+				}
+			}
+		}
+	}
+}
+
+// inflight is the number of attacks sent and not settled.
+func (a *attacker) inflight() int64 { return a.open.Load() }
+
+// drain waits until every attack is answered or given up.
+func (a *attacker) drain() {
+	for a.inflight() > 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// counts returns the counters and round trips since the previous call, and resets them.
+func (a *attacker) counts() (ok, busy, other, timedOut int64, rtt *hdr.Histogram, errs map[string]int64) {
+	ok, busy, other, timedOut = a.ok.Swap(0), a.busy.Swap(0), a.other.Swap(0), a.timedOut.Swap(0)
+	rtt = a.rtt.Take()
+	a.errMu.Lock()
+	errs, a.errs = a.errs, map[string]int64{}
+	a.errMu.Unlock()
+	return
+}
+
+func (a *attacker) close() {
+	close(a.stop)
+	<-a.swept
+	_ = a.sub.Unsubscribe()
+}
