@@ -66,23 +66,43 @@ func TestAdmissionShedsAShareOnAStandingQueue(t *testing.T) {
 			t.Fatalf("the share did not fall: %.3f", shares)
 		}
 	}
-	// Quick answers give it back, a tenth per interval.
+	// Quick answers give it back, 2 % per interval.
 	low := a.admittedShare()
 	for range 3 {
 		a.done(time.Millisecond, at(ms+10))
 		ms += 110
 		admitted(a, 1, at(ms))
 	}
-	if got := a.admittedShare(); got < low+0.29 || got > low+0.31 {
-		t.Fatalf("share %.3f after three quick intervals from %.3f: want +0.3", got, low)
+	if got := a.admittedShare(); got < low+0.055 || got > low+0.065 {
+		t.Fatalf("share %.3f after three quick intervals from %.3f: want +0.06", got, low)
 	}
-	// Intervals with nothing answered give it back too, up to everything.
-	for range 12 {
+	// Intervals with nothing answered while commands wait (stuck, not slow) give it back in
+	// steps too.
+	low = a.admittedShare()
+	waiting := 0
+	for waiting == 0 {
+		waiting = admitted(a, 1, at(ms)) // admitted and not answered
+	}
+	for range 3 {
 		ms += 110
 		admitted(a, 1, at(ms))
 	}
+	if got := a.admittedShare(); got < low+0.055 || got > low+0.065 {
+		t.Fatalf("share %.3f after three intervals without answers from %.3f, a command waiting: want +0.06", got, low)
+	}
+	// Idle (nothing answered, nothing waiting): all of it at once.
+	a.done(time.Millisecond, at(ms+1))
+	ms += 110
+	admitted(a, 1, at(ms)) // ends the interval with that quick answer: +2 %
+	for a.pending.Load() > 0 {
+		a.done(time.Millisecond, at(ms+1))
+	}
+	ms += 110
+	a.refusing(at(ms)) // the answers above were in this interval: +2 % again
+	ms += 110
+	a.refusing(at(ms)) // idle
 	if got := a.admittedShare(); got != 1 {
-		t.Fatalf("share %.3f after twelve intervals without answers: want 1", got)
+		t.Fatalf("share %.3f after an idle interval: want 1", got)
 	}
 	if k := admitted(a, 50, at(ms)); k != 50 {
 		t.Fatalf("admitted %d of 50 at a whole share", k)

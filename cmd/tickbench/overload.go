@@ -52,6 +52,7 @@ type overloadStep struct {
 	P50         time.Duration `json:"round_trip_p50_ns"`
 	P99         time.Duration `json:"round_trip_p99_ns"`
 	Max         time.Duration `json:"round_trip_max_ns"`
+	BusyP99     time.Duration `json:"busy_round_trip_p99_ns"` // of the attacks answered busy: is refusing quick?
 	TicksFrac   float64       `json:"ticks_vs_scheduled"`
 	Skipped     float64       `json:"ticks_skipped"`
 	LateP99     time.Duration `json:"tick_lateness_p99_ns"`
@@ -262,13 +263,13 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	}
 	tick.Stop()
 	a.drain() // every attack of the step answered or given up
-	ok, busy, other, timedOut, rtt, errs := a.counts()
+	ok, busy, other, timedOut, rtt, busyRTT, errs := a.counts()
 	secs := time.Since(t0).Seconds()
 	after, _ := scrapeNode(n)
 	cpu1, srv1, gen1 := procCPU(n.Pid()), procCPU(o.b.Server.Pid()), procCPU(os.Getpid())
 	s := overloadStep{Offered: rate, OK: float64(ok) / secs, Busy: float64(busy) / secs,
 		Other: float64(other) / secs, TimedOut: float64(timedOut) / secs, NotSent: notSent,
-		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max()}
+		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99)}
 	if cpu0 >= 0 && cpu1 >= 0 {
 		s.CPU = (cpu1 - cpu0) / secs
 	}
@@ -390,10 +391,10 @@ func printOverload(rep overloadReport) {
 	c := rep.Config
 	fmt.Printf("\ncapacity %.0f commands/s (%s)\n\n", c.Capacity, map[bool]string{true: "found by the ramp above", false: "given"}[c.Calibrated])
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "load\toffered/s\tok/s\tbusy/s\ttimed out/s\tother/s\trtt p50 ms\trtt p99 ms\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
+	fmt.Fprintln(w, "load\toffered/s\tok/s\tbusy/s\ttimed out/s\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
 	for _, s := range rep.Steps {
-		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
-			s.Percent, s.Offered, s.OK, s.Busy, s.TimedOut, s.Other, ms(s.P50), ms(s.P99), 100*s.TicksFrac, s.Skipped,
+		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
+			s.Percent, s.Offered, s.OK, s.Busy, s.TimedOut, s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), 100*s.TicksFrac, s.Skipped,
 			ms(s.LateP99), ms(s.WriteP50), ms(s.WriteP99), s.RecordBytes, s.BytesPerCmd, s.CPU, s.ServerCPU, s.LoadCPU)
 	}
 	w.Flush()

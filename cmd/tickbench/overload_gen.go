@@ -43,7 +43,7 @@ type attacker struct {
 	pending [64]pendingShard
 
 	ok, busy, other, timedOut atomic.Int64
-	rtt                       *hdr.Window
+	rtt, busyRTT              *hdr.Window
 	errMu                     sync.Mutex
 	errs                      map[string]int64
 	stop                      chan struct{}
@@ -71,7 +71,7 @@ func newAttacker(g *loadGen, shards uint32, timeout time.Duration, opaque bool) 
 	if err != nil {
 		return nil, err
 	}
-	a := &attacker{g: g, nc: g.nc, id: "tb-" + g.runID, timeout: timeout, body: body, opaque: opaque, rtt: hdr.NewWindow(7),
+	a := &attacker{g: g, nc: g.nc, id: "tb-" + g.runID, timeout: timeout, body: body, opaque: opaque, rtt: hdr.NewWindow(7), busyRTT: hdr.NewWindow(7),
 		insts: make([]attackTarget, len(g.ids)), errs: map[string]int64{}, stop: make(chan struct{}), swept: make(chan struct{})}
 	a.prefix = g.nc.NewInbox() + "."
 	for i := range a.pending {
@@ -165,7 +165,8 @@ func (a *attacker) answer(m *nats.Msg) {
 	if !ok {
 		return // counted as timed out already
 	}
-	a.rtt.Record(time.Since(pa.start))
+	took := time.Since(pa.start)
+	a.rtt.Record(took)
 	r, err := wire.DecodeReply(m.Data, false)
 	switch {
 	case err != nil:
@@ -178,6 +179,7 @@ func (a *attacker) answer(m *nats.Msg) {
 		a.g.acked[pa.inst].Add(dmg)
 	case r.Error.Code == wire.CodeBusy:
 		a.busy.Add(1) // refused without effect
+		a.busyRTT.Record(took)
 	default:
 		a.countOther(r.Error.Code)
 		a.g.unknowN[pa.inst].Add(1) // conservatively: it may have had an effect
@@ -235,9 +237,9 @@ func (a *attacker) drain() {
 }
 
 // counts returns the counters and round trips since the previous call, and resets them.
-func (a *attacker) counts() (ok, busy, other, timedOut int64, rtt *hdr.Histogram, errs map[string]int64) {
+func (a *attacker) counts() (ok, busy, other, timedOut int64, rtt, busyRTT *hdr.Histogram, errs map[string]int64) {
 	ok, busy, other, timedOut = a.ok.Swap(0), a.busy.Swap(0), a.other.Swap(0), a.timedOut.Swap(0)
-	rtt = a.rtt.Take()
+	rtt, busyRTT = a.rtt.Take(), a.busyRTT.Take()
 	a.errMu.Lock()
 	errs, a.errs = a.errs, map[string]int64{}
 	a.errMu.Unlock()

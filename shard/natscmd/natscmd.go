@@ -59,7 +59,8 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 		if m.Reply == "" {
 			return // a publish, not a request: there is no one to answer
 		}
-		asJSON := strings.HasPrefix(m.Header.Get(wire.HeaderContent), wire.ContentJSON)
+		content := m.Header.Get(wire.HeaderContent)
+		asJSON := strings.HasPrefix(content, wire.ContentJSON)
 		reply := func(b []byte) {
 			out := nats.NewMsg(m.Reply)
 			out.Data = wire.ForClient(b, asJSON)
@@ -78,7 +79,7 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 		}
 		req, err := wire.DecodeCommand(m.Subject, wire.Headers{RequestID: m.Header.Get(wire.HeaderRequestID),
 			Client: m.Header.Get(wire.HeaderClient), Seq: m.Header.Get(wire.HeaderSeq), Ack: m.Header.Get(wire.HeaderAck),
-			ContentType: m.Header.Get(wire.HeaderContent)}, m.Data, s.shards)
+			ContentType: content}, m.Data, s.shards)
 		if err != nil {
 			werr := &wire.Error{}
 			if !errors.As(err, &werr) {
