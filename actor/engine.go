@@ -104,7 +104,7 @@ type worker struct {
 }
 
 // DefaultWorkers is the engine's default worker count: 16 per GOMAXPROCS, at least 16 and at
-// most 64. More workers than cores hold the schedule better on a node that also runs a command
+// most 64 (or one per P past 64 Ps). More workers than cores hold the schedule better on a node that also runs a command
 // path and perhaps an embedded server: a due worker's timer fires only when the P holding it
 // reaches the scheduler, and then it waits behind what runs there; with many workers, their
 // timers sit on every P, so the first P free fires one and that worker takes the bucket. On 2
@@ -112,7 +112,8 @@ type worker struct {
 // had medians of 6.2–6.8 ms with 2 workers, 2.6–3.9 ms with 16 to 64; an idle worker costs a
 // wake-up per bucket (100 dungeons: 0.15 cores with 2, 0.16 with 16, 0.19 with 64).
 func DefaultWorkers() int {
-	return min(max(16*runtime.GOMAXPROCS(0), 16), 64)
+	p := runtime.GOMAXPROCS(0)
+	return min(max(16*p, 16), max(64, p)) // never fewer than one per P
 }
 
 // NewEngine validates the config and starts the workers. Stop them with Stop.

@@ -54,6 +54,7 @@ type attackTarget struct {
 	mu      sync.Mutex
 	subject string
 	open    []uint64 // numbers sent and not settled, ascending
+	sent    []uint64 // numbers sent that the ack does not cover yet, ascending: the owner keeps their answers
 }
 
 type pendingShard struct {
@@ -96,11 +97,8 @@ func (a *attacker) send(i int) error {
 	t.mu.Lock()
 	defer t.mu.Unlock() // publishing under it keeps one instance's numbers in order on the wire
 	seq := a.last.Add(1)
-	ack := seq - 1
-	if len(t.open) > 0 {
-		ack = t.open[0] - 1
-	}
-	if len(t.open) >= store.MaxClientInFlight {
+	ack, ok := t.number(seq)
+	if !ok {
 		return errTooManyOpen
 	}
 	m := nats.NewMsg(t.subject)
@@ -119,11 +117,11 @@ func (a *attacker) send(i int) error {
 	p.mu.Lock()
 	p.m[seq] = pendingAttack{inst: int32(i), start: time.Now()}
 	p.mu.Unlock()
-	t.open = append(t.open, seq)
 	a.open.Add(1)
 	if err := a.nc.PublishMsg(m); err != nil {
 		a.open.Add(-1)
 		t.open = t.open[:len(t.open)-1]
+		t.sent = t.sent[:len(t.sent)-1]
 		p.mu.Lock()
 		delete(p.m, seq)
 		p.mu.Unlock()
@@ -132,7 +130,29 @@ func (a *attacker) send(i int) error {
 	return nil
 }
 
-var errTooManyOpen = fmt.Errorf("%d attacks to one dungeon unanswered", store.MaxClientInFlight)
+// number opens command seq (the highest number yet) to this target and returns the ack to send
+// with it; false, and nothing opened, if the owner would refuse it: it keeps at most
+// MaxClientInFlight answers above the ack, and an answered command stays there until every older
+// one is settled. Under t.mu.
+func (t *attackTarget) number(seq uint64) (ack uint64, ok bool) {
+	ack = seq - 1
+	if len(t.open) > 0 {
+		ack = t.open[0] - 1
+	}
+	k := 0
+	for k < len(t.sent) && t.sent[k] <= ack {
+		k++
+	}
+	t.sent = t.sent[k:]
+	if len(t.sent) >= store.MaxClientInFlight {
+		return 0, false
+	}
+	t.open = append(t.open, seq)
+	t.sent = append(t.sent, seq)
+	return ack, true
+}
+
+var errTooManyOpen = fmt.Errorf("%d attacks to one dungeon not acknowledged", store.MaxClientInFlight)
 
 // take removes seq from the pending attacks; false if it was settled already (a late answer).
 func (a *attacker) take(seq uint64) (pendingAttack, bool) {

@@ -255,6 +255,9 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	if o.checkpointEvery == 0 {
 		return errors.New("--checkpoint-every must be at least 1")
 	}
+	if o.tickWorkers < 0 || o.tickWorkers > 4096 {
+		return fmt.Errorf("--tick-workers must be in 0..4096 (0: the default), got %d", o.tickWorkers)
+	}
 	if err := store.ValidTTL(o.lease); err != nil {
 		return fmt.Errorf("--lease: %w", err)
 	}
