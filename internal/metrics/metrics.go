@@ -94,6 +94,15 @@ func For(reg prometheus.Registerer) *Node {
 	return m
 }
 
+// Forget drops the set For keeps for reg, so that it and what its gauges read (a shard host, an
+// engine) can be collected once reg is no longer used: for processes that make a registry per
+// short-lived node (the nemesis makes thousands). reg's collectors stay registered on reg.
+func Forget(reg prometheus.Registerer) {
+	forMu.Lock()
+	defer forMu.Unlock()
+	delete(forM, reg)
+}
+
 // CountPendingEffects makes f the source of tickfence_effects_pending (the shard host's count).
 func (m *Node) CountPendingEffects(f func() uint64) { m.fxHeld.Store(&f) }
 

@@ -86,6 +86,7 @@ import (
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/history"
+	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/node"
 	"github.com/tickfence/tickfence/shard/wire"
@@ -337,6 +338,13 @@ func Run(seed uint64, cfg Config) Result {
 		rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), coordSess: map[string]string{}, writeHooks: map[string]*writeHook{}, ackedGen: map[int]int{},
 		grid: time.Now()}
 	audit.c = c
+	defer func() {
+		// metrics.For keeps each registry's set for good; a run's node lives are thousands in a
+		// long run (-nemesis.long grew by ~170 MB/s until the OOM killer ended it).
+		for _, reg := range c.regs {
+			metrics.Forget(reg)
+		}
+	}()
 	c.fx = newEffectStream(c)
 	// One tick schedule for every life of every node, known to the Net: store events that it makes
 	// end on a tick instant race that tick for real under the fake clock.

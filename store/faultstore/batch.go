@@ -3,6 +3,7 @@ package faultstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/tickfence/tickfence/store"
@@ -55,9 +56,17 @@ func (c *Client) WriteBatch(g store.Grant, writes []store.BatchWrite, done func(
 		mu.Unlock()
 		return batchOutcome(r, e)
 	}
-	recf := func(uint64) {
+	// The outcome is read under mu and acted on without it: acting can land another write of
+	// this batch's client, whose do takes its own batch's mu — and a batch sent from this one's
+	// done callback (the shard's batcher sends the next batch there) must not find this mu held
+	// when a fault lands this batch again (a long nemesis run hung so on seeds 493-496).
+	outcome := func() ([]uint64, []error) {
 		mu.Lock()
 		defer mu.Unlock()
+		return slices.Clone(revs), slices.Clone(errs)
+	}
+	recf := func(uint64) {
+		revs, errs := outcome()
 		for i, w := range writes {
 			if errs[i] == nil && revs[i] != 0 {
 				c.instRec(g, w.ID, encodeRec(g, w.Rec, false), false)(revs[i])
@@ -66,8 +75,7 @@ func (c *Client) WriteBatch(g store.Grant, writes []store.BatchWrite, done func(
 	}
 	desc := fmt.Sprintf("batch of %d writes (%s tick %d, …) under %s", len(writes), writes[0].ID, writes[0].Rec.Tick, g)
 	c.writeAsync(store.InstanceKey(g.Shard, writes[0].ID), desc, do, recf, func(_ uint64, err error) {
-		mu.Lock()
-		defer mu.Unlock()
+		revs, errs := outcome()
 		for i := range writes {
 			switch {
 			case err != nil && (errs[i] == nil || !store.Refused(errs[i])):
