@@ -23,7 +23,7 @@ import (
 // overload settles near the node's capacity instead of swinging between admitting everything
 // and nothing (AIMD, as TCP finds a link's rate; giving back a tenth per interval let the
 // share overshoot within a second and the ticks fall to 96–98 % of their schedule at 200 %
-// of capacity, 2 % held them at 100 %). Refused commands are
+// of capacity, 2 % held them at 99–100 %). Refused commands are
 // spread evenly over the arrivals, not in bursts. A bound on admitted, unanswered commands caps
 // memory if answers stop altogether. Overload then degrades into quick refusals that clients
 // retry with backoff, instead of queues that grow until every client times out.

@@ -170,7 +170,6 @@ func runOverload(args []string) error {
 		p.line("%3.0f%%: %s", pct, s.brief())
 	}
 	p.line("checking every instance's stored damage against the acknowledged attacks")
-	gen.wait()
 	var cr chaosReport
 	checkDamage(ctx, b, gen, &cr)
 	rep.Damage = cr.Damage
