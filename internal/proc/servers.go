@@ -378,6 +378,23 @@ func (s *Servers) StreamLeader(ctx context.Context, stream string) (int, error) 
 	return s.Index(info.Cluster.Leader), nil
 }
 
+// streamNames lists the streams, within the same short deadline as streamInfo: a request the
+// JetStream API drops (its meta leader frozen or electing) is never answered, and without one the
+// list would wait out the caller's whole deadline instead of being asked again.
+func (s *Servers) streamNames(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var names []string
+	lister := s.JS.StreamNames(ctx)
+	for name := range lister.Name() {
+		names = append(names, name)
+	}
+	if err := lister.Err(); err != nil {
+		return nil, fmt.Errorf("stream names: %w", err)
+	}
+	return names, nil
+}
+
 func (s *Servers) streamInfo(ctx context.Context, stream string) (*jetstream.StreamInfo, error) {
 	// Short: a stream without a leader does not answer, and callers poll; not too short, as a
 	// server on a busy machine may take a while.
@@ -407,7 +424,10 @@ func (s *Servers) MoveLeader(ctx context.Context, stream string, i int) error {
 					Description string `json:"description"`
 				} `json:"error"`
 			}
-			msg, rerr := s.NC.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req)
+			// Per attempt: a step-down request the API drops is asked again, not waited on.
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			msg, rerr := s.NC.RequestWithContext(rctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req)
+			rcancel()
 			if rerr == nil && json.Unmarshal(msg.Data, &resp) == nil && resp.Error != nil {
 				rerr = errors.New(resp.Error.Description)
 			}
@@ -446,12 +466,8 @@ func (s *Servers) WaitStreamsCurrent(ctx context.Context) error {
 // Lagging lists the streams without a leader, with a replica that is not current or offline, or
 // whose info does not come (with the error).
 func (s *Servers) Lagging(ctx context.Context) ([]string, error) {
-	var names []string
-	lister := s.JS.StreamNames(ctx)
-	for name := range lister.Name() {
-		names = append(names, name)
-	}
-	if err := lister.Err(); err != nil {
+	names, err := s.streamNames(ctx)
+	if err != nil {
 		return nil, err
 	}
 	var lagging []string

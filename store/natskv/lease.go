@@ -27,7 +27,7 @@ func (s *Store) ControlGet(ctx context.Context, key string) (store.Entry, error)
 	}
 	e, err := kv.Get(ctx, key)
 	if err != nil {
-		return store.Entry{}, classify("get "+key, err)
+		return store.Entry{}, classifyRead("get "+key, err)
 	}
 	return store.Entry{Key: key, Value: e.Value(), Revision: e.Revision(), Created: e.Created()}, nil
 }

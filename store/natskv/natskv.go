@@ -271,6 +271,19 @@ func classify(op string, err error) error {
 	}
 }
 
+// classifyRead maps an error of a read: a missing key is ErrNotFound; anything else is the
+// server's or the connection's own error (a read has no outcome to be unknown: it changed nothing).
+func classifyRead(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	default:
+		return fmt.Errorf("%s: %w", op, err)
+	}
+}
+
 // classifyFenced maps an error of a fenced write: a wrong last sequence there is the fence, and a
 // sealed stream is an epoch that ended with a restore (DESIGN 6): no grant of it is valid any more.
 // The server says which revision it met: "wrong last sequence: N".
@@ -412,7 +425,7 @@ func (s *Store) Cluster(ctx context.Context) (store.Cluster, error) {
 	}
 	e, err := ctl.Get(ctx, store.ClusterKey)
 	if err != nil {
-		return store.Cluster{}, classify("cluster record", err)
+		return store.Cluster{}, classifyRead("cluster record", err)
 	}
 	var c store.Cluster
 	if err := json.Unmarshal(e.Value(), &c); err != nil {
@@ -448,7 +461,7 @@ func (s *Store) Assignment(ctx context.Context, epoch uint64, shard uint32) (sto
 	}
 	e, err := kv.Get(ctx, store.ShardKey(shard))
 	if err != nil {
-		return store.Assignment{}, 0, classify(fmt.Sprintf("shard %d", shard), err)
+		return store.Assignment{}, 0, classifyRead(fmt.Sprintf("shard %d", shard), err)
 	}
 	var a store.Assignment
 	if err := json.Unmarshal(e.Value(), &a); err != nil {

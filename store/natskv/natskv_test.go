@@ -185,3 +185,30 @@ func TestRestoreFencesPreRestoreTokens(t *testing.T) {
 		}
 	})
 }
+
+// A read that fails changed nothing: its error is the cause, never "write outcome unknown" (which
+// tells an operator a write may have landed).
+func TestFailedReadsAreNotUnknownWrites(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	if _, err := s.Bootstrap(ctx, store.Cluster{Epoch: 1, Shards: 4, Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Once, to open the buckets: what follows fails at the read itself.
+	if _, err := s.Cluster(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Assignment(ctx, 1, 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, errCluster := s.Cluster(done)
+	_, _, errShard := s.Assignment(done, 1, 0)
+	_, errGet := s.(store.Control).ControlGet(done, "leader")
+	for what, err := range map[string]error{"cluster record": errCluster, "shard": errShard, "control get": errGet} {
+		if err == nil || errors.Is(err, store.ErrUnknownOutcome) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s read on a cancelled context: %v; want context.Canceled, not an unknown outcome", what, err)
+		}
+	}
+}
