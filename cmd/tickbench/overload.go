@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/tickfence/tickfence/internal/proc"
-	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/store"
 )
 
@@ -39,7 +38,6 @@ type overloadConfig struct {
 	Calibrated      bool          `json:"calibrated"`
 	Timeout         time.Duration `json:"answer_timeout_ns"`
 	RequestIDs      bool          `json:"opaque_request_ids"`
-	ClientThrottle  float64       `json:"client_throttle_k"` // 0: off
 	NodeArgs        []string      `json:"node_args,omitempty"`
 }
 
@@ -48,7 +46,6 @@ type overloadStep struct {
 	Offered     float64       `json:"offered_per_s"`
 	OK          float64       `json:"ok_per_s"`
 	Busy        float64       `json:"busy_per_s"`
-	ClientBusy  float64       `json:"client_busy_per_s"` // answered busy by the client's throttle, never sent
 	Other       float64       `json:"other_errors_per_s"`
 	TimedOut    float64       `json:"timed_out_per_s"` // no answer within the timeout
 	NotSent     int64         `json:"not_sent"`        // not sent: 64 attacks to that dungeon unanswered already (a session holds no more), or the publish failed
@@ -91,8 +88,6 @@ func runOverload(args []string) error {
 	percents := fs.String("steps", "10,25,50,75,100,125,150,200", "load steps, in percent of the capacity")
 	capacity := fs.Float64("capacity", 0, "the node's capacity in commands/s (0: find it first, ramping the load until answers slow down)")
 	timeout := fs.Duration("give-up", time.Second, "an attack with no answer after this long counts as timed out (it is never retried)")
-	throttleK := fs.Float64("client-throttle", 1.1, "the generator throttles as natscmd.Client does: it sends about this many times what the\n"+
-		"owner accepts and answers the rest busy itself (the Go client's default K); 0 sends every attack, for the node's door alone")
 	opaque := fs.Bool("request-ids", false, "send opaque request IDs (Tickfence-Request-Id) instead of client sessions (needed for a tickd from before sessions)")
 	nodeArgs := fs.String("node-args", "", "extra tickd flags for the node, space-separated (e.g. \"--max-command-delay -1\" to see the node without admission control)")
 	bin := fs.String("tickd", "", "use this tickd binary instead of building one")
@@ -114,11 +109,8 @@ func runOverload(args []string) error {
 	if *instances < 1 || *step <= 0 || *tickRate <= 0 || *timeout <= 0 {
 		return errors.New("--instances, --step, --tick-rate and --give-up must be positive")
 	}
-	if *throttleK != 0 && *throttleK < 1 {
-		return fmt.Errorf("--client-throttle: %g: K is 0 (off) or at least 1 (below 1 the client refuses what the owner would accept)", *throttleK)
-	}
 	cfg := overloadConfig{Instances: *instances, Shards: *shards, TickRate: *tickRate, CheckpointEvery: *checkpoint,
-		Step: *step, Percents: pcts, Capacity: *capacity, Timeout: *timeout, RequestIDs: *opaque, ClientThrottle: *throttleK}
+		Step: *step, Percents: pcts, Capacity: *capacity, Timeout: *timeout, RequestIDs: *opaque}
 	cfg.NodeArgs = []string{"--tick-rate", fmt.Sprint(*tickRate), "--checkpoint-every", fmt.Sprint(*checkpoint)}
 	cfg.NodeArgs = append(cfg.NodeArgs, strings.Fields(*nodeArgs)...)
 	if *profile != "" {
@@ -129,12 +121,8 @@ func runOverload(args []string) error {
 	defer stop()
 	rep := overloadReport{Machine: thisMachine(), Config: cfg}
 	fmt.Printf("tickbench overload on %s\n", rep.Machine)
-	throttled := "off (every attack sent)"
-	if cfg.ClientThrottle > 0 {
-		throttled = fmt.Sprintf("K=%g", cfg.ClientThrottle)
-	}
-	fmt.Printf("1 node + tickd server, %d dungeons on %d shards at %g Hz, checkpoint every %d ticks, steps of %v, answer timeout %v, client throttle %s\n\n",
-		cfg.Instances, cfg.Shards, cfg.TickRate, cfg.CheckpointEvery, cfg.Step, cfg.Timeout, throttled)
+	fmt.Printf("1 node + tickd server, %d dungeons on %d shards at %g Hz, checkpoint every %d ticks, steps of %v, answer timeout %v\n\n",
+		cfg.Instances, cfg.Shards, cfg.TickRate, cfg.CheckpointEvery, cfg.Step, cfg.Timeout)
 	p := newProgress()
 	b, err := startBenchCluster(ctx, p, *bin, proc.ClusterConfig{Lease: 2 * time.Second, Shards: *shards, NodeArgs: cfg.NodeArgs}, []string{"n1"})
 	if err != nil {
@@ -149,12 +137,7 @@ func runOverload(args []string) error {
 	if err := gen.setup(ctx, p, *instances); err != nil {
 		return err
 	}
-	var throttle *natscmd.Throttle
-	if cfg.ClientThrottle > 0 {
-		throttle = natscmd.NewThrottle(uint32(b.shards))
-		throttle.K = cfg.ClientThrottle
-	}
-	a, err := newAttacker(gen, uint32(b.shards), *timeout, *opaque, throttle)
+	a, err := newAttacker(gen, uint32(b.shards), *timeout, *opaque)
 	if err != nil {
 		return err
 	}
@@ -216,8 +199,8 @@ type overload struct {
 }
 
 func (s overloadStep) brief() string {
-	return fmt.Sprintf("offered %6.0f/s  ok %6.0f/s  busy %6.0f/s  client busy %6.0f/s  timed out %5.0f/s  rtt p99 %6s ms  ticks %5.1f%%  tick p99 %6s ms  write p99 %6s ms  record %5.0f B",
-		s.Offered, s.OK, s.Busy, s.ClientBusy, s.TimedOut, ms(s.P99), 100*s.TicksFrac, ms(s.LateP99), ms(s.WriteP99), s.RecordBytes)
+	return fmt.Sprintf("offered %6.0f/s  ok %6.0f/s  busy %6.0f/s  timed out %5.0f/s  rtt p99 %6s ms  ticks %5.1f%%  tick p99 %6s ms  write p99 %6s ms  record %5.0f B",
+		s.Offered, s.OK, s.Busy, s.TimedOut, ms(s.P99), 100*s.TicksFrac, ms(s.LateP99), ms(s.WriteP99), s.RecordBytes)
 }
 
 // calibrate ramps the load by half each 5 s step until the node stops keeping up: under 98 % of
@@ -279,11 +262,11 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	}
 	tick.Stop()
 	a.drain() // every attack of the step answered or given up
-	ok, busy, other, timedOut, throttled, rtt, busyRTT, errs := a.counts()
+	ok, busy, other, timedOut, rtt, busyRTT, errs := a.counts()
 	secs := time.Since(t0).Seconds()
 	after, _ := scrapeNode(n)
 	cpu1, srv1, gen1 := procCPU(n.Pid()), procCPU(o.b.Server.Pid()), procCPU(os.Getpid())
-	s := overloadStep{Offered: rate, OK: float64(ok) / secs, Busy: float64(busy) / secs, ClientBusy: float64(throttled) / secs,
+	s := overloadStep{Offered: rate, OK: float64(ok) / secs, Busy: float64(busy) / secs,
 		Other: float64(other) / secs, TimedOut: float64(timedOut) / secs, NotSent: notSent,
 		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99)}
 	if cpu0 >= 0 && cpu1 >= 0 {
@@ -407,10 +390,10 @@ func printOverload(rep overloadReport) {
 	c := rep.Config
 	fmt.Printf("\ncapacity %.0f commands/s (%s)\n\n", c.Capacity, map[bool]string{true: "found by the ramp above", false: "given"}[c.Calibrated])
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "load\toffered/s\tok/s\tok vs capacity\tbusy/s\tclient busy/s\ttimed out/s\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
+	fmt.Fprintln(w, "load\toffered/s\tok/s\tbusy/s\ttimed out/s\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
 	for _, s := range rep.Steps {
-		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.1f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
-			s.Percent, s.Offered, s.OK, 100*s.OK/c.Capacity, s.Busy, s.ClientBusy, s.TimedOut, s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), 100*s.TicksFrac, s.Skipped,
+		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
+			s.Percent, s.Offered, s.OK, s.Busy, s.TimedOut, s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), 100*s.TicksFrac, s.Skipped,
 			ms(s.LateP99), ms(s.WriteP50), ms(s.WriteP99), s.RecordBytes, s.BytesPerCmd, s.CPU, s.ServerCPU, s.LoadCPU)
 	}
 	w.Flush()
@@ -461,7 +444,6 @@ func writeOverloadPlot(path string, rep overloadReport) error {
 		{"offered", "#999", func(s overloadStep) float64 { return s.Offered }},
 		{"ok", "#2ca02c", func(s overloadStep) float64 { return s.OK }},
 		{"busy", "#ff7f0e", func(s overloadStep) float64 { return s.Busy }},
-		{"client busy", "#bcbd22", func(s overloadStep) float64 { return s.ClientBusy }},
 		{"timed out", "#d62728", func(s overloadStep) float64 { return s.TimedOut }},
 	}
 	for i, q := range series {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/proc"
-	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 )
@@ -39,26 +38,21 @@ type attacker struct {
 	last    atomic.Uint64 // highest number assigned
 	opaque  bool          // opaque request IDs (Tickfence-Request-Id) instead of the session
 	open    atomic.Int64  // attacks sent and not settled
-	// throttle, if set, answers busy here the attacks the owner would refuse (natscmd.Client's
-	// throttle, as a gateway on the Go client has it); nil sends every attack.
-	throttle *natscmd.Throttle
-
-	ok, busy, other, timedOut, throttled atomic.Int64
 
 	insts   []attackTarget
 	pending [64]pendingShard
 
-	rtt, busyRTT *hdr.Window
-	errMu        sync.Mutex
-	errs         map[string]int64
-	stop         chan struct{}
-	swept        chan struct{}
+	ok, busy, other, timedOut atomic.Int64
+	rtt, busyRTT              *hdr.Window
+	errMu                     sync.Mutex
+	errs                      map[string]int64
+	stop                      chan struct{}
+	swept                     chan struct{}
 }
 
 type attackTarget struct {
 	mu      sync.Mutex
 	subject string
-	shard   uint32
 	open    []uint64 // numbers sent and not settled, ascending
 	sent    []uint64 // numbers sent that the ack does not cover yet, ascending: the owner keeps their answers
 }
@@ -73,21 +67,19 @@ type pendingAttack struct {
 	start time.Time
 }
 
-func newAttacker(g *loadGen, shards uint32, timeout time.Duration, opaque bool, throttle *natscmd.Throttle) (*attacker, error) {
+func newAttacker(g *loadGen, shards uint32, timeout time.Duration, opaque bool) (*attacker, error) {
 	body, err := wire.Canonical(map[string]any{"type": "attack", "player": "p"})
 	if err != nil {
 		return nil, err
 	}
-	a := &attacker{g: g, nc: g.nc, id: "tb-" + g.runID, timeout: timeout, body: body, opaque: opaque, throttle: throttle,
-		rtt: hdr.NewWindow(7), busyRTT: hdr.NewWindow(7),
+	a := &attacker{g: g, nc: g.nc, id: "tb-" + g.runID, timeout: timeout, body: body, opaque: opaque, rtt: hdr.NewWindow(7), busyRTT: hdr.NewWindow(7),
 		insts: make([]attackTarget, len(g.ids)), errs: map[string]int64{}, stop: make(chan struct{}), swept: make(chan struct{})}
 	a.prefix = g.nc.NewInbox() + "."
 	for i := range a.pending {
 		a.pending[i].m = map[uint64]pendingAttack{}
 	}
 	for i, id := range g.ids {
-		a.insts[i].shard = store.ShardOf(id, shards)
-		a.insts[i].subject = wire.Subject(a.insts[i].shard, id)
+		a.insts[i].subject = wire.Subject(store.ShardOf(id, shards), id)
 	}
 	if a.sub, err = g.nc.Subscribe(a.prefix+"*", a.answer); err != nil {
 		return nil, err
@@ -99,13 +91,9 @@ func newAttacker(g *loadGen, shards uint32, timeout time.Duration, opaque bool, 
 	return a, nil
 }
 
-// send publishes one attack on instance i, unless the throttle answers it busy here.
+// send publishes one attack on instance i.
 func (a *attacker) send(i int) error {
 	t := &a.insts[i]
-	if a.throttle != nil && !a.throttle.Allow(t.shard) {
-		a.throttled.Add(1)
-		return nil
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock() // publishing under it keeps one instance's numbers in order on the wire
 	seq := a.last.Add(1)
@@ -200,9 +188,6 @@ func (a *attacker) answer(m *nats.Msg) {
 	took := time.Since(pa.start)
 	a.rtt.Record(took)
 	r, err := wire.DecodeReply(m.Data, false)
-	if a.throttle != nil {
-		a.throttle.Answered(a.insts[pa.inst].shard, err != nil || r.OK || r.Error.Code != wire.CodeBusy)
-	}
 	switch {
 	case err != nil:
 		a.countOther("malformed reply")
@@ -272,8 +257,8 @@ func (a *attacker) drain() {
 }
 
 // counts returns the counters and round trips since the previous call, and resets them.
-func (a *attacker) counts() (ok, busy, other, timedOut, throttled int64, rtt, busyRTT *hdr.Histogram, errs map[string]int64) {
-	ok, busy, other, timedOut, throttled = a.ok.Swap(0), a.busy.Swap(0), a.other.Swap(0), a.timedOut.Swap(0), a.throttled.Swap(0)
+func (a *attacker) counts() (ok, busy, other, timedOut int64, rtt, busyRTT *hdr.Histogram, errs map[string]int64) {
+	ok, busy, other, timedOut = a.ok.Swap(0), a.busy.Swap(0), a.other.Swap(0), a.timedOut.Swap(0)
 	rtt, busyRTT = a.rtt.Take(), a.busyRTT.Take()
 	a.errMu.Lock()
 	errs, a.errs = a.errs, map[string]int64{}
