@@ -143,11 +143,6 @@ type Client struct {
 	// (NewClient draws a random one). Two clients must never share it.
 	ID string
 
-	// Throttle, if set, refuses here the attempts an owner that keeps answering busy would
-	// refuse anyway (NewClient sets one; nil sends every attempt). A command it refuses is
-	// answered busy without being sent: Exec backs off and tries again, Once returns it.
-	Throttle *Throttle
-
 	last    atomic.Uint64 // the highest sequence number assigned, to any instance
 	stripes [clientStripes]clientStripe
 }
@@ -179,24 +174,11 @@ type inflight struct {
 func NewClient(nc *nats.Conn, shards uint32) *Client {
 	var b [8]byte
 	_, _ = crand.Read(b[:])
-	c := &Client{nc: nc, shards: shards, Attempt: 2 * time.Second, ID: "go-" + hex.EncodeToString(b[:]), Throttle: NewThrottle(shards)}
+	c := &Client{nc: nc, shards: shards, Attempt: 2 * time.Second, ID: "go-" + hex.EncodeToString(b[:])}
 	for i := range c.stripes {
 		c.stripes[i].inst = map[string]*inflight{}
 	}
 	return c
-}
-
-// Throttled is the reply to a command the client's Throttle refused without sending it.
-var Throttled = wire.Reply{Error: wire.Errorf(wire.CodeBusy, "refused by the client's throttle: the owner has been refusing most commands with busy")}
-
-// allow asks the throttle, if any, whether to send an attempt to shard.
-func (c *Client) allow(shard uint32) bool { return c.Throttle == nil || c.Throttle.Allow(shard) }
-
-// answered tells the throttle, if any, what came of an attempt it let through.
-func (c *Client) answered(shard uint32, code string, err error) {
-	if c.Throttle != nil && err == nil { // no answer (no owner, a timeout) counts neither way
-		c.Throttle.Answered(shard, code != wire.CodeBusy)
-	}
 }
 
 // Retryable reports the error codes after which the same request should be sent again.
@@ -303,14 +285,9 @@ func (c *Client) Once(ctx context.Context, instance, requestID string, cmd map[s
 	if err != nil {
 		return wire.Reply{}, err
 	}
-	shard := store.ShardOf(instance, c.shards)
-	if !c.allow(shard) {
-		return Throttled, nil
-	}
 	var seq uint64
 	if requestID == "" {
 		if seq, err = c.assign(ctx, instance); err != nil {
-			c.answered(shard, "", err)
 			return wire.Reply{}, err
 		}
 		defer c.settle(instance, seq)
@@ -318,12 +295,9 @@ func (c *Client) Once(ctx context.Context, instance, requestID string, cmd map[s
 	m := c.message(instance, requestID, seq, body, false)
 	resp, err := c.nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
-		c.answered(shard, "", err)
 		return wire.Reply{}, err
 	}
-	r, err := wire.DecodeReply(resp.Data, false)
-	c.answered(shard, codeOf(r.Error), nil)
-	return r, err
+	return wire.DecodeReply(resp.Data, false)
 }
 
 // Send sends one command (a msgpack or JSON map) and waits for its answer, retrying with the same
@@ -356,31 +330,24 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 		}
 		defer c.settle(instance, seq) // answered or given up: never sent again
 	}
-	shard := store.ShardOf(instance, c.shards)
 	backoff := 20 * time.Millisecond
 	var last error
 	for {
-		if !c.allow(shard) {
-			last = Throttled.Error
-		} else {
-			m := c.message(instance, requestID, seq, body, asJSON)
-			actx, cancel := context.WithTimeout(ctx, c.Attempt)
-			resp, err := c.nc.RequestMsgWithContext(actx, m)
-			cancel()
-			if err == nil {
-				r, derr := wire.DecodeStatus(resp.Data, asJSON)
-				c.answered(shard, codeOf(r.Error), nil)
-				if derr != nil {
-					return resp.Data, r, derr
-				}
-				if r.OK || !Retryable(r.Error.Code) {
-					return resp.Data, r, nil
-				}
-				last = r.Error
-			} else {
-				c.answered(shard, "", err)
-				last = err
+		m := c.message(instance, requestID, seq, body, asJSON)
+		actx, cancel := context.WithTimeout(ctx, c.Attempt)
+		resp, err := c.nc.RequestMsgWithContext(actx, m)
+		cancel()
+		if err == nil {
+			r, derr := wire.DecodeStatus(resp.Data, asJSON)
+			if derr != nil {
+				return resp.Data, r, derr
 			}
+			if r.OK || !Retryable(r.Error.Code) {
+				return resp.Data, r, nil
+			}
+			last = r.Error
+		} else {
+			last = err
 		}
 		// Full jitter: clients refused together do not come back together.
 		wait := time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond
