@@ -17,13 +17,17 @@ import (
 // than commands arrive (CoDel's signal, applied at the door rather than at the head of the
 // queue). The same holds while the tick engine runs behind its schedule by more than half a
 // period at the end of an interval: ticks come first. Then it admits a smaller share of new
-// commands (the share is cut by a third per such interval) and refuses the rest at once with
-// busy, which costs a decode and a reply; each interval without that signal gives back 2 % of
-// the arrivals (an idle interval, with nothing answered and nothing waiting, all of it), so
-// overload settles near the node's capacity instead of swinging between admitting everything
-// and nothing (AIMD, as TCP finds a link's rate; giving back a tenth per interval let the
-// share overshoot within a second and the ticks fall to 96–98 % of their schedule at 200 %
-// of capacity, 2 % held them at 99–100 %). Refused commands are
+// commands and refuses the rest at once with busy, which costs a decode and a reply: a standing
+// queue cuts the share by a tenth per interval (compounding while the queue stands), ticks
+// running late by a third. Each interval without either signal gives back 2 % of the arrivals
+// (an idle interval, with nothing answered and nothing waiting, all of it), so overload settles
+// near the node's capacity instead of swinging between admitting everything and nothing (AIMD,
+// as TCP finds a link's rate). The mean of that sawtooth is what the node acknowledges past its
+// capacity: cutting a third for a standing queue too kept it near three quarters of the peak at
+// 200 % of capacity, a tenth near nine tenths; ticks, which need the deeper cut, stayed on
+// schedule (99.3–100 %: a tenth for them as well let them fall to 98.6 %). Giving back a tenth
+// per interval let the share overshoot within a second and the ticks fall to 96–98 %; 2 % held
+// them. Refused commands are
 // spread evenly over the arrivals, not in bursts. A bound on admitted, unanswered commands caps
 // memory if answers stop altogether. Overload then degrades into quick refusals that clients
 // retry with backoff, instead of queues that grow until every client times out.
@@ -114,8 +118,10 @@ func (a *admission) roll(now time.Time) {
 	overrun := a.lag != nil && a.lag() > a.lagLimit
 	share := a.share.Load()
 	switch {
-	case overrun || a.min > a.target:
-		share = max(shareMin, share*2/3)
+	case overrun:
+		share = max(shareMin, share*2/3) // ticks come first
+	case a.min > a.target:
+		share = max(shareMin, share*9/10)
 	case a.min < 0 && a.pending.Load() == 0:
 		share = shareOne // idle: nothing to protect
 	default:
