@@ -18,8 +18,11 @@ import (
 // queue). The same holds while the tick engine runs behind its schedule by more than half a
 // period at the end of an interval: ticks come first. Then it admits a smaller share of new
 // commands and refuses the rest at once with busy, which costs a decode and a reply: a standing
-// queue cuts the share by a tenth per interval (compounding while the queue stands), ticks
-// running late by a third. Each interval without either signal gives back 2 % of the arrivals
+// queue cuts the share by a tenth per interval (compounding while the queue stands), one whose
+// quickest answer took over 5/4 of the target by a third, and ticks running late by a third
+// (a tenth alone let a sudden overload of three times a 20 k/s node queue answers past a 1 s
+// client timeout for 2 s before the cut caught up; a third from twice the target still let 7 %
+// of them through late: TestSuddenOverloadIsCutBeforeClientsTimeOut). Each interval without either signal gives back 2 % of the arrivals
 // (an idle interval, with nothing answered and nothing waiting, all of it), so overload settles
 // near the node's capacity instead of swinging between admitting everything and nothing (AIMD,
 // as TCP finds a link's rate). The mean of that sawtooth is what the node acknowledges past its
@@ -118,8 +121,8 @@ func (a *admission) roll(now time.Time) {
 	overrun := a.lag != nil && a.lag() > a.lagLimit
 	share := a.share.Load()
 	switch {
-	case overrun:
-		share = max(shareMin, share*2/3) // ticks come first
+	case overrun || a.min > a.target*5/4:
+		share = max(shareMin, share*2/3) // ticks come first; a queue far over the target must drain
 	case a.min > a.target:
 		share = max(shareMin, share*9/10)
 	case a.min < 0 && a.pending.Load() == 0:

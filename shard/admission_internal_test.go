@@ -46,11 +46,16 @@ func TestAdmissionShedsAShareOnAStandingQueue(t *testing.T) {
 	if k := admitted(a, 100, at(110)); k != 100 {
 		t.Fatalf("admitted %d of 100 after an interval that had a quick answer", k)
 	}
-	// A standing queue, interval after interval: the share falls by a third each time.
+	// A standing queue just over the target (220 ms for 200), interval after interval: the share
+	// falls by a tenth each time; far over it (at least 250 ms), by a third.
 	ms := 110
 	var shares []float64
-	for range 6 {
-		a.done(300*time.Millisecond, at(ms+10))
+	for i := range 8 {
+		soj := 220 * time.Millisecond
+		if i >= 6 {
+			soj = 260 * time.Millisecond
+		}
+		a.done(soj, at(ms+10))
 		ms += 110
 		k := admitted(a, 300, at(ms))
 		shares = append(shares, a.admittedShare())
@@ -58,10 +63,11 @@ func TestAdmissionShedsAShareOnAStandingQueue(t *testing.T) {
 			t.Fatalf("admitted %d of 300 at share %.3f: refusals not spread over arrivals", k, a.admittedShare())
 		}
 	}
-	t.Logf("shares over six slow intervals: %.3f", shares)
+	t.Logf("shares over six slow intervals and two far over: %.3f", shares)
 	for i, got := range shares {
-		if want := math.Pow(0.9, float64(i+1)); math.Abs(got-want) > 0.002 {
-			t.Fatalf("shares %.3f: want a tenth less per slow interval (%.3f after %d)", shares, want, i+1)
+		want := math.Pow(0.9, float64(min(i+1, 6))) * math.Pow(2.0/3, float64(max(i-5, 0)))
+		if math.Abs(got-want) > 0.002 {
+			t.Fatalf("shares %.3f: want a tenth less per slow interval, a third less per interval far over (%.3f after %d)", shares, want, i+1)
 		}
 	}
 	for i := 1; i < len(shares); i++ {

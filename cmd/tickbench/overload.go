@@ -389,11 +389,18 @@ func (o *overload) recordBytes(ctx context.Context) float64 {
 func printOverload(rep overloadReport) {
 	c := rep.Config
 	fmt.Printf("\ncapacity %.0f commands/s (%s)\n\n", c.Capacity, map[bool]string{true: "found by the ramp above", false: "given"}[c.Calibrated])
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "load\toffered/s\tok/s\tbusy/s\ttimed out/s\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
+	// The peak: the most acknowledged per second in any step (past the capacity found by the
+	// ramp, whose bound on round trips it may exceed).
+	peak := c.Capacity
 	for _, s := range rep.Steps {
-		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
-			s.Percent, s.Offered, s.OK, s.Busy, s.TimedOut, s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), 100*s.TicksFrac, s.Skipped,
+		peak = max(peak, s.OK)
+	}
+	fmt.Printf("peak %.0f ok/s (the most acknowledged in a step, or the capacity if higher); not sent: the dungeon had %d attacks unanswered\n\n", peak, store.MaxClientInFlight)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "load\toffered/s\tok/s\tok vs peak\tbusy/s\ttimed out/s\tnot sent/s\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
+	for _, s := range rep.Steps {
+		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.1f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
+			s.Percent, s.Offered, s.OK, 100*s.OK/peak, s.Busy, s.TimedOut, float64(s.NotSent)/c.Step.Seconds(), s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), 100*s.TicksFrac, s.Skipped,
 			ms(s.LateP99), ms(s.WriteP50), ms(s.WriteP99), s.RecordBytes, s.BytesPerCmd, s.CPU, s.ServerCPU, s.LoadCPU)
 	}
 	w.Flush()
