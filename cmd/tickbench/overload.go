@@ -49,6 +49,7 @@ type overloadStep struct {
 	Other       float64       `json:"other_errors_per_s"`
 	TimedOut    float64       `json:"timed_out_per_s"` // no answer within the timeout
 	NotSent     int64         `json:"not_sent"`        // not sent: 64 attacks to that dungeon unanswered already (a session holds no more), or the publish failed
+	NotSentRate float64       `json:"not_sent_per_s"`
 	P50         time.Duration `json:"round_trip_p50_ns"`
 	P99         time.Duration `json:"round_trip_p99_ns"`
 	Max         time.Duration `json:"round_trip_max_ns"`
@@ -267,7 +268,7 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	after, _ := scrapeNode(n)
 	cpu1, srv1, gen1 := procCPU(n.Pid()), procCPU(o.b.Server.Pid()), procCPU(os.Getpid())
 	s := overloadStep{Offered: rate, OK: float64(ok) / secs, Busy: float64(busy) / secs,
-		Other: float64(other) / secs, TimedOut: float64(timedOut) / secs, NotSent: notSent,
+		Other: float64(other) / secs, TimedOut: float64(timedOut) / secs, NotSent: notSent, NotSentRate: float64(notSent) / secs,
 		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99)}
 	if cpu0 >= 0 && cpu1 >= 0 {
 		s.CPU = (cpu1 - cpu0) / secs
@@ -391,7 +392,7 @@ func printOverload(rep overloadReport) {
 	fmt.Printf("\ncapacity %.0f commands/s (%s)\n\n", c.Capacity, map[bool]string{true: "found by the ramp above", false: "given"}[c.Calibrated])
 	// The peak: the most acknowledged per second in any step (past the capacity found by the
 	// ramp, whose bound on round trips it may exceed).
-	peak := c.Capacity
+	peak := max(c.Capacity, 1)
 	for _, s := range rep.Steps {
 		peak = max(peak, s.OK)
 	}
@@ -400,7 +401,7 @@ func printOverload(rep overloadReport) {
 	fmt.Fprintln(w, "load\toffered/s\tok/s\tok vs peak\tbusy/s\ttimed out/s\tnot sent/s\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
 	for _, s := range rep.Steps {
 		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.1f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
-			s.Percent, s.Offered, s.OK, 100*s.OK/peak, s.Busy, s.TimedOut, float64(s.NotSent)/c.Step.Seconds(), s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), 100*s.TicksFrac, s.Skipped,
+			s.Percent, s.Offered, s.OK, 100*s.OK/peak, s.Busy, s.TimedOut, s.NotSentRate, s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), 100*s.TicksFrac, s.Skipped,
 			ms(s.LateP99), ms(s.WriteP50), ms(s.WriteP99), s.RecordBytes, s.BytesPerCmd, s.CPU, s.ServerCPU, s.LoadCPU)
 	}
 	w.Flush()
