@@ -17,20 +17,17 @@ import (
 // than commands arrive (CoDel's signal, applied at the door rather than at the head of the
 // queue). The same holds while the tick engine runs behind its schedule by more than half a
 // period at the end of an interval: ticks come first. Then it admits a smaller share of new
-// commands and refuses the rest at once with busy, which costs a decode and a reply: a standing
-// queue cuts the share by a tenth per interval (compounding while the queue stands), one whose
-// quickest answer took over 5/4 of the target by a third, and ticks running late by a third
-// (a tenth alone let a sudden overload of three times a 20 k/s node queue answers past a 1 s
-// client timeout for 2 s before the cut caught up; a third from twice the target still let 7 %
-// of them through late: TestSuddenOverloadIsCutBeforeClientsTimeOut). Each interval without either signal gives back 2 % of the arrivals
-// (an idle interval, with nothing answered and nothing waiting, all of it), so overload settles
-// near the node's capacity instead of swinging between admitting everything and nothing (AIMD,
-// as TCP finds a link's rate). The mean of that sawtooth is what the node acknowledges past its
-// capacity: cutting a third for a standing queue too kept it near three quarters of the peak at
-// 200 % of capacity, a tenth near nine tenths; ticks, which need the deeper cut, stayed on
-// schedule (99.3–100 %: a tenth for them as well let them fall to 98.6 %). Giving back a tenth
-// per interval let the share overshoot within a second and the ticks fall to 96–98 %; 2 % held
-// them. Refused commands are
+// commands and refuses the rest at once with busy, which costs a decode and a reply. A standing
+// queue within 5/4 of the target cuts the share by a tenth per interval (compounding while it
+// stands); one further over, or ticks running late, by a third. Each interval without either
+// signal gives back 2 % of the arrivals (an idle interval, with nothing answered and nothing
+// waiting, all of it), so overload settles near the node's capacity instead of swinging between
+// admitting everything and nothing (AIMD, as TCP finds a link's rate). The mean of that sawtooth
+// is what the node acknowledges past its capacity: the gentle cut near the target keeps it high,
+// the deep one drains a sudden overload before its answers outlast clients' timeouts
+// (TestSuddenOverloadIsCutBeforeClientsTimeOut), and a small give-back keeps the share from
+// overshooting (a tenth per interval let ticks fall to 96–98 % of schedule at 200 %; README,
+// Performance, has the measurements). Refused commands are
 // spread evenly over the arrivals, not in bursts. A bound on admitted, unanswered commands caps
 // memory if answers stop altogether. Overload then degrades into quick refusals that clients
 // retry with backoff, instead of queues that grow until every client times out.

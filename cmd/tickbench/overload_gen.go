@@ -12,6 +12,7 @@ import (
 
 	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/proc"
+	"github.com/tickfence/tickfence/internal/session"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 )
@@ -53,8 +54,7 @@ type attacker struct {
 type attackTarget struct {
 	mu      sync.Mutex
 	subject string
-	open    []uint64 // numbers sent and not settled, ascending
-	sent    []uint64 // numbers sent that the ack does not cover yet, ascending: the owner keeps their answers
+	w       session.Window
 }
 
 type pendingShard struct {
@@ -97,7 +97,7 @@ func (a *attacker) send(i int) error {
 	t.mu.Lock()
 	defer t.mu.Unlock() // publishing under it keeps one instance's numbers in order on the wire
 	seq := a.last.Add(1)
-	ack, ok := t.number(seq)
+	ack, ok := t.w.Open(seq)
 	if !ok {
 		return errTooManyOpen
 	}
@@ -120,36 +120,13 @@ func (a *attacker) send(i int) error {
 	a.open.Add(1)
 	if err := a.nc.PublishMsg(m); err != nil {
 		a.open.Add(-1)
-		t.open = t.open[:len(t.open)-1]
-		t.sent = t.sent[:len(t.sent)-1]
+		t.w.Settle(seq) // given up: never sent
 		p.mu.Lock()
 		delete(p.m, seq)
 		p.mu.Unlock()
 		return err
 	}
 	return nil
-}
-
-// number opens command seq (the highest number yet) to this target and returns the ack to send
-// with it; false, and nothing opened, if the owner would refuse it: it keeps at most
-// MaxClientInFlight answers above the ack, and an answered command stays there until every older
-// one is settled. Under t.mu.
-func (t *attackTarget) number(seq uint64) (ack uint64, ok bool) {
-	ack = seq - 1
-	if len(t.open) > 0 {
-		ack = t.open[0] - 1
-	}
-	k := 0
-	for k < len(t.sent) && t.sent[k] <= ack {
-		k++
-	}
-	t.sent = t.sent[k:]
-	if len(t.sent) >= store.MaxClientInFlight {
-		return 0, false
-	}
-	t.open = append(t.open, seq)
-	t.sent = append(t.sent, seq)
-	return ack, true
 }
 
 var errTooManyOpen = fmt.Errorf("%d attacks to one dungeon not acknowledged", store.MaxClientInFlight)
@@ -165,12 +142,7 @@ func (a *attacker) take(seq uint64) (pendingAttack, bool) {
 		a.open.Add(-1)
 		t := &a.insts[pa.inst]
 		t.mu.Lock()
-		for j, s := range t.open {
-			if s == seq {
-				t.open = append(t.open[:j], t.open[j+1:]...)
-				break
-			}
-		}
+		t.w.Settle(seq)
 		t.mu.Unlock()
 	}
 	return pa, ok

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tickfence/tickfence/internal/logkey"
 	"github.com/tickfence/tickfence/internal/metrics"
+	"github.com/tickfence/tickfence/internal/session"
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
@@ -153,7 +154,7 @@ const clientStripes = 32
 
 type clientStripe struct {
 	mu   sync.Mutex
-	inst map[string]*inflight // instances of this stripe with commands not settled yet
+	inst map[string]*session.Window // instances of this stripe with commands not settled yet
 }
 
 func (c *Client) stripe(instance string) *clientStripe {
@@ -164,19 +165,13 @@ func (c *Client) stripe(instance string) *clientStripe {
 	return &c.stripes[h%clientStripes]
 }
 
-// inflight is the client's side of its session with one instance.
-type inflight struct {
-	open map[uint64]struct{} // numbers assigned and not settled (no final answer, not given up)
-	sent []uint64            // numbers sent, ascending, that the ack does not cover yet
-}
-
 // NewClient makes a client for a cluster with the given shard count (the cluster record's).
 func NewClient(nc *nats.Conn, shards uint32) *Client {
 	var b [8]byte
 	_, _ = crand.Read(b[:])
 	c := &Client{nc: nc, shards: shards, Attempt: 2 * time.Second, ID: "go-" + hex.EncodeToString(b[:])}
 	for i := range c.stripes {
-		c.stripes[i].inst = map[string]*inflight{}
+		c.stripes[i].inst = map[string]*session.Window{}
 	}
 	return c
 }
@@ -196,21 +191,13 @@ func (c *Client) assign(ctx context.Context, instance string) (uint64, error) {
 		st.mu.Lock()
 		q := st.inst[instance]
 		if q == nil {
-			q = &inflight{open: map[uint64]struct{}{}}
+			q = &session.Window{}
 			st.inst[instance] = q
 		}
-		ack := c.ackLocked(q)
-		i := 0
-		for i < len(q.sent) && q.sent[i] <= ack {
-			i++
-		}
-		q.sent = q.sent[i:]
-		if len(q.sent) < store.MaxClientInFlight {
-			// Numbered under the instance's lock: no ack of this instance can cover the number
-			// before it is open.
-			seq := c.last.Add(1)
-			q.open[seq] = struct{}{}
-			q.sent = append(q.sent, seq)
+		// Numbered under the instance's lock: no ack of this instance can cover the number
+		// before it is open. A number not opened (the owner would refuse it) is a gap.
+		seq := c.last.Add(1)
+		if _, ok := q.Open(seq); ok {
 			st.mu.Unlock()
 			return seq, nil
 		}
@@ -228,9 +215,7 @@ func (c *Client) settle(instance string, seq uint64) {
 	st := c.stripe(instance)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	q := st.inst[instance]
-	delete(q.open, seq)
-	if len(q.open) == 0 {
+	if st.inst[instance].Settle(seq) {
 		delete(st.inst, instance) // the ack is then the last number: it covers everything sent
 	}
 }
@@ -240,18 +225,10 @@ func (c *Client) ack(instance string) uint64 {
 	st := c.stripe(instance)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return c.ackLocked(st.inst[instance])
-}
-
-// ackLocked: the instance's stripe is locked (so none of its numbers is being assigned).
-func (c *Client) ackLocked(q *inflight) uint64 {
-	a := c.last.Load()
-	if q != nil {
-		for n := range q.open {
-			a = min(a, n-1)
-		}
+	if q := st.inst[instance]; q != nil {
+		return q.Ack(c.last.Load())
 	}
-	return a
+	return c.last.Load()
 }
 
 // message makes one attempt of a command: the request ID, or (seq != 0) the session headers
