@@ -108,10 +108,9 @@ type worker struct {
 // that also runs a command path and perhaps an embedded server: a due worker's timer fires only
 // when the P holding it reaches the scheduler, and then it waits behind what runs there; with
 // many workers, their timers sit on every P, so the first P free fires one and that worker takes
-// the bucket. On 2
-// cores at 5 000 demo dungeons (17.5 k commands/s, embedded server) the tick p99 of 5 s windows
-// had medians of 6.2–6.8 ms with 2 workers, 2.6–3.9 ms with 16 to 64; an idle worker costs a
-// wake-up per bucket (100 dungeons: 0.15 cores with 2, 0.16 with 16, 0.19 with 64).
+// the bucket. On 2 cores at 5 000 demo dungeons (17.5 k commands/s, embedded server) the tick p99
+// of 5 s windows had medians of 6.2–6.8 ms with 2 workers, 2.6–3.9 ms with 16 to 64; an idle
+// worker costs a wake-up per bucket (100 dungeons: 0.15 cores with 2, 0.16 with 16, 0.19 with 64).
 func DefaultWorkers() int {
 	p := runtime.GOMAXPROCS(0)
 	return min(max(16*p, 16), max(64, p)) // never fewer than one per P

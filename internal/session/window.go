@@ -4,6 +4,7 @@
 package session
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/tickfence/tickfence/store"
@@ -30,6 +31,11 @@ func (w *Window) Ack(last uint64) uint64 {
 // store.MaxClientInFlight answers above the ack, and an answered command stays there until every
 // older one is settled.
 func (w *Window) Open(seq uint64) (ack uint64, ok bool) {
+	if n := len(w.open); n > 0 && seq <= w.open[n-1] {
+		// Out of order, open[0] would no longer be the lowest open number, and the ack could
+		// cover an open command: a caller's bug, never to be sent.
+		panic(fmt.Sprintf("session: number %d opened after %d", seq, w.open[n-1]))
+	}
 	ack = w.Ack(seq - 1)
 	k := 0
 	for k < len(w.sent) && w.sent[k] <= ack {

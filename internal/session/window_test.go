@@ -63,3 +63,17 @@ func TestWindowHoldsBackWhatTheOwnerWouldRefuse(t *testing.T) {
 		t.Fatalf("ack %d with nothing open, want the last number 300", got)
 	}
 }
+
+// Numbers opened out of order would make the ack wrong: Open refuses them loudly.
+func TestWindowRefusesNumbersOutOfOrder(t *testing.T) {
+	var w session.Window
+	if _, ok := w.Open(5); !ok {
+		t.Fatal("5 not opened")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("number 3 opened after 5 without a panic")
+		}
+	}()
+	w.Open(3)
+}
