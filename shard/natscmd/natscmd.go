@@ -140,12 +140,17 @@ type Client struct {
 	shards uint32
 	// Attempt bounds one request/reply round trip (default 2s).
 	Attempt time.Duration
+	// GiveUp, if positive, bounds how long Send and Exec try one command, as a deadline on their
+	// context would, without the cost of a context per command (a sender of thousands of commands
+	// per second that gives each the same time).
+	GiveUp time.Duration
 	// ID names this client's session in the compact form: unique to this run of the process
 	// (NewClient draws a random one). Two clients must never share it.
 	ID string
 
 	last    atomic.Uint64 // the highest sequence number assigned, to any instance
 	stripes [clientStripes]clientStripe
+	replies replies
 }
 
 // clientStripes spread the sessions' bookkeeping over locks: a client shared by thousands of
@@ -307,35 +312,77 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 		}
 		defer c.settle(instance, seq) // answered or given up: never sent again
 	}
+	if err := c.replies.start(c.nc); err != nil {
+		return nil, wire.Status{}, fmt.Errorf("subscribe the replies' inbox: %w", err)
+	}
+	var giveUp time.Time
+	if c.GiveUp > 0 {
+		giveUp = time.Now().Add(c.GiveUp)
+	}
+	gaveUp := func(cause error, last error) error {
+		name := requestID
+		if seq != 0 {
+			name = fmt.Sprintf("%s/%d", c.ID, seq)
+		}
+		return fmt.Errorf("command %s to %s: gave up: %w (last: %v)", name, instance, cause, last)
+	}
+	// One timer for every attempt and backoff of this command, not a context per attempt.
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	// wait bounds d by the give-up time; false: that time has come.
+	wait := func(d time.Duration) bool {
+		if !giveUp.IsZero() {
+			left := time.Until(giveUp)
+			if left <= 0 {
+				return false
+			}
+			d = min(d, left)
+		}
+		timer.Reset(d)
+		return true
+	}
 	backoff := 20 * time.Millisecond
 	var last error
 	for {
 		m := c.message(instance, requestID, seq, body, asJSON)
-		actx, cancel := context.WithTimeout(ctx, c.Attempt)
-		resp, err := c.nc.RequestMsgWithContext(actx, m)
-		cancel()
-		if err == nil {
-			r, derr := wire.DecodeStatus(resp.Data, asJSON)
-			if derr != nil {
-				return resp.Data, r, derr
+		tok, outcome := c.replies.send(m)
+		if !wait(c.Attempt) {
+			c.replies.forget(tok)
+			return nil, wire.Status{}, gaveUp(context.DeadlineExceeded, last)
+		}
+		select {
+		case a := <-outcome:
+			resp := a.m
+			switch {
+			case a.err != nil:
+				last = a.err
+			case noResponders(resp):
+				last = nats.ErrNoResponders
+			default:
+				r, derr := wire.DecodeStatus(resp.Data, asJSON)
+				if derr != nil {
+					return resp.Data, r, derr
+				}
+				if r.OK || !Retryable(r.Error.Code) {
+					return resp.Data, r, nil
+				}
+				last = r.Error
 			}
-			if r.OK || !Retryable(r.Error.Code) {
-				return resp.Data, r, nil
-			}
-			last = r.Error
-		} else {
-			last = err
+		case <-timer.C:
+			c.replies.forget(tok)
+			last = nats.ErrTimeout
+		case <-ctx.Done():
+			c.replies.forget(tok)
+			return nil, wire.Status{}, gaveUp(ctx.Err(), last)
 		}
 		// Full jitter: clients refused together do not come back together.
-		wait := time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond
+		if !wait(time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond) {
+			return nil, wire.Status{}, gaveUp(context.DeadlineExceeded, last)
+		}
 		select {
 		case <-ctx.Done():
-			name := requestID
-			if seq != 0 {
-				name = fmt.Sprintf("%s/%d", c.ID, seq)
-			}
-			return nil, wire.Status{}, fmt.Errorf("command %s to %s: gave up: %w (last: %v)", name, instance, ctx.Err(), last)
-		case <-time.After(wait):
+			return nil, wire.Status{}, gaveUp(ctx.Err(), last)
+		case <-timer.C:
 		}
 		backoff = min(2*backoff, time.Second)
 	}
