@@ -59,3 +59,9 @@ func (w *Window) Settle(seq uint64) (idle bool) {
 	}
 	return len(w.open) == 0
 }
+
+// Reset empties the window for reuse, keeping its memory: the same as a new Window (a client
+// drops an idle one, whose ack covers everything sent, and may reuse it for another instance).
+func (w *Window) Reset() {
+	w.open, w.sent = w.open[:0], w.sent[:0]
+}

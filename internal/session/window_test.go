@@ -77,3 +77,25 @@ func TestWindowRefusesNumbersOutOfOrder(t *testing.T) {
 	}()
 	w.Open(3)
 }
+
+// TestResetIsANewWindow: a window reset after use holds nothing back and acks like a new one.
+func TestResetIsANewWindow(t *testing.T) {
+	var w session.Window
+	for seq := uint64(1); seq <= 5; seq++ {
+		if _, ok := w.Open(seq); !ok {
+			t.Fatalf("open %d refused", seq)
+		}
+	}
+	for seq := uint64(1); seq <= 5; seq++ {
+		w.Settle(seq)
+	}
+	w.Reset()
+	var fresh session.Window
+	for seq := uint64(100); seq < 100+2*uint64(store.MaxClientInFlight); seq++ {
+		a1, ok1 := w.Open(seq)
+		a2, ok2 := fresh.Open(seq)
+		if a1 != a2 || ok1 != ok2 {
+			t.Fatalf("open %d: reset window (%d, %v), new window (%d, %v)", seq, a1, ok1, a2, ok2)
+		}
+	}
+}

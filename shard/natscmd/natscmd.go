@@ -181,6 +181,10 @@ func NewClient(nc *nats.Conn, shards uint32) *Client {
 	return c
 }
 
+// windows are the idle instances' session windows, for reuse: a client whose commands to an
+// instance rarely overlap (a player's, one at a time) would otherwise make one per command.
+var windows = sync.Pool{New: func() any { return new(session.Window) }}
+
 // Retryable reports the error codes after which the same request should be sent again.
 func Retryable(code string) bool {
 	return code == wire.CodeRetry || code == wire.CodeNotOwner || code == wire.CodeBusy
@@ -196,7 +200,7 @@ func (c *Client) assign(ctx context.Context, instance string) (uint64, error) {
 		st.mu.Lock()
 		q := st.inst[instance]
 		if q == nil {
-			q = &session.Window{}
+			q = windows.Get().(*session.Window)
 			st.inst[instance] = q
 		}
 		// Numbered under the instance's lock: no ack of this instance can cover the number
@@ -220,8 +224,10 @@ func (c *Client) settle(instance string, seq uint64) {
 	st := c.stripe(instance)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.inst[instance].Settle(seq) {
+	if q := st.inst[instance]; q.Settle(seq) {
 		delete(st.inst, instance) // the ack is then the last number: it covers everything sent
+		q.Reset()
+		windows.Put(q)
 	}
 }
 
