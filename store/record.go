@@ -214,16 +214,11 @@ func (r Record) ApproxSize() int {
 // EncodeRecord encodes a record at the current schema version; ErrTooLarge over MaxRecordBytes.
 func EncodeRecord(r Record) ([]byte, error) {
 	r.V = SchemaVersion
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	enc.UseCompactInts(true)
-	if err := enc.Encode(&r); err != nil {
-		return nil, fmt.Errorf("encode record: %w", err)
+	b := appendRecord(make([]byte, 0, r.ApproxSize()), &r)
+	if len(b) > MaxRecordBytes {
+		return nil, fmt.Errorf("%w: record is %d bytes, limit %d", ErrTooLarge, len(b), MaxRecordBytes)
 	}
-	if buf.Len() > MaxRecordBytes {
-		return nil, fmt.Errorf("%w: record is %d bytes, limit %d", ErrTooLarge, buf.Len(), MaxRecordBytes)
-	}
-	return buf.Bytes(), nil
+	return b, nil
 }
 
 // DecodeRecord decodes and validates a record. Any malformed input gives an error wrapping
