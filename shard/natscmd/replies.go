@@ -105,7 +105,27 @@ func (r *replies) send(m *nats.Msg) (uint64, chan answer) {
 		return tok, ch
 	}
 	r.publishing = true
+	r.out.Unlock()
+	r.publish(publishRounds)
+	return tok, ch
+}
+
+// publishRounds bounds how many times a sender publishes the queue before it leaves the rest to
+// a goroutine of its own: under a sustained stream of commands the queue may never be empty, and
+// the sender has its own command to wait for.
+const publishRounds = 8
+
+// publish publishes the queue until it is empty (then the next sender publishes), or for rounds
+// rounds, after which a new goroutine goes on. The caller set r.publishing.
+func (r *replies) publish(rounds int) {
+	r.out.Lock()
 	for len(r.queued) > 0 {
+		if rounds == 0 {
+			r.out.Unlock()
+			go r.publish(publishRounds)
+			return
+		}
+		rounds--
 		batch := r.queued
 		r.queued = r.spare[:0]
 		r.out.Unlock()
@@ -120,7 +140,6 @@ func (r *replies) send(m *nats.Msg) (uint64, chan answer) {
 	}
 	r.publishing = false
 	r.out.Unlock()
-	return tok, ch
 }
 
 // forget drops a token whose answer is no longer awaited (a late answer is then discarded).
