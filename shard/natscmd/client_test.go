@@ -110,27 +110,28 @@ func TestExecRetriesTheSameCommandAfterATimeout(t *testing.T) {
 }
 
 // TestExecIgnoresALateAnswerToAnEarlierAttempt: the first attempt's answer arrives after that
-// attempt timed out, while the second waits: the command's result is the second's answer.
+// attempt timed out, while a later one waits: the command's result is a later attempt's answer.
 func TestExecIgnoresALateAnswerToAnEarlierAttempt(t *testing.T) {
 	cnc, onc := clientConns(t)
 	id := "late-1"
+	const attempt = 200 * time.Millisecond
 	attempts := fakeOwner(t, onc, id, func(k int, _ *nats.Msg) ([]byte, time.Duration) {
 		if k == 1 {
-			return okWith("first"), 250 * time.Millisecond // attempt 2 is sent at 201-221 ms
+			return okWith("1"), attempt * 3 / 2 // attempt 2 is sent at 201-221 ms and waits
 		}
-		return okWith("second"), 150 * time.Millisecond // inside attempt 2's 200 ms
+		return okWith(strconv.Itoa(k)), attempt * 3 / 4 // inside its own attempt, unless the machine stalls
 	})
 	c := natscmd.NewClient(cnc, clientShards)
-	c.Attempt = 200 * time.Millisecond
+	c.Attempt = attempt
 	_, r, err := c.Send(context.Background(), id, "", attack, false)
 	if err != nil {
 		t.Fatalf("Send: %v", err)
 	}
-	if n := len(attempts()); n != 2 {
-		t.Fatalf("%d attempts; want 2 (the machine was too slow for this test's timing?)", n)
+	if n := len(attempts()); n < 2 {
+		t.Fatalf("%d attempts; want at least 2", n)
 	}
-	if r.Result != "second" {
-		t.Fatalf("result %v; want second: the late answer to attempt 1 was taken for attempt 2's", r.Result)
+	if r.Result == "1" {
+		t.Fatalf("result %v: the late answer to attempt 1 was taken for a later attempt's", r.Result)
 	}
 }
 
@@ -147,7 +148,7 @@ func TestExecGiveUpBoundsTheCommand(t *testing.T) {
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "gave up") {
 		t.Fatalf("Exec: %v; want gave up, wrapping context.DeadlineExceeded", err)
 	}
-	if took < 300*time.Millisecond || took > 1500*time.Millisecond {
+	if took < 300*time.Millisecond || took > 1900*time.Millisecond {
 		t.Fatalf("gave up after %v; want about 300ms (GiveUp), well before the 2 s attempt", took)
 	}
 }

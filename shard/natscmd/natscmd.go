@@ -4,6 +4,7 @@
 package natscmd
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
@@ -194,7 +195,7 @@ func Retryable(code string) bool {
 // (an instance sees increasing numbers with gaps), so the client keeps state only for instances
 // with commands in flight. The owner keeps at most store.MaxClientInFlight answers above the
 // ack: while that many are unacknowledged (an older command still waits), assign waits.
-func (c *Client) assign(ctx context.Context, instance string) (uint64, error) {
+func (c *Client) assign(ctx context.Context, instance string, giveUp time.Time) (uint64, error) {
 	st := c.stripe(instance)
 	for {
 		st.mu.Lock()
@@ -211,6 +212,9 @@ func (c *Client) assign(ctx context.Context, instance string) (uint64, error) {
 			return seq, nil
 		}
 		st.mu.Unlock()
+		if !giveUp.IsZero() && time.Now().After(giveUp) {
+			return 0, fmt.Errorf("command to %s: gave up: %d commands to it unacknowledged: %w", instance, store.MaxClientInFlight, context.DeadlineExceeded)
+		}
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("command to %s: %d commands to it unacknowledged: %w", instance, store.MaxClientInFlight, ctx.Err())
@@ -262,6 +266,9 @@ func (c *Client) message(instance, requestID string, seq uint64, body []byte, as
 	return m
 }
 
+// testHookAttempt, if set (by tests), is called as Exec decides to send an attempt.
+var testHookAttempt func()
+
 // Once sends a command exactly once — no retry on busy, retry or a timeout — and returns the
 // reply: for load tests that count every answer, and callers that schedule retries themselves.
 // An empty requestID uses the compact form (then a retry of it would be a new command).
@@ -275,7 +282,7 @@ func (c *Client) Once(ctx context.Context, instance, requestID string, cmd map[s
 	}
 	var seq uint64
 	if requestID == "" {
-		if seq, err = c.assign(ctx, instance); err != nil {
+		if seq, err = c.assign(ctx, instance, time.Time{}); err != nil {
 			return wire.Reply{}, err
 		}
 		defer c.settle(instance, seq)
@@ -310,10 +317,14 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 	if err := store.ValidID(instance); err != nil {
 		return nil, wire.Status{}, err
 	}
+	var giveUp time.Time
+	if c.GiveUp > 0 {
+		giveUp = time.Now().Add(c.GiveUp)
+	}
 	var seq uint64
 	if requestID == "" {
 		var err error
-		if seq, err = c.assign(ctx, instance); err != nil {
+		if seq, err = c.assign(ctx, instance, giveUp); err != nil {
 			return nil, wire.Status{}, err
 		}
 		defer c.settle(instance, seq) // answered or given up: never sent again
@@ -321,10 +332,8 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 	if err := c.replies.start(c.nc); err != nil {
 		return nil, wire.Status{}, fmt.Errorf("subscribe the replies' inbox: %w", err)
 	}
-	var giveUp time.Time
-	if c.GiveUp > 0 {
-		giveUp = time.Now().Add(c.GiveUp)
-	}
+	// The body goes out from the queue, perhaps after Exec returned: the caller may reuse its own.
+	body = bytes.Clone(body)
 	gaveUp := func(cause error, last error) error {
 		name := requestID
 		if seq != 0 {
@@ -350,7 +359,17 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 	backoff := 20 * time.Millisecond
 	var last error
 	for {
+		// Nothing is sent once the caller gave up, nor after a backoff that reached the give-up.
+		if err := ctx.Err(); err != nil {
+			return nil, wire.Status{}, gaveUp(err, last)
+		}
+		if !giveUp.IsZero() && !time.Now().Before(giveUp) {
+			return nil, wire.Status{}, gaveUp(context.DeadlineExceeded, last)
+		}
 		m := c.message(instance, requestID, seq, body, asJSON)
+		if testHookAttempt != nil {
+			testHookAttempt()
+		}
 		tok, outcome := c.replies.send(m)
 		if !wait(c.Attempt) {
 			c.replies.forget(tok)

@@ -19,6 +19,8 @@ import (
 
 // Config of the demo driver.
 type Config struct {
+	// Client sends the commands; once the dungeons are created, Start sets its GiveUp to GiveUp
+	// if it has none (the players' commands are bounded by it, not by a context each).
 	Client    *natscmd.Client
 	Instances int
 	Players   int           // per dungeon (default 4)
@@ -39,8 +41,7 @@ type Driver struct {
 	rtt *hdr.Window
 }
 
-// GiveUp is how long a player tries one command before it counts it as unanswered (Start sets
-// it on a Client that has none).
+// GiveUp is how long a player tries one command before it counts it as unanswered.
 const GiveUp = 10 * time.Second
 
 // ID names the i-th demo dungeon.
@@ -54,12 +55,12 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Second
 	}
-	if cfg.Client.GiveUp <= 0 {
-		cfg.Client.GiveUp = GiveUp
-	}
 	d := &Driver{cfg: cfg, rtt: hdr.NewWindow(4)}
-	if err := d.create(ctx); err != nil {
+	if err := d.create(ctx); err != nil { // bounded by ctx alone
 		return nil, err
+	}
+	if cfg.Client.GiveUp <= 0 {
+		cfg.Client.GiveUp = GiveUp // before any player sends
 	}
 	pctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
