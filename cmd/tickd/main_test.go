@@ -45,7 +45,7 @@ func runTickd(t *testing.T, tickd, tickctl, data string, atLeast uint64) uint64 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	p, err := proc.Start(tickd, "tickd", nil, "--data", data, "--demo", "10", "--shards", "16",
+	p, err := proc.Start(tickd, "tickd", nil, "--data", data, "--demo", "10", "--shards", "16", "--procs", "3",
 		"--nats-listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--pprof", "--summary-every", "1s", "--log-json")
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +65,9 @@ func runTickd(t *testing.T, tickd, tickctl, data string, atLeast uint64) uint64 
 			t.Fatalf("tickd logged an error: %v", m)
 		}
 		from = i + 1
+	}
+	if _, rt := p.Find(0, proc.Msg("go runtime")); rt["gomaxprocs"] != float64(3) {
+		t.Fatalf("tickd --procs 3 logged %v; want gomaxprocs 3", rt)
 	}
 	_, started := p.Find(0, proc.Msg("embedded NATS JetStream server started"))
 	natsURL, _ := started["listen"].(string)
@@ -148,6 +151,7 @@ func TestTickdRefusesBadFlags(t *testing.T) {
 		{[]string{"--demo-rate", "NaN"}, "--demo-rate must be"},
 		{[]string{"--demo-rate", "+Inf"}, "--demo-rate must be"},
 		{[]string{"--pprof", "--metrics", ""}, "--pprof serves the profiler on the --metrics listener"},
+		{[]string{"--procs", "0"}, "--procs must be at least 1"},
 		{[]string{"--write-strategy", "fast"}, "want auto, single or batches"},
 		{[]string{"--partitions", "0"}, "--partitions must be in 1..shards (256), got 0"},
 		{[]string{"--shards", "4", "--partitions", "5"}, "--partitions must be in 1..shards (4), got 5"},
