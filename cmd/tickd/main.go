@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -133,10 +134,11 @@ func main() {
 	fs.IntVar(&o.gcPercent, "gc-percent", 400, "the garbage collector's GOGC: heap growth (%) between collections; higher spends memory to save\n"+
 		"CPU and tick latency (at 2 500 demo dungeons 400 took the tick p99 from ~8 ms to ~2.5 ms for ~75 MB more heap).\n"+
 		"Negative: off. The GOGC environment variable wins unless this flag is given")
-	fs.IntVar(&o.procs, "procs", 2*runtime.GOMAXPROCS(0), "Go's GOMAXPROCS: goroutines running at once. The default, twice the CPUs Go sees, lets the OS preempt\n"+
-		"a busy thread for a tick worker its timer woke, which Go's own scheduler may do only after 10 ms: at 5 000 demo dungeons on\n"+
-		"2 CPUs, medians of the 5 s tick p99s 4.3-6.5 ms with 4 against 6.8-9.3 ms with 2, for state writes ~9 ms slower on\n"+
-		"average; 8 made writes ~10x slower. The GOMAXPROCS environment variable wins unless this flag is given")
+	fs.IntVar(&o.procs, "procs", 0, fmt.Sprintf("Go's GOMAXPROCS: goroutines running at once; 0: twice what Go would choose (%d here). Twice lets the\n"+
+		"OS preempt a busy thread for a tick worker its timer woke, which Go's own scheduler may do only after 10 ms: at 5 000 demo\n"+
+		"dungeons on 2 CPUs, medians of the 5 s tick p99s 4.3-6.5 ms with 4 against 6.8-9.3 ms with 2, for state writes ~9 ms\n"+
+		"slower on average; 8 made writes ~10x slower. Setting it stops Go following CPU quota changes: in a CPU-limited\n"+
+		"container give the quota. A valid GOMAXPROCS environment variable wins unless this flag is given", 2*runtime.GOMAXPROCS(0)))
 	fs.DurationVar(&o.summaryEvery, "summary-every", 5*time.Second, "interval of the one-line summary log")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines instead of text")
@@ -214,11 +216,14 @@ releases them) and exits; a second signal exits at once.
 	if gcSet || os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(o.gcPercent)
 	}
-	if procsSet && o.procs < 1 {
-		fmt.Fprintln(os.Stderr, "tickd: --procs must be at least 1")
+	if o.procs < 0 {
+		fmt.Fprintln(os.Stderr, "tickd: --procs must be 0 (twice what Go would choose) or more")
 		os.Exit(2)
 	}
-	if procsSet || os.Getenv("GOMAXPROCS") == "" {
+	if env, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); procsSet || err != nil || env < 1 { // Go ignores an invalid one too
+		if o.procs == 0 {
+			o.procs = 2 * runtime.GOMAXPROCS(0)
+		}
 		runtime.GOMAXPROCS(o.procs)
 	}
 	log, err := newLogger(o.logLevel, o.logJSON)

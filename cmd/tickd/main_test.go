@@ -151,7 +151,7 @@ func TestTickdRefusesBadFlags(t *testing.T) {
 		{[]string{"--demo-rate", "NaN"}, "--demo-rate must be"},
 		{[]string{"--demo-rate", "+Inf"}, "--demo-rate must be"},
 		{[]string{"--pprof", "--metrics", ""}, "--pprof serves the profiler on the --metrics listener"},
-		{[]string{"--procs", "0"}, "--procs must be at least 1"},
+		{[]string{"--procs", "-1"}, "--procs must be 0 (twice what Go would choose) or more"},
 		{[]string{"--write-strategy", "fast"}, "want auto, single or batches"},
 		{[]string{"--partitions", "0"}, "--partitions must be in 1..shards (256), got 0"},
 		{[]string{"--shards", "4", "--partitions", "5"}, "--partitions must be in 1..shards (4), got 5"},

@@ -130,6 +130,9 @@ func (r *replies) publish(rounds int) {
 		r.queued = r.spare[:0]
 		r.out.Unlock()
 		for _, o := range batch {
+			if !r.awaited(o.tok) {
+				continue // its attempt ended (given up, timed out) while queued: never sent after that
+			}
 			if err := r.nc.PublishMsg(o.m); err != nil {
 				r.settle(o.tok, answer{err: err})
 			}
@@ -148,6 +151,15 @@ func (r *replies) forget(tok uint64) {
 	t.mu.Lock()
 	delete(t.waiting, tok)
 	t.mu.Unlock()
+}
+
+// awaited reports whether tok's attempt still waits for its outcome.
+func (r *replies) awaited(tok uint64) bool {
+	t := &r.tabs[tok%replyStripes]
+	t.mu.Lock()
+	_, ok := t.waiting[tok]
+	t.mu.Unlock()
+	return ok
 }
 
 // noResponders reports the server's status answer for a request nobody subscribes to.

@@ -39,7 +39,12 @@ func TestPublisherHandsOffWhatItDoesNotPublish(t *testing.T) {
 	const n = 1000
 	r.out.Lock()
 	for i := range n {
-		r.queued = append(r.queued, outgoing{m: nats.NewMsg("handoff." + strconv.Itoa(i)), tok: uint64(i + 1)})
+		tok := uint64(i + 1)
+		t := &r.tabs[tok%replyStripes]
+		t.mu.Lock()
+		t.waiting[tok] = make(chan answer, 1) // awaited: the publisher sends only those
+		t.mu.Unlock()
+		r.queued = append(r.queued, outgoing{m: nats.NewMsg("handoff." + strconv.Itoa(i)), tok: tok})
 	}
 	r.publishing = true
 	r.out.Unlock()
