@@ -29,8 +29,15 @@ type EngineConfig struct {
 	// half-millisecond buckets keep the p99 lateness under 2 ms).
 	Slot time.Duration
 	// MaxCatchUp is how many periods a worker may fall behind and still run every tick late;
-	// beyond it, it skips to the present and counts the skipped ticks (default 2).
+	// beyond it, it skips to the present and counts the skipped ticks (default 2). It is also
+	// how many ticks an instance may owe while one of its ticks runs long (see Engine).
 	MaxCatchUp int
+	// TimerWorkers is how many of the workers wait for the next bucket on a timer (default
+	// DefaultTimerWorkers(), at most Workers; negative: all of them). The others wait to be
+	// called in: a worker that takes ticks and leaves some in the bucket calls in one of them, so a
+	// bucket larger than a chunk, or a worker paused in a chunk, still spreads over the cores,
+	// while a bucket a few workers can tick does not wake every worker.
+	TimerWorkers int
 	// Spin is how close to a bucket's deadline a worker stops trusting its timer (which wakes
 	// with ~1 ms granularity on Linux) and yields in a loop until the deadline instead. 0 never
 	// spins (lowest CPU); a value above Slot makes workers that are idle between buckets busy-wait.
@@ -63,7 +70,12 @@ type EngineConfig struct {
 // buckets run late, back to back, without sleeping (catch-up). If the engine is more than
 // MaxCatchUp periods behind, it jumps to the present bucket; every tick it jumped over is counted
 // as skipped, and the instances resume on schedule. An instance never ticks twice for the same
-// period and never ticks concurrently with itself (a tick that would is skipped and counted).
+// period, never ticks concurrently with itself, and ticks in the order of its periods: a worker
+// claims an instance's tick when it takes it from a bucket, and a tick that falls due while the
+// instance's previous one is still claimed (its worker was paused before or in it, by the OS or
+// the Go runtime, or the tick is slow) is owed to that worker, which runs it, late, right after;
+// an instance owes at most MaxCatchUp ticks, and beyond that its oldest owed tick is skipped and
+// counted.
 type Engine struct {
 	cfg     EngineConfig
 	period  time.Duration
@@ -83,6 +95,8 @@ type Engine struct {
 	ticks   atomic.Uint64
 	skipped atomic.Uint64
 
+	called chan struct{} // a worker that is not a timer worker waits on it to be called in
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -93,7 +107,10 @@ type Handle struct {
 	idx     int32 // position in e.slots[slot], under e.mu
 	t       Ticker
 	removed atomic.Bool
-	running atomic.Bool
+
+	mu      sync.Mutex  // never held across a tick
+	claimed bool        // in a worker's chunk, or in a tick
+	owed    []time.Time // when the ticks that fell due while claimed were due, oldest first
 }
 
 type worker struct {
@@ -109,11 +126,19 @@ type worker struct {
 // when the P holding it reaches the scheduler, and then it waits behind what runs there; with
 // many workers, their timers sit on every P, so the first P free fires one and that worker takes
 // the bucket. On 2 cores at 5 000 demo dungeons (17.5 k commands/s, embedded server) the tick p99
-// of 5 s windows had medians of 6.2–6.8 ms with 2 workers, 2.6–3.9 ms with 16 to 64; an idle
-// worker costs a wake-up per bucket (100 dungeons: 0.15 cores with 2, 0.16 with 16, 0.19 with 64).
+// of 5 s windows had medians of 6.2–6.8 ms with 2 workers, 2.6–3.9 ms with 16 to 64. Only
+// DefaultTimerWorkers of them wait on timers (a timer worker costs a wake-up per bucket); the
+// rest are called in when a bucket has more ticks than the woken ones take (100 demo dungeons,
+// GOMAXPROCS 4: 0.35–0.37 cores with all 64 on timers, 0.20–0.22 with 16).
 func DefaultWorkers() int {
 	p := runtime.GOMAXPROCS(0)
 	return min(max(16*p, 16), max(64, p)) // never fewer than one per P
+}
+
+// DefaultTimerWorkers is the engine's default number of workers that wait on a timer for the
+// next bucket: 4 per GOMAXPROCS, at least 8.
+func DefaultTimerWorkers() int {
+	return max(4*runtime.GOMAXPROCS(0), 8)
 }
 
 // NewEngine validates the config and starts the workers. Stop them with Stop.
@@ -123,6 +148,12 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers()
+	}
+	if cfg.TimerWorkers == 0 {
+		cfg.TimerWorkers = DefaultTimerWorkers()
+	}
+	if cfg.TimerWorkers < 0 || cfg.TimerWorkers > cfg.Workers {
+		cfg.TimerWorkers = cfg.Workers
 	}
 	if cfg.MaxCatchUp <= 0 {
 		cfg.MaxCatchUp = 2
@@ -156,7 +187,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		cfg.Start = time.Now()
 	}
 	e := &Engine{cfg: cfg, period: period, nslots: nslots, start: cfg.Start, slots: make([][]*Handle, nslots),
-		stop: make(chan struct{})}
+		called: make(chan struct{}), stop: make(chan struct{})}
 	if m != nil {
 		m.CountSkipped(e.Skipped)
 	}
@@ -280,7 +311,7 @@ func (e *Engine) Advance(now time.Time) int {
 	w := e.workers[0]
 	n := 0
 	for {
-		due, ok := w.take(now)
+		due, _, ok := w.take(now)
 		if !ok {
 			return n
 		}
@@ -291,6 +322,10 @@ func (e *Engine) Advance(now time.Time) int {
 func (w *worker) run() {
 	defer w.e.wg.Done()
 	e := w.e
+	if w.id >= e.cfg.TimerWorkers {
+		w.runCalled()
+		return
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -300,8 +335,11 @@ func (w *worker) run() {
 		default:
 		}
 		now := time.Now()
-		due, ok := w.take(now)
+		due, more, ok := w.take(now)
 		if ok {
+			if more {
+				e.callIn()
+			}
 			w.runChunk(due)
 			continue
 		}
@@ -321,17 +359,64 @@ func (w *worker) run() {
 	}
 }
 
+// runCalled is the loop of a worker without a timer: it waits to be called in, then takes and
+// runs ticks until the due buckets are handed out.
+//
+// It also wakes on a timer of its own, so that due ticks still run when every timer worker is held
+// in a tick: the j-th such worker after every 2^(j+1) buckets (at most a period), so the first
+// comes within a millisecond at 20 Hz and all of them together wake a few times per bucket, not
+// once each.
+func (w *worker) runCalled() {
+	e := w.e
+	every := min(e.cfg.Slot<<min(w.id-e.cfg.TimerWorkers+1, 30), e.period)
+	fallback := time.NewTimer(every)
+	defer fallback.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-e.called:
+		case <-fallback.C:
+		}
+		for {
+			select {
+			case <-e.stop: // an engine always behind never runs out of due ticks
+				return
+			default:
+			}
+			due, more, ok := w.take(time.Now())
+			if !ok {
+				break
+			}
+			if more {
+				e.callIn()
+			}
+			w.runChunk(due)
+		}
+		fallback.Reset(every)
+	}
+}
+
+// callIn wakes one worker waiting to be called in, if one is waiting.
+func (e *Engine) callIn() {
+	select {
+	case e.called <- struct{}{}:
+	default:
+	}
+}
+
 // take hands the worker its next chunk of ticks, all due at the returned time, opening the next
-// bucket if the current one is handed out and the next is due by now. With nothing to run it
-// returns false and the time the next bucket is due.
-func (w *worker) take(now time.Time) (time.Time, bool) {
+// bucket if the current one is handed out and the next is due by now; more says whether ticks due
+// are left to hand out after it. With nothing to run it returns ok false and the time the next
+// bucket is due.
+func (w *worker) take(now time.Time) (due time.Time, more, ok bool) {
 	e := w.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for e.pos >= len(e.batch) {
 		nextDue := e.due.Add(e.cfg.Slot)
 		if nextDue.After(now) {
-			return nextDue, false
+			return nextDue, false, false
 		}
 		k := e.k + 1
 		if now.Sub(nextDue) > time.Duration(e.cfg.MaxCatchUp)*e.period {
@@ -348,48 +433,81 @@ func (w *worker) take(now time.Time) (time.Time, bool) {
 	// lock is rarely contended.
 	rest := len(e.batch) - e.pos
 	n := min(max(rest/(4*len(e.workers)), 8), rest, 256)
-	w.chunk = append(w.chunk[:0], e.batch[e.pos:e.pos+n]...)
+	w.chunk = w.chunk[:0]
+	for _, h := range e.batch[e.pos : e.pos+n] {
+		if e.claim(h) {
+			w.chunk = append(w.chunk, h)
+		}
+	}
 	e.pos += n
-	return e.due, true
+	// More is left if this bucket is not handed out, or if the next one is due already.
+	return e.due, e.pos < len(e.batch) || !e.due.Add(e.cfg.Slot).After(now), true
 }
 
-// runChunk ticks the chunk taken, all due at due.
+// claim claims h's tick due at e.due for the worker taking it, or, if a worker holds h's previous
+// tick, owes it to that worker (dropping and counting the oldest owed one past MaxCatchUp). e.mu is
+// held: ticks are claimed and owed in the order buckets open, so an instance's are in order.
+func (e *Engine) claim(h *Handle) bool {
+	if h.removed.Load() {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.claimed {
+		h.claimed = true
+		return true
+	}
+	if len(h.owed) >= e.cfg.MaxCatchUp {
+		h.owed = h.owed[:copy(h.owed, h.owed[1:])]
+		e.skipped.Add(1)
+	}
+	h.owed = append(h.owed, e.due)
+	return false
+}
+
+// runChunk ticks the chunk taken, all due at due, and the ticks owed to it meanwhile.
 func (w *worker) runChunk(due time.Time) int {
 	e := w.e
 	observe, observeW := e.cfg.Observe, w.observe
 	timed := observe != nil || observeW != nil
-	ran, skipped := 0, 0
+	ran := 0
 	var t0 time.Time
 	if timed {
 		t0 = time.Now()
 	}
 	for i, h := range w.chunk {
 		w.chunk[i] = nil
-		if h.removed.Load() {
-			continue
-		}
-		if !h.running.CompareAndSwap(false, true) {
-			skipped++ // still in its tick of a period ago (a worker stalled that long)
-			continue
-		}
-		h.t.Tick(due)
-		h.running.Store(false)
-		ran++
-		if timed {
-			t1 := time.Now() // the end of one tick is the start of the next: one clock read per tick
-			if observe != nil {
-				observe(t0.Sub(due), t1.Sub(t0))
+		for d := due; ; {
+			if h.removed.Load() {
+				h.mu.Lock()
+				h.claimed, h.owed = false, h.owed[:0]
+				h.mu.Unlock()
+				break
 			}
-			if observeW != nil {
-				observeW(t0.Sub(due), t1.Sub(t0))
+			h.t.Tick(d)
+			ran++
+			if timed {
+				t1 := time.Now() // the end of one tick is the start of the next: one clock read per tick
+				if observe != nil {
+					observe(t0.Sub(d), t1.Sub(t0))
+				}
+				if observeW != nil {
+					observeW(t0.Sub(d), t1.Sub(t0))
+				}
+				t0 = t1
 			}
-			t0 = t1
+			h.mu.Lock()
+			if len(h.owed) == 0 {
+				h.claimed = false
+				h.mu.Unlock()
+				break
+			}
+			d = h.owed[0] // owed while this worker held the instance: run it now, late
+			h.owed = h.owed[:copy(h.owed, h.owed[1:])]
+			h.mu.Unlock()
 		}
 	}
 	e.ticks.Add(uint64(ran))
-	if skipped > 0 {
-		e.skipped.Add(uint64(skipped))
-	}
 	return ran
 }
 

@@ -3,6 +3,7 @@ package actor_test
 import (
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -11,12 +12,15 @@ import (
 )
 
 type countTicker struct {
-	n       atomic.Int64
-	busy    atomic.Bool
-	overlap atomic.Bool
-	sleep   time.Duration
-	last    atomic.Int64 // scheduled time of the last tick, ns
-	back    atomic.Bool  // a scheduled time went backwards
+	n        atomic.Int64
+	busy     atomic.Bool
+	overlap  atomic.Bool
+	sleep    time.Duration
+	last     atomic.Int64 // scheduled time of the last tick, ns
+	back     atomic.Bool  // a scheduled time went backwards
+	stallAt  int64        // the tick (1, 2, …) that takes stallFor
+	stallFor time.Duration
+	late     atomic.Int64 // the most a tick started after it was due, ns
 }
 
 func (c *countTicker) Tick(scheduled time.Time) {
@@ -26,9 +30,63 @@ func (c *countTicker) Tick(scheduled time.Time) {
 	if s := scheduled.UnixNano(); s <= c.last.Swap(s) {
 		c.back.Store(true)
 	}
-	c.n.Add(1)
+	if l := time.Since(scheduled); l > time.Duration(c.late.Load()) {
+		c.late.Store(int64(l))
+	}
+	n := c.n.Add(1)
 	time.Sleep(c.sleep)
+	if n == c.stallAt {
+		time.Sleep(c.stallFor)
+	}
 	c.busy.Store(false)
+}
+
+// A worker paused in the middle of a tick for longer than a period (a GC assist, a dedicated mark
+// worker holding the P it was readied on, the OS) must not cost the instance its next tick: the
+// tick is owed and run late by that worker, within MaxCatchUp; only beyond it are ticks skipped.
+func TestEngineStalledTickIsCaughtUpNotSkipped(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		stall   time.Duration // at 100 Hz: periods of 10 ms
+		skipped uint64        // ticks due while stalled beyond the 2 owed
+		late    time.Duration // how late the first owed tick then starts
+	}{
+		{"2.5 periods", 25 * time.Millisecond, 0, 15 * time.Millisecond},
+		{"1.2 periods", 12 * time.Millisecond, 0, 2 * time.Millisecond},
+		{"6.5 periods", 65 * time.Millisecond, 4, 15 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e, err := actor.NewEngine(actor.EngineConfig{Rate: 100, Workers: 4, MaxCatchUp: 2})
+				if err != nil {
+					t.Fatal(err)
+				}
+				stalled := &countTicker{stallAt: 3, stallFor: tc.stall}
+				steady := &countTicker{}
+				e.Add(stalled)
+				e.Add(steady)
+				time.Sleep(time.Second + 5*time.Millisecond)
+				e.Stop()
+				if e.Skipped() != tc.skipped {
+					t.Errorf("skipped %d ticks, want %d", e.Skipped(), tc.skipped)
+				}
+				// Both fall due about 100 times in the second, in adjacent phases: the stalled one
+				// ran every tick but the skipped ones, late.
+				if n, s := stalled.n.Load(), steady.n.Load(); s < 100 || s > 101 || n+int64(tc.skipped) < s-1 || n+int64(tc.skipped) > s {
+					t.Errorf("stalled instance ticked %d times (+%d skipped), the steady one %d", n, tc.skipped, s)
+				}
+				if stalled.overlap.Load() || stalled.back.Load() || steady.back.Load() {
+					t.Errorf("overlap %v, scheduled time went back %v/%v", stalled.overlap.Load(), stalled.back.Load(), steady.back.Load())
+				}
+				if l := time.Duration(stalled.late.Load()); l < tc.late || l > tc.late+time.Millisecond {
+					t.Errorf("the latest tick started %v late, want %v (the owed one, run when the stall ends)", l, tc.late)
+				}
+				if got := uint64(stalled.n.Load() + steady.n.Load()); e.Ticks() != got {
+					t.Errorf("engine counted %d ticks, the instances %d", e.Ticks(), got)
+				}
+			})
+		})
+	}
 }
 
 func TestEngineTicksEveryInstanceAtItsRate(t *testing.T) {
@@ -173,5 +231,42 @@ func TestEngineRemoveKeepsOtherInstances(t *testing.T) {
 		if ts[i].n != want {
 			t.Errorf("instance %d ticked %d times, want %d", i, ts[i].n, want)
 		}
+	}
+}
+
+// Workers without a timer are called in when a bucket holds more than one worker takes: one timer
+// worker and three called in keep a bucket of 4 chunks of 1 ms ticks within a 10 ms period, which
+// one worker alone cannot.
+func TestEngineCallsInWorkersForALargeBucket(t *testing.T) {
+	for _, tc := range []struct {
+		workers, timers int
+		keepsUp         bool
+	}{
+		{4, 1, true},
+		{4, 4, true},
+		{1, 1, false},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			e, err := actor.NewEngine(actor.EngineConfig{Rate: 100, Slot: 10 * time.Millisecond,
+				Workers: tc.workers, TimerWorkers: tc.timers})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts := make([]*countTicker, 32) // one bucket: 4 chunks of 8
+			for i := range ts {
+				ts[i] = &countTicker{sleep: time.Millisecond}
+				e.Add(ts[i])
+			}
+			time.Sleep(time.Second)
+			e.Stop()
+			var late time.Duration
+			for _, c := range ts {
+				late = max(late, time.Duration(c.late.Load()))
+			}
+			if keptUp := e.Skipped() == 0 && late < 10*time.Millisecond; keptUp != tc.keepsUp {
+				t.Errorf("%d workers, %d on timers: skipped %d, latest tick %v late; want keeping up %v",
+					tc.workers, tc.timers, e.Skipped(), late, tc.keepsUp)
+			}
+		})
 	}
 }

@@ -213,10 +213,17 @@ func (r Record) ApproxSize() int {
 
 // EncodeRecord encodes a record at the current schema version; ErrTooLarge over MaxRecordBytes.
 func EncodeRecord(r Record) ([]byte, error) {
+	return AppendRecord(make([]byte, 0, r.ApproxSize()), r)
+}
+
+// AppendRecord appends the encoding of r (as EncodeRecord makes it) to b and returns the extended
+// buffer: a writer that knows when the store is done with a record's bytes can reuse its buffers.
+func AppendRecord(b []byte, r Record) ([]byte, error) {
 	r.V = SchemaVersion
-	b := appendRecord(make([]byte, 0, r.ApproxSize()), &r)
-	if len(b) > MaxRecordBytes {
-		return nil, fmt.Errorf("%w: record is %d bytes, limit %d", ErrTooLarge, len(b), MaxRecordBytes)
+	n := len(b)
+	b = appendRecord(b, &r)
+	if len(b)-n > MaxRecordBytes {
+		return nil, fmt.Errorf("%w: record is %d bytes, limit %d", ErrTooLarge, len(b)-n, MaxRecordBytes)
 	}
 	return b, nil
 }

@@ -185,6 +185,7 @@ func (s *Store) settle() {
 			select {
 			case ack := <-p.fut.Ok():
 				p.done(ack.Sequence, nil)
+				reuseRecordBuf(p.fut.Msg())
 			case err := <-p.fut.Err():
 				if apiCode(err) == codeSubjectBusy {
 					s.wg.Add(1)
@@ -810,10 +811,28 @@ func (s *Store) fencedMsg(ctx context.Context, g store.Grant, id string, rec *st
 	if err := store.MoveStateToBlob(&r, g, id, blobs{ctx: ctx, s: s}); err != nil {
 		return nil, err
 	}
-	if m.Data, err = store.EncodeRecord(r); err != nil {
+	// A buffer of an earlier write the store has acknowledged (settle returns them), or a new one.
+	buf := (*recordBufs.Get().(*[]byte))[:0]
+	if m.Data, err = store.AppendRecord(buf, r); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// recordBufs holds encoded records' buffers (*[]byte) for reuse once their write is acknowledged:
+// nats.go copies a message's bytes into its write buffer as it publishes, so after the
+// acknowledgement only the settled PubAckFuture still points at them, and nothing reads them.
+var recordBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// reuseRecordBuf gives an acknowledged write's record buffer back to recordBufs. Large ones go to
+// the collector: a pool of rare large buffers would hold memory for the common small writes.
+func reuseRecordBuf(m *nats.Msg) {
+	if m == nil || cap(m.Data) == 0 || cap(m.Data) > 64<<10 {
+		return
+	}
+	b := m.Data[:0]
+	m.Data = nil
+	recordBufs.Put(&b)
 }
 
 // publishFenced publishes and waits, resending on 10164 (subject busy on a replicated stream).
