@@ -70,12 +70,13 @@ type EngineConfig struct {
 // buckets run late, back to back, without sleeping (catch-up). If the engine is more than
 // MaxCatchUp periods behind, it jumps to the present bucket; every tick it jumped over is counted
 // as skipped, and the instances resume on schedule. An instance never ticks twice for the same
-// period, never ticks concurrently with itself, and ticks in the order of its periods: a worker
-// claims an instance's tick when it takes it from a bucket, and a tick that falls due while the
-// instance's previous one is still claimed (its worker was paused before or in it, by the OS or
-// the Go runtime, or the tick is slow) is owed to that worker, which runs it, late, right after;
-// an instance owes at most MaxCatchUp ticks, and beyond that its oldest owed tick is skipped and
-// counted.
+// period, never ticks concurrently with itself, and ticks in the order of its periods. A worker
+// queues an instance's tick when it takes it from a bucket. When the next tick falls due while
+// that one is still queued in the worker's chunk (the worker is paused in an earlier tick of the
+// chunk, by the OS or the Go runtime, or that tick is slow), the worker taking the new one takes
+// both, in order; when it falls due while the previous tick runs, it is owed to the worker running
+// it, which runs it, late, right after. An instance owes at most MaxCatchUp ticks; beyond that its
+// oldest owed tick is skipped and counted.
 type Engine struct {
 	cfg     EngineConfig
 	period  time.Duration
@@ -108,16 +109,29 @@ type Handle struct {
 	t       Ticker
 	removed atomic.Bool
 
-	mu      sync.Mutex  // never held across a tick
-	claimed bool        // in a worker's chunk, or in a tick
-	owed    []time.Time // when the ticks that fell due while claimed were due, oldest first
+	mu    sync.Mutex  // never held across a tick
+	state uint8       // idle, queued (in a worker's chunk) or running
+	gen   uint32      // counts queueings: a chunk's entry is void once another worker took the ticks
+	dues  []time.Time // ticks queued or owed and not started, oldest first
+}
+
+const (
+	idle uint8 = iota
+	queued
+	running
+)
+
+// entry is a chunk's tick: the handle, as queued (gen) by the worker holding the chunk.
+type entry struct {
+	h   *Handle
+	gen uint32
 }
 
 type worker struct {
 	e       *Engine
 	id      int
 	observe func(lateness, duration time.Duration)
-	chunk   []*Handle
+	chunk   []entry
 }
 
 // DefaultWorkers is the engine's default worker count: 16 per GOMAXPROCS, at least 16 and at
@@ -311,11 +325,11 @@ func (e *Engine) Advance(now time.Time) int {
 	w := e.workers[0]
 	n := 0
 	for {
-		due, _, ok := w.take(now)
+		_, _, ok := w.take(now)
 		if !ok {
 			return n
 		}
-		n += w.runChunk(due)
+		n += w.runChunk()
 	}
 }
 
@@ -340,7 +354,7 @@ func (w *worker) run() {
 			if more {
 				e.callIn()
 			}
-			w.runChunk(due)
+			w.runChunk()
 			continue
 		}
 		// Nothing to hand out until the next bucket is due.
@@ -368,7 +382,11 @@ func (w *worker) run() {
 // once each.
 func (w *worker) runCalled() {
 	e := w.e
-	every := min(e.cfg.Slot<<min(w.id-e.cfg.TimerWorkers+1, 30), e.period)
+	every := e.cfg.Slot
+	for i := w.id - e.cfg.TimerWorkers; i >= 0 && every < e.period; i-- {
+		every *= 2
+	}
+	every = min(every, e.period)
 	fallback := time.NewTimer(every)
 	defer fallback.Stop()
 	for {
@@ -384,14 +402,14 @@ func (w *worker) runCalled() {
 				return
 			default:
 			}
-			due, more, ok := w.take(time.Now())
+			_, more, ok := w.take(time.Now())
 			if !ok {
 				break
 			}
 			if more {
 				e.callIn()
 			}
-			w.runChunk(due)
+			w.runChunk()
 		}
 		fallback.Reset(every)
 	}
@@ -435,8 +453,8 @@ func (w *worker) take(now time.Time) (due time.Time, more, ok bool) {
 	n := min(max(rest/(4*len(e.workers)), 8), rest, 256)
 	w.chunk = w.chunk[:0]
 	for _, h := range e.batch[e.pos : e.pos+n] {
-		if e.claim(h) {
-			w.chunk = append(w.chunk, h)
+		if gen, ok := e.queue(h); ok {
+			w.chunk = append(w.chunk, entry{h, gen})
 		}
 	}
 	e.pos += n
@@ -444,29 +462,37 @@ func (w *worker) take(now time.Time) (due time.Time, more, ok bool) {
 	return e.due, e.pos < len(e.batch) || !e.due.Add(e.cfg.Slot).After(now), true
 }
 
-// claim claims h's tick due at e.due for the worker taking it, or, if a worker holds h's previous
-// tick, owes it to that worker (dropping and counting the oldest owed one past MaxCatchUp). e.mu is
-// held: ticks are claimed and owed in the order buckets open, so an instance's are in order.
-func (e *Engine) claim(h *Handle) bool {
+// queue adds h's tick due at e.due to the chunk being taken (ok), with any tick of h still
+// queued in another worker's chunk (whose entry gen voids), or, if h's previous tick is running,
+// owes it to the worker running it. Past MaxCatchUp ticks waiting behind the one running or
+// queued, the oldest is dropped and counted. e.mu is held: ticks are queued and owed in the order
+// buckets open, so an instance's run in order.
+func (e *Engine) queue(h *Handle) (gen uint32, ok bool) {
 	if h.removed.Load() {
-		return false
+		return 0, false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.claimed {
-		h.claimed = true
-		return true
+	limit := e.cfg.MaxCatchUp
+	if h.state != running {
+		limit++ // the one queued, and those owed behind it
 	}
-	if len(h.owed) >= e.cfg.MaxCatchUp {
-		h.owed = h.owed[:copy(h.owed, h.owed[1:])]
+	if len(h.dues) >= limit {
+		h.dues = h.dues[:copy(h.dues, h.dues[1:])]
 		e.skipped.Add(1)
 	}
-	h.owed = append(h.owed, e.due)
-	return false
+	h.dues = append(h.dues, e.due)
+	if h.state == running {
+		return 0, false
+	}
+	h.state = queued
+	h.gen++
+	return h.gen, true
 }
 
-// runChunk ticks the chunk taken, all due at due, and the ticks owed to it meanwhile.
-func (w *worker) runChunk(due time.Time) int {
+// runChunk runs the ticks of the chunk taken: each entry's queued ticks, and those owed to it
+// while they run, in order.
+func (w *worker) runChunk() int {
 	e := w.e
 	observe, observeW := e.cfg.Observe, w.observe
 	timed := observe != nil || observeW != nil
@@ -475,16 +501,32 @@ func (w *worker) runChunk(due time.Time) int {
 	if timed {
 		t0 = time.Now()
 	}
-	for i, h := range w.chunk {
-		w.chunk[i] = nil
-		for d := due; ; {
+	for i, en := range w.chunk {
+		w.chunk[i] = entry{}
+		h := en.h
+		h.mu.Lock()
+		if h.state != queued || h.gen != en.gen {
+			h.mu.Unlock() // taken over by a worker that took a later tick of h
+			continue
+		}
+		h.state = running
+		for {
 			if h.removed.Load() {
-				h.mu.Lock()
-				h.claimed, h.owed = false, h.owed[:0]
+				e.skipped.Add(uint64(len(h.dues))) // due before it was removed, and never run
+				h.state, h.dues = idle, h.dues[:0]
 				h.mu.Unlock()
 				break
 			}
+			if len(h.dues) == 0 {
+				h.state = idle
+				h.mu.Unlock()
+				break
+			}
+			d := h.dues[0]
+			h.dues = h.dues[:copy(h.dues, h.dues[1:])]
+			h.mu.Unlock()
 			h.t.Tick(d)
+			e.ticks.Add(1)
 			ran++
 			if timed {
 				t1 := time.Now() // the end of one tick is the start of the next: one clock read per tick
@@ -497,17 +539,8 @@ func (w *worker) runChunk(due time.Time) int {
 				t0 = t1
 			}
 			h.mu.Lock()
-			if len(h.owed) == 0 {
-				h.claimed = false
-				h.mu.Unlock()
-				break
-			}
-			d = h.owed[0] // owed while this worker held the instance: run it now, late
-			h.owed = h.owed[:copy(h.owed, h.owed[1:])]
-			h.mu.Unlock()
 		}
 	}
-	e.ticks.Add(uint64(ran))
 	return ran
 }
 
