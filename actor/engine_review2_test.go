@@ -24,7 +24,7 @@ func TestEngineReview2SlowInstanceStarvesItsChunkForever(t *testing.T) {
 		}
 		slow := &countTicker{sleep: 15 * time.Millisecond}
 		steady := &countTicker{}
-		e.Add(slow)   // one bucket: both in one chunk, slow first
+		e.Add(slow) // one bucket: both in one chunk, slow first
 		e.Add(steady)
 		time.Sleep(time.Second)
 		s, n, ticks := steady.n.Load(), slow.n.Load(), e.Ticks()

@@ -11,12 +11,12 @@ import (
 )
 
 type chaosTicker struct {
-	i     int
-	fast  *atomic.Bool
-	busy  atomic.Bool
-	mu    sync.Mutex
-	dues  []time.Time
-	bad   []string
+	i    int
+	fast *atomic.Bool
+	busy atomic.Bool
+	mu   sync.Mutex
+	dues []time.Time
+	bad  []string
 }
 
 func (c *chaosTicker) Tick(d time.Time) {
