@@ -282,7 +282,10 @@ func (e *Engine) AddInPhase(t Ticker, key uint64) *Handle {
 const phaseSlack = 16
 
 func (e *Engine) addLocked(t Ticker, slot int) *Handle {
-	h := &Handle{slot: int32(slot), t: t}
+	// Room for the ticks it may queue and owe, so that queue never allocates: an allocation under
+	// e.mu can stop the goroutine holding it (a GC assist, or waiting for a cycle to start) and with
+	// it every worker.
+	h := &Handle{slot: int32(slot), t: t, dues: make([]time.Time, 0, min(e.cfg.MaxCatchUp+1, 8))}
 	h.idx = int32(len(e.slots[h.slot]))
 	e.slots[h.slot] = append(e.slots[h.slot], h)
 	e.count++
