@@ -1,7 +1,6 @@
 package actor_test
 
 import (
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -60,27 +59,13 @@ func TestEngineReview2FallbackShiftOverflowSpins(t *testing.T) {
 	}
 }
 
-type removeOwed struct {
-	e    *actor.Engine
-	h    *actor.Handle
-	n    atomic.Int64
-	gate chan struct{}
-}
-
-func (r *removeOwed) Tick(time.Time) {
-	if r.n.Add(1) == 2 {
-		<-r.gate
-		r.e.Remove(r.h)
-	}
-}
-
 // Invariant (3): every period due is ticked or counted as skipped. An instance stalled in its tick
 // due at 20 ms until 105 ms has had 10 periods due (10 … 100 ms); it ticked 2, the engine dropped
 // and counted 6 owed ones, and Remove dropped the last 2 owed (90, 100 ms) without counting them.
 func TestEngineReview2RemoveDropsOwedUncounted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e, _ := actor.NewEngine(actor.EngineConfig{Rate: 100, Workers: 4, TimerWorkers: 4})
-		r := &removeOwed{e: e, gate: make(chan struct{})}
+		r := &removeTicker{e: e, gate: make(chan struct{})}
 		r.h = e.Add(r)
 		time.Sleep(105 * time.Millisecond)
 		close(r.gate)
@@ -88,34 +73,6 @@ func TestEngineReview2RemoveDropsOwedUncounted(t *testing.T) {
 		e.Stop()
 		if got := e.Ticks() + e.Skipped(); got != 10 {
 			t.Errorf("ticked %d + skipped %d = %d of the 10 periods due before Remove", e.Ticks(), e.Skipped(), got)
-		}
-	})
-}
-
-// A single stall (a tick held 20 periods: a GC assist, a store call) now holds every instance
-// claimed after it in the same chunk: their ticks are owed to the held worker and, past
-// MaxCatchUp, skipped, while 7 idle workers (all on timers) could tick them. Before 8b39cdf the
-// chunk-mates missed only the one period of the chunk.
-func TestEngineReview2StallHoldsItsChunkMates(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const p = 10 * time.Millisecond
-		e, err := actor.NewEngine(actor.EngineConfig{Rate: 100, Slot: p, Workers: 8, TimerWorkers: 8})
-		if err != nil {
-			t.Fatal(err)
-		}
-		slow := &gateTicker{stopAt: 3, gate: make(chan struct{})}
-		steady := &countTicker{}
-		e.Add(slow) // one bucket: same chunk, slow first
-		e.Add(steady)
-		time.Sleep(10 * p)
-		before := steady.n.Load()
-		time.Sleep(20 * p)
-		after := steady.n.Load()
-		close(slow.gate)
-		synctest.Wait()
-		e.Stop()
-		if after-before < 15 {
-			t.Errorf("steady instance ticked %d times in 20 periods while its chunk-mate's tick stalled (skipped %d)", after-before, e.Skipped())
 		}
 	})
 }
