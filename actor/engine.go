@@ -32,11 +32,14 @@ type EngineConfig struct {
 	// beyond it, it skips to the present and counts the skipped ticks (default 2). It is also
 	// how many ticks an instance may owe while one of its ticks runs long (see Engine).
 	MaxCatchUp int
-	// TimerWorkers is how many of the workers wait for the next bucket on a timer (default
-	// DefaultTimerWorkers(), at most Workers; negative: all of them). The others wait to be
-	// called in: a worker that takes ticks and leaves some in the bucket calls in one of them, so a
-	// bucket larger than a chunk, or a worker paused in a chunk, still spreads over the cores,
-	// while a bucket a few workers can tick does not wake every worker.
+	// TimerWorkers is how many of the workers wait for the next bucket on a timer (default and
+	// negative: all of them; at most Workers). The others wait to be called in: a worker that
+	// takes ticks and leaves some in the bucket calls in one of them, so a bucket larger than a
+	// chunk, or a worker paused in a chunk, still spreads over the cores, while a bucket a few
+	// workers can tick does not wake every worker. Fewer timer workers cut an idle engine's CPU
+	// (100 demo dungeons, GOMAXPROCS 4: 0.31–0.37 cores with 64 on timers, 0.19–0.22 with 16), but
+	// with 16 of 64 two of three 10-minute runs at 5 000 demo dungeons had a whole-engine stall of
+	// over 100 ms, not explained yet, so the default keeps them all on timers.
 	TimerWorkers int
 	// Spin is how close to a bucket's deadline a worker stops trusting its timer (which wakes
 	// with ~1 ms granularity on Linux) and yields in a loop until the deadline instead. 0 never
@@ -140,19 +143,11 @@ type worker struct {
 // when the P holding it reaches the scheduler, and then it waits behind what runs there; with
 // many workers, their timers sit on every P, so the first P free fires one and that worker takes
 // the bucket. On 2 cores at 5 000 demo dungeons (17.5 k commands/s, embedded server) the tick p99
-// of 5 s windows had medians of 6.2–6.8 ms with 2 workers, 2.6–3.9 ms with 16 to 64. Only
-// DefaultTimerWorkers of them wait on timers (a timer worker costs a wake-up per bucket); the
-// rest are called in when a bucket has more ticks than the woken ones take (100 demo dungeons,
-// GOMAXPROCS 4: 0.35–0.37 cores with all 64 on timers, 0.20–0.22 with 16).
+// of 5 s windows had medians of 6.2–6.8 ms with 2 workers, 2.6–3.9 ms with 16 to 64. A timer
+// worker costs a wake-up per bucket (see EngineConfig.TimerWorkers).
 func DefaultWorkers() int {
 	p := runtime.GOMAXPROCS(0)
 	return min(max(16*p, 16), max(64, p)) // never fewer than one per P
-}
-
-// DefaultTimerWorkers is the engine's default number of workers that wait on a timer for the
-// next bucket: 4 per GOMAXPROCS, at least 8.
-func DefaultTimerWorkers() int {
-	return max(4*runtime.GOMAXPROCS(0), 8)
 }
 
 // NewEngine validates the config and starts the workers. Stop them with Stop.
@@ -164,7 +159,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		cfg.Workers = DefaultWorkers()
 	}
 	if cfg.TimerWorkers == 0 {
-		cfg.TimerWorkers = DefaultTimerWorkers()
+		cfg.TimerWorkers = cfg.Workers
 	}
 	if cfg.TimerWorkers < 0 || cfg.TimerWorkers > cfg.Workers {
 		cfg.TimerWorkers = cfg.Workers

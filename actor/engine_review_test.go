@@ -153,18 +153,17 @@ func TestEngineReviewOneStalledTimerWorkerStopsAll(t *testing.T) {
 	}
 }
 
-// Default config: DefaultTimerWorkers() instances stalled in a tick (a store call, a lock) stop
-// every other instance, though DefaultWorkers()-DefaultTimerWorkers() workers sit idle.
+// As many instances as timer workers stalled in a tick (a store call, a lock) must not stop every
+// other instance while called-in workers sit idle.
 func TestEngineReviewDefaultTimerWorkersAllStalled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const p = 10 * time.Millisecond
-		e, err := actor.NewEngine(actor.EngineConfig{Rate: 100})
+		e, err := actor.NewEngine(actor.EngineConfig{Rate: 100, Workers: 32, TimerWorkers: 8})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("workers %d, timer workers %d", actor.DefaultWorkers(), actor.DefaultTimerWorkers())
 		var slow []*gateTicker
-		for range actor.DefaultTimerWorkers() {
+		for range 8 {
 			g := &gateTicker{stopAt: 3, gate: make(chan struct{})}
 			slow = append(slow, g)
 			e.Add(g)
