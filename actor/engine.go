@@ -158,10 +158,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers()
 	}
-	if cfg.TimerWorkers == 0 {
-		cfg.TimerWorkers = cfg.Workers
-	}
-	if cfg.TimerWorkers < 0 || cfg.TimerWorkers > cfg.Workers {
+	if cfg.TimerWorkers <= 0 || cfg.TimerWorkers > cfg.Workers {
 		cfg.TimerWorkers = cfg.Workers
 	}
 	if cfg.MaxCatchUp <= 0 {
@@ -380,11 +377,7 @@ func (w *worker) run() {
 // once each.
 func (w *worker) runCalled() {
 	e := w.e
-	every := e.cfg.Slot
-	for i := w.id - e.cfg.TimerWorkers; i >= 0 && every < e.period; i-- {
-		every *= 2
-	}
-	every = min(every, e.period)
+	every := fallbackEvery(e.cfg.Slot, e.period, w.id-e.cfg.TimerWorkers)
 	fallback := time.NewTimer(every)
 	defer fallback.Stop()
 	for {
@@ -411,6 +404,16 @@ func (w *worker) runCalled() {
 		}
 		fallback.Reset(every)
 	}
+}
+
+// fallbackEvery is the interval of the j-th called-in worker's own timer: 2^(j+1) slots, at most
+// a period (doubled in a loop: a shift of a long slot would overflow).
+func fallbackEvery(slot, period time.Duration, j int) time.Duration {
+	every := slot
+	for i := j; i >= 0 && every < period; i-- {
+		every *= 2
+	}
+	return min(every, period)
 }
 
 // callIn wakes one worker waiting to be called in, if one is waiting.

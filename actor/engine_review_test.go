@@ -155,7 +155,7 @@ func TestEngineReviewOneStalledTimerWorkerStopsAll(t *testing.T) {
 
 // As many instances as timer workers stalled in a tick (a store call, a lock) must not stop every
 // other instance while called-in workers sit idle.
-func TestEngineReviewDefaultTimerWorkersAllStalled(t *testing.T) {
+func TestEngineReviewTimerWorkersAllStalled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const p = 10 * time.Millisecond
 		e, err := actor.NewEngine(actor.EngineConfig{Rate: 100, Workers: 32, TimerWorkers: 8})
@@ -200,17 +200,24 @@ func (r *removeTicker) Tick(time.Time) {
 	}
 }
 
+// Remove from inside a stalled tick: no tick after it, and every period due before it ticked or
+// counted as skipped. Stalled in its tick due at 20 ms until 105 ms, the instance has had 10 periods
+// due (10 … 100 ms): it ticked 2, 6 owed ones were dropped past MaxCatchUp and the last 2 by Remove,
+// all 8 counted.
 func TestEngineReviewRemoveInsideStalledTickDropsOwed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e, _ := actor.NewEngine(actor.EngineConfig{Rate: 100, Workers: 4, TimerWorkers: 2})
 		r := &removeTicker{e: e, gate: make(chan struct{})}
 		r.h = e.Add(r)
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(105 * time.Millisecond)
 		close(r.gate)
 		time.Sleep(100 * time.Millisecond)
 		e.Stop()
 		if n := r.n.Load(); n != 2 {
 			t.Errorf("ticked %d times, want 2", n)
+		}
+		if got := e.Ticks() + e.Skipped(); got != 10 {
+			t.Errorf("ticked %d + skipped %d = %d of the 10 periods due before Remove", e.Ticks(), e.Skipped(), got)
 		}
 	})
 }
