@@ -228,13 +228,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err := b.WaitFor(`window.consoleState && consoleState.nodes.length === 3 && consoleState.grid.length === 256 && consoleStats.drawn === 256`, 15*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	counts := drawnOwners(t, b)
+	// The grid and the legend are read in one evaluation: the page renders both from one update,
+	// and a shard the rebalancer moves between two evaluations would change one but not the other.
+	var drawn struct {
+		Counts map[string]int `json:"counts"`
+		Legend string         `json:"legend"`
+	}
+	if err := b.Eval(`({counts: (`+drawnOwnersJS+`)(), legend: [...document.querySelectorAll('#legend [data-owner]')].map(e => e.dataset.owner + '=' + e.dataset.count).join(' ')})`, &drawn); err != nil {
+		t.Fatal(err)
+	}
+	counts, legend := drawn.Counts, drawn.Legend
 	if len(counts) != 3 || counts["n1"]+counts["n2"]+counts["n3"] != shards || counts["n2"] == 0 {
 		t.Fatalf("the grid's cells by owner colour: %v, want the %d shards on n1, n2, n3", counts, shards)
-	}
-	var legend string
-	if err := b.Eval(`[...document.querySelectorAll('#legend [data-owner]')].map(e => e.dataset.owner + '=' + e.dataset.count).join(' ')`, &legend); err != nil {
-		t.Fatal(err)
 	}
 	if want := fmt.Sprintf("n1=%d n2=%d n3=%d", counts["n1"], counts["n2"], counts["n3"]); legend != want {
 		t.Errorf("legend %q, the grid drew %q", legend, want)
