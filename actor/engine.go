@@ -61,6 +61,10 @@ type EngineConfig struct {
 	Start time.Time
 	// Manual starts no goroutines: the caller drives the engine with Advance (tests, benchmarks).
 	Manual bool
+
+	// claimed, if set, is called by a worker with the ticks it has just taken, before it queues
+	// them (tests: a worker paused there, as the runtime may pause any goroutine anywhere).
+	claimed func(hs []*Handle)
 }
 
 // Engine ticks many instances at a fixed rate with a few goroutines (DefaultWorkers), all
@@ -87,14 +91,15 @@ type Engine struct {
 	start   time.Time
 	workers []*worker
 
+	// mu serialises Add, AddInPhase and Remove. Workers take no lock to hand out ticks: a
+	// goroutine the runtime pauses while holding one (preempted for a GC stack scan, then left in
+	// the global run queue behind every runnable goroutine for tens of milliseconds) would stall
+	// every worker with it.
 	mu    sync.Mutex
-	slots [][]*Handle // phase buckets; slots[k % nslots] is due at start + k*Slot
-	count int
-	next  int       // slot for the next instance added: spreads phases evenly
-	k     int64     // bucket being handed out
-	due   time.Time // its scheduled time
-	batch []*Handle // its ticks, copied when it was opened
-	pos   int       // next tick of batch to hand out
+	slots []atomic.Pointer[[]*Handle] // phase buckets, each replaced whole on a change; slots[k % nslots] is due at start + k*Slot
+	count atomic.Int64
+	next  int // slot for the next instance added: spreads phases evenly
+	cur   atomic.Pointer[bucket]
 
 	ticks   atomic.Uint64
 	skipped atomic.Uint64
@@ -116,6 +121,7 @@ type Handle struct {
 	state uint8       // idle, queued (in a worker's chunk) or running
 	gen   uint32      // counts queueings: a chunk's entry is void once another worker took the ticks
 	dues  []time.Time // ticks queued or owed and not started, oldest first
+	last  time.Time   // the latest tick queued or owed: an older one comes from a worker paused while taking it
 }
 
 const (
@@ -123,6 +129,14 @@ const (
 	queued
 	running
 )
+
+// bucket is an opened phase bucket: its ticks, due at one time, handed out by advancing pos.
+type bucket struct {
+	k   int64
+	due time.Time
+	hs  []*Handle // the slot as it was when the bucket opened (never modified: slots are replaced)
+	pos atomic.Int64
+}
 
 // entry is a chunk's tick: the handle, as queued (gen) by the worker holding the chunk.
 type entry struct {
@@ -192,17 +206,20 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.Start.IsZero() {
 		cfg.Start = time.Now()
 	}
-	e := &Engine{cfg: cfg, period: period, nslots: nslots, start: cfg.Start, slots: make([][]*Handle, nslots),
+	e := &Engine{cfg: cfg, period: period, nslots: nslots, start: cfg.Start, slots: make([]atomic.Pointer[[]*Handle], nslots),
 		called: make(chan struct{}), stop: make(chan struct{})}
+	for i := range e.slots {
+		e.slots[i].Store(new([]*Handle))
+	}
 	if m != nil {
 		m.CountSkipped(e.Skipped)
 	}
-	// Bucket k is exhausted (pos == len(batch) == 0): the first worker opens k+1.
-	e.k = int64(time.Since(e.start) / cfg.Slot)
+	// Bucket k, empty, is handed out: the first worker opens k+1.
+	k := int64(time.Since(e.start) / cfg.Slot)
 	if cfg.Manual {
-		e.k = 0
+		k = 0
 	}
-	e.due = e.start.Add(time.Duration(e.k) * cfg.Slot)
+	e.cur.Store(&bucket{k: k, due: e.start.Add(time.Duration(k) * cfg.Slot)})
 	for i := 0; i < cfg.Workers; i++ {
 		w := &worker{e: e, id: i}
 		if cfg.ObserveWorker != nil {
@@ -224,12 +241,11 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 // it shows as skipped ticks.
 func (e *Engine) Lag() time.Duration {
 	now := time.Now()
-	e.mu.Lock()
-	due := e.due
-	if e.pos >= len(e.batch) {
+	b := e.cur.Load()
+	due := b.due
+	if b.pos.Load() >= int64(len(b.hs)) {
 		due = due.Add(e.cfg.Slot)
 	}
-	e.mu.Unlock()
 	return max(now.Sub(due), 0)
 }
 
@@ -263,8 +279,8 @@ func (e *Engine) AddInPhase(t Ticker, key uint64) *Handle {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	slot := int(key % uint64(e.nslots))
-	limit := 2*e.count/e.nslots + phaseSlack
-	for i := 0; i < e.nslots && len(e.slots[slot]) >= limit; i++ {
+	limit := 2*int(e.count.Load())/e.nslots + phaseSlack
+	for i := 0; i < e.nslots && len(*e.slots[slot].Load()) >= limit; i++ {
 		slot = (slot + 1) % e.nslots
 	}
 	return e.addLocked(t, slot)
@@ -274,13 +290,15 @@ func (e *Engine) AddInPhase(t Ticker, key uint64) *Handle {
 const phaseSlack = 16
 
 func (e *Engine) addLocked(t Ticker, slot int) *Handle {
-	// Room for the ticks it may queue and owe, so that queue never allocates: an allocation under
-	// e.mu can stop the goroutine holding it (a GC assist, or waiting for a cycle to start) and with
-	// it every worker.
+	// Room for the ticks it may queue and owe, so that queue never allocates under h.mu.
 	h := &Handle{slot: int32(slot), t: t, dues: make([]time.Time, 0, min(e.cfg.MaxCatchUp+1, 8))}
-	h.idx = int32(len(e.slots[h.slot]))
-	e.slots[h.slot] = append(e.slots[h.slot], h)
-	e.count++
+	old := *e.slots[slot].Load()
+	s := make([]*Handle, len(old)+1) // a new slice: an opened bucket may still be handing out the old one
+	copy(s, old)
+	s[len(old)] = h
+	h.idx = int32(len(old))
+	e.slots[slot].Store(&s)
+	e.count.Add(1)
 	return h
 }
 
@@ -292,13 +310,15 @@ func (e *Engine) Remove(h *Handle) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := e.slots[h.slot]
-	last := s[len(s)-1]
-	s[h.idx] = last
-	last.idx = h.idx
-	s[len(s)-1] = nil
-	e.slots[h.slot] = s[:len(s)-1]
-	e.count--
+	old := *e.slots[h.slot].Load()
+	s := make([]*Handle, len(old)-1) // a new slice, as in addLocked
+	copy(s, old[:len(old)-1])
+	if last := old[len(old)-1]; last != h {
+		s[h.idx] = last
+		last.idx = h.idx
+	}
+	e.slots[h.slot].Store(&s)
+	e.count.Add(-1)
 }
 
 // Stop stops every worker after its current tick and waits for them.
@@ -427,53 +447,69 @@ func (e *Engine) callIn() {
 // take hands the worker its next chunk of ticks, all due at the returned time, opening the next
 // bucket if the current one is handed out and the next is due by now; more says whether ticks due
 // are left to hand out after it. With nothing to run it returns ok false and the time the next
-// bucket is due.
+// bucket is due. Workers claim chunks and open buckets with compare-and-swap, holding no lock: a
+// worker paused anywhere in take holds up only the ticks it claimed.
 func (w *worker) take(now time.Time) (due time.Time, more, ok bool) {
 	e := w.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for e.pos >= len(e.batch) {
-		nextDue := e.due.Add(e.cfg.Slot)
+	for {
+		b := e.cur.Load()
+		pos, total := b.pos.Load(), int64(len(b.hs))
+		if pos < total {
+			// Chunks small enough that every worker gets a share of the bucket, large enough that
+			// the claims rarely collide.
+			rest := total - pos
+			n := min(max(rest/int64(4*len(e.workers)), 8), rest, 256)
+			if !b.pos.CompareAndSwap(pos, pos+n) {
+				continue
+			}
+			hs := b.hs[pos : pos+n]
+			if e.cfg.claimed != nil {
+				e.cfg.claimed(hs)
+			}
+			w.chunk = w.chunk[:0]
+			for _, h := range hs {
+				if gen, ok := e.queue(h, b.due); ok {
+					w.chunk = append(w.chunk, entry{h, gen})
+				}
+			}
+			// More is left if this bucket is not handed out, or if the next one is due already.
+			return b.due, pos+n < total || !b.due.Add(e.cfg.Slot).After(now), true
+		}
+		nextDue := b.due.Add(e.cfg.Slot)
 		if nextDue.After(now) {
 			return nextDue, false, false
 		}
-		k := e.k + 1
+		k := b.k + 1
+		var jumped uint64
 		if now.Sub(nextDue) > time.Duration(e.cfg.MaxCatchUp)*e.period {
 			present := int64(now.Sub(e.start) / e.cfg.Slot)
-			e.skipped.Add(e.countBetween(k, present))
+			jumped = e.countBetween(k, present)
 			k = present
 		}
-		e.k, e.due = k, e.start.Add(time.Duration(k)*e.cfg.Slot)
-		clear(e.batch)
-		e.batch = append(e.batch[:0], e.slots[int(k%int64(e.nslots))]...)
-		e.pos = 0
-	}
-	// Chunks small enough that every worker gets a share of the bucket, large enough that the
-	// lock is rarely contended.
-	rest := len(e.batch) - e.pos
-	n := min(max(rest/(4*len(e.workers)), 8), rest, 256)
-	w.chunk = w.chunk[:0]
-	for _, h := range e.batch[e.pos : e.pos+n] {
-		if gen, ok := e.queue(h); ok {
-			w.chunk = append(w.chunk, entry{h, gen})
+		nb := &bucket{k: k, due: e.start.Add(time.Duration(k) * e.cfg.Slot), hs: *e.slots[int(k%int64(e.nslots))].Load()}
+		if e.cur.CompareAndSwap(b, nb) {
+			e.skipped.Add(jumped) // counted by the one worker that opened it
 		}
 	}
-	e.pos += n
-	// More is left if this bucket is not handed out, or if the next one is due already.
-	return e.due, e.pos < len(e.batch) || !e.due.Add(e.cfg.Slot).After(now), true
 }
 
-// queue adds h's tick due at e.due to the chunk being taken (ok), with any tick of h still
-// queued in another worker's chunk (whose entry gen voids), or, if h's previous tick is running,
-// owes it to the worker running it. Past MaxCatchUp ticks waiting behind the one running or
-// queued, the oldest is dropped and counted. e.mu is held: ticks are queued and owed in the order
-// buckets open, so an instance's run in order.
-func (e *Engine) queue(h *Handle) (gen uint32, ok bool) {
+// queue adds h's tick due at due to the chunk being taken (ok), with any tick of h still queued in
+// another worker's chunk (whose entry gen voids), or, if h's previous tick is running, owes it to
+// the worker running it. Past MaxCatchUp ticks waiting behind the one running or queued, the
+// oldest is dropped and counted. A tick older than one already queued (its worker was paused
+// between taking and queueing it for a period or more) is dropped and counted too: an instance's
+// ticks run in order.
+func (e *Engine) queue(h *Handle, due time.Time) (gen uint32, ok bool) {
 	if h.removed.Load() {
 		return 0, false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if !due.After(h.last) {
+		e.skipped.Add(1)
+		return 0, false
+	}
+	h.last = due
 	limit := e.cfg.MaxCatchUp
 	if h.state != running {
 		limit++ // the one queued, and those owed behind it
@@ -482,7 +518,7 @@ func (e *Engine) queue(h *Handle) (gen uint32, ok bool) {
 		h.dues = h.dues[:copy(h.dues, h.dues[1:])]
 		e.skipped.Add(1)
 	}
-	h.dues = append(h.dues, e.due)
+	h.dues = append(h.dues, due)
 	if h.state == running {
 		return 0, false
 	}
@@ -545,15 +581,15 @@ func (w *worker) runChunk() int {
 	return ran
 }
 
-// countBetween counts the ticks due in buckets [from, to). e.mu is held.
+// countBetween counts the ticks due in buckets [from, to).
 func (e *Engine) countBetween(from, to int64) uint64 {
 	if to <= from {
 		return 0
 	}
 	n := to - from
-	total := uint64(n/int64(e.nslots)) * uint64(e.count)
+	total := uint64(n/int64(e.nslots)) * uint64(e.count.Load())
 	for j := from; j < from+n%int64(e.nslots); j++ {
-		total += uint64(len(e.slots[int(j%int64(e.nslots))]))
+		total += uint64(len(*e.slots[int(j%int64(e.nslots))].Load()))
 	}
 	return total
 }

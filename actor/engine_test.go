@@ -159,7 +159,7 @@ type nopTicker struct{ n int }
 func (t *nopTicker) Tick(time.Time) { t.n++ }
 
 // A manual engine runs exactly the ticks due, spread over the period, and allocates nothing per
-// tick once its buckets are warm.
+// tick once its buckets are warm (one bucket per bucket opened).
 func TestEngineManualSpreadsPhasesWithoutAllocating(t *testing.T) {
 	start := time.Unix(1000, 0)
 	e, err := actor.NewEngine(actor.EngineConfig{Rate: 20, Workers: 2, Slot: time.Millisecond, Start: start, Manual: true})
@@ -187,8 +187,10 @@ func TestEngineManualSpreadsPhasesWithoutAllocating(t *testing.T) {
 		k++
 		e.Advance(start.Add(time.Duration(k) * time.Millisecond))
 	})
-	if allocs != 0 {
-		t.Fatalf("Advance allocates %v times per bucket, want 0", allocs)
+	// One: the bucket opened (workers hand buckets out with compare-and-swap on a fresh one), none
+	// per tick.
+	if allocs > 1 {
+		t.Fatalf("Advance allocates %v times per bucket, want at most 1", allocs)
 	}
 }
 
