@@ -37,9 +37,10 @@ type EngineConfig struct {
 	// takes ticks and leaves some in the bucket calls in one of them, so a bucket larger than a
 	// chunk, or a worker paused in a chunk, still spreads over the cores, while a bucket a few
 	// workers can tick does not wake every worker. Fewer timer workers cut an idle engine's CPU
-	// (100 demo dungeons, GOMAXPROCS 4: 0.31–0.37 cores with 64 on timers, 0.19–0.22 with 16), but
-	// with 16 of 64 two of three 10-minute runs at 5 000 demo dungeons had a whole-engine stall of
-	// over 100 ms, not explained yet, so the default keeps them all on timers.
+	// (100 demo dungeons, GOMAXPROCS 4: 0.31–0.37 cores with 64 on timers, 0.19–0.22 with 16). The
+	// default keeps them all on timers: the whole-engine stalls seen with 16 of 64 at 5 000 demo
+	// dungeons were also seen with all 64 (a worker preempted while holding the lock the engine
+	// then had), and 16 has not been measured again since.
 	TimerWorkers int
 	// Spin is how close to a bucket's deadline a worker stops trusting its timer (which wakes
 	// with ~1 ms granularity on Linux) and yields in a loop until the deadline instead. 0 never
