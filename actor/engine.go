@@ -96,10 +96,16 @@ type Engine struct {
 	// goroutine the runtime pauses while holding one (preempted for a GC stack scan, then left in
 	// the global run queue behind every runnable goroutine for tens of milliseconds) would stall
 	// every worker with it.
+	//
+	// A phase bucket's slice only grows in place (an opened bucket reads no further than its own
+	// length) and removed instances stay in it until half of it is removed, when it is replaced by
+	// a compacted copy: Add and Remove cost O(1) amortized.
 	mu    sync.Mutex
-	slots []atomic.Pointer[[]*Handle] // phase buckets, each replaced whole on a change; slots[k % nslots] is due at start + k*Slot
-	count atomic.Int64
-	next  int // slot for the next instance added: spreads phases evenly
+	slots []atomic.Pointer[[]*Handle] // phase buckets; slots[k % nslots] is due at start + k*Slot
+	live  []atomic.Int64              // instances in each not removed
+	dead  []int                       // removed ones still in each slice, under mu
+	count atomic.Int64                // instances not removed
+	next  int                         // slot for the next instance added: spreads phases evenly
 	cur   atomic.Pointer[bucket]
 
 	ticks   atomic.Uint64
@@ -114,9 +120,11 @@ type Engine struct {
 // Handle is an instance scheduled on an engine.
 type Handle struct {
 	slot    int32
-	idx     int32 // position in e.slots[slot], under e.mu
 	t       Ticker
 	removed atomic.Bool
+	// removedDue is the due time (Unix ns) of the bucket open when it was removed: a tick due
+	// then or earlier, taken but not queued yet, is counted skipped; a later one is not due.
+	removedDue atomic.Int64
 
 	mu    sync.Mutex  // never held across a tick
 	state uint8       // idle, queued (in a worker's chunk) or running
@@ -208,17 +216,19 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		cfg.Start = time.Now()
 	}
 	e := &Engine{cfg: cfg, period: period, nslots: nslots, start: cfg.Start, slots: make([]atomic.Pointer[[]*Handle], nslots),
-		called: make(chan struct{}), stop: make(chan struct{})}
+		live: make([]atomic.Int64, nslots), dead: make([]int, nslots), called: make(chan struct{}), stop: make(chan struct{})}
 	for i := range e.slots {
 		e.slots[i].Store(new([]*Handle))
 	}
 	if m != nil {
 		m.CountSkipped(e.Skipped)
 	}
-	// Bucket k, empty, is handed out: the first worker opens k+1.
+	// Bucket k, empty, is handed out: the first worker opens k+1 (bucket 0 if Start is ahead).
 	k := int64(time.Since(e.start) / cfg.Slot)
 	if cfg.Manual {
 		k = 0
+	} else if time.Since(e.start) < 0 {
+		k = -1
 	}
 	e.cur.Store(&bucket{k: k, due: e.start.Add(time.Duration(k) * cfg.Slot)})
 	for i := 0; i < cfg.Workers; i++ {
@@ -280,8 +290,8 @@ func (e *Engine) AddInPhase(t Ticker, key uint64) *Handle {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	slot := int(key % uint64(e.nslots))
-	limit := 2*int(e.count.Load())/e.nslots + phaseSlack
-	for i := 0; i < e.nslots && len(*e.slots[slot].Load()) >= limit; i++ {
+	limit := 2*e.count.Load()/int64(e.nslots) + phaseSlack
+	for i := 0; i < e.nslots && e.live[slot].Load() >= limit; i++ {
 		slot = (slot + 1) % e.nslots
 	}
 	return e.addLocked(t, slot)
@@ -293,12 +303,9 @@ const phaseSlack = 16
 func (e *Engine) addLocked(t Ticker, slot int) *Handle {
 	// Room for the ticks it may queue and owe, so that queue never allocates under h.mu.
 	h := &Handle{slot: int32(slot), t: t, dues: make([]time.Time, 0, min(e.cfg.MaxCatchUp+1, 8))}
-	old := *e.slots[slot].Load()
-	s := make([]*Handle, len(old)+1) // a new slice: an opened bucket may still be handing out the old one
-	copy(s, old)
-	s[len(old)] = h
-	h.idx = int32(len(old))
+	s := append(*e.slots[slot].Load(), h) // in place if there is room: past every opened bucket's length
 	e.slots[slot].Store(&s)
+	e.live[slot].Add(1)
 	e.count.Add(1)
 	return h
 }
@@ -306,20 +313,31 @@ func (e *Engine) addLocked(t Ticker, slot int) *Handle {
 // Remove unschedules an instance. It may still be in a tick that already started, but it will not
 // start another one. Remove may be called from inside Tick.
 func (e *Engine) Remove(h *Handle) {
-	if h == nil || h.removed.Swap(true) {
+	if h == nil {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if h.removed.Load() {
+		return
+	}
+	h.removedDue.Store(e.cur.Load().due.UnixNano())
+	h.removed.Store(true)
+	e.live[h.slot].Add(-1)
+	e.count.Add(-1)
 	old := *e.slots[h.slot].Load()
-	s := make([]*Handle, len(old)-1) // a new slice, as in addLocked
-	copy(s, old[:len(old)-1])
-	if last := old[len(old)-1]; last != h {
-		s[h.idx] = last
-		last.idx = h.idx
+	if e.dead[h.slot]++; e.dead[h.slot]*2 < len(old) {
+		return
+	}
+	// Half of it is removed: a compacted copy (opened buckets keep reading the old one).
+	s := make([]*Handle, 0, int(e.live[h.slot].Load()))
+	for _, x := range old {
+		if !x.removed.Load() {
+			s = append(s, x)
+		}
 	}
 	e.slots[h.slot].Store(&s)
-	e.count.Add(-1)
+	e.dead[h.slot] = 0
 }
 
 // Stop stops every worker after its current tick and waits for them.
@@ -449,7 +467,8 @@ func (e *Engine) callIn() {
 // bucket if the current one is handed out and the next is due by now; more says whether ticks due
 // are left to hand out after it. With nothing to run it returns ok false and the time the next
 // bucket is due. Workers claim chunks and open buckets with compare-and-swap, holding no lock: a
-// worker paused anywhere in take holds up only the ticks it claimed.
+// worker paused in take holds up only the ticks it claimed (and, paused inside queue, the one
+// instance whose lock it holds).
 func (w *worker) take(now time.Time) (due time.Time, more, ok bool) {
 	e := w.e
 	for {
@@ -502,6 +521,9 @@ func (w *worker) take(now time.Time) (due time.Time, more, ok bool) {
 // ticks run in order.
 func (e *Engine) queue(h *Handle, due time.Time) (gen uint32, ok bool) {
 	if h.removed.Load() {
+		if due.UnixNano() <= h.removedDue.Load() {
+			e.skipped.Add(1) // due before it was removed, and never run
+		}
 		return 0, false
 	}
 	h.mu.Lock()
@@ -590,7 +612,7 @@ func (e *Engine) countBetween(from, to int64) uint64 {
 	n := to - from
 	total := uint64(n/int64(e.nslots)) * uint64(e.count.Load())
 	for j := from; j < from+n%int64(e.nslots); j++ {
-		total += uint64(len(*e.slots[int(j%int64(e.nslots))].Load()))
+		total += uint64(e.live[int(j%int64(e.nslots))].Load())
 	}
 	return total
 }
