@@ -64,12 +64,26 @@ func TestPlayerPageFailover(t *testing.T) {
 	const id = "raid-1"
 	shard := store.ShardOf(id, 8)
 	owner := func(s *coordinator.State) string { return s.Shards[shard].Owner.Owner }
-	if _, err := c.WaitState(ctx, "every shard owned, by both nodes", func(s *coordinator.State) bool {
+	// The placement settled: both nodes own shards and nothing has moved for 3 s. (Once n2 owns a
+	// shard the rebalancer may still move more, one at a time; a move of the dungeon's shard right
+	// after the page opened made its first command wait out a hand-off: CI, loaded, timed out.)
+	var placed string
+	var since time.Time
+	if _, err := c.WaitState(ctx, "every shard owned, by both nodes, and no move for 3 s", func(s *coordinator.State) bool {
 		n := map[string]int{}
+		var sig strings.Builder
 		for _, sh := range s.Shards {
 			n[sh.Owner.Owner]++
+			sig.WriteString(sh.Owner.Owner + "/" + sh.Owner.Session + " ")
 		}
-		return proc.AllOwnedLive(s) && n["n1"] > 0 && n["n2"] > 0
+		if !proc.AllOwnedLive(s) || n["n1"] == 0 || n["n2"] == 0 {
+			placed = ""
+			return false
+		}
+		if sig.String() != placed {
+			placed, since = sig.String(), time.Now()
+		}
+		return time.Since(since) >= 3*time.Second
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +203,11 @@ func click(t *testing.T, b *browser.Browser, button string, n int, within time.D
 	}
 	sel := fmt.Sprintf(`document.querySelectorAll('#log li[data-type=%s]')`, button)
 	if err := b.WaitFor(fmt.Sprintf(`%s.length >= %d && %s[0].dataset.state !== 'pending'`, sel, n, sel), within); err != nil {
-		t.Fatalf("%s: %v", button, err)
+		var text, attempts, conn string
+		_ = b.Eval(`(`+sel+`[0] || {}).textContent || ''`, &text)
+		_ = b.Eval(`(`+sel+`[0] || {dataset: {}}).dataset.attempts || ''`, &attempts)
+		_ = b.Eval(`document.getElementById('conn').textContent`, &conn)
+		t.Fatalf("%s: %v; the log's entry %q after %s attempts; connection %q; console: %v", button, err, text, attempts, conn, b.ConsoleLogs())
 	}
 	var state, text string
 	_ = b.Eval(sel+`[0].dataset.state`, &state)
