@@ -143,7 +143,7 @@ const (
 type bucket struct {
 	k   int64
 	due time.Time
-	hs  []*Handle // the slot as it was when the bucket opened (never modified: slots are replaced)
+	hs  []*Handle // the slot as it was when the bucket opened (nothing within its length changes: slots grow past it or are replaced)
 	pos atomic.Int64
 }
 

@@ -65,8 +65,8 @@ func TestPlayerPageFailover(t *testing.T) {
 	shard := store.ShardOf(id, 8)
 	owner := func(s *coordinator.State) string { return s.Shards[shard].Owner.Owner }
 	// The placement settled: both nodes own shards and nothing has moved for 3 s. (Once n2 owns a
-	// shard the rebalancer may still move more, one at a time; a move of the dungeon's shard right
-	// after the page opened made its first command wait out a hand-off: CI, loaded, timed out.)
+	// shard the rebalancer may still move more, one at a time, and a move of the dungeon's shard
+	// right after the page opened would make its first command wait out a hand-off.)
 	var placed string
 	var since time.Time
 	if _, err := c.WaitState(ctx, "every shard owned, by both nodes, and no move for 3 s", func(s *coordinator.State) bool {
