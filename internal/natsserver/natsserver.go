@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -235,15 +236,77 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats server: %w", err)
 	}
-	if cfg.Logger != nil {
-		s.SetLoggerV2(cfg.Logger, false, false, false)
-	}
+	fatal := &fatalLog{next: cfg.Logger, first: make(chan string, 1)}
+	s.SetLoggerV2(fatal, false, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("nats server did not become ready within 30s (data dir %s)", cfg.DataDir)
+	for deadline := time.Now().Add(30 * time.Second); !s.ReadyForConnections(100 * time.Millisecond); {
+		select {
+		case msg := <-fatal.first:
+			s.Shutdown()
+			return nil, &ListenError{Msg: msg}
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			return nil, fmt.Errorf("nats server did not become ready within 30s (data dir %s)", cfg.DataDir)
+		}
 	}
 	return &Server{Server: s, cfg: cfg}, nil
+}
+
+// ListenError is a server that could not start: it could not listen (a port in use, an address
+// not on this machine). Msg is the server's own words.
+type ListenError struct{ Msg string }
+
+func (e *ListenError) Error() string { return "nats server: " + e.Msg }
+
+// fatalLog passes the server's log to next (if any) and keeps its first fatal line. The server
+// logs a listener it cannot open as fatal, does not exit (it is embedded), and never becomes ready;
+// Start returns that line instead of waiting out its timeout. A fatal line goes to next as an
+// error: a logger that exits on Fatalf would take the process with it.
+type fatalLog struct {
+	next  server.Logger
+	first chan string
+}
+
+func (l *fatalLog) Fatalf(format string, v ...any) {
+	select {
+	case l.first <- strings.TrimSpace(fmt.Sprintf(format, v...)):
+	default:
+	}
+	if l.next != nil {
+		l.next.Errorf(format, v...)
+	}
+}
+
+func (l *fatalLog) Noticef(format string, v ...any) {
+	if l.next != nil {
+		l.next.Noticef(format, v...)
+	}
+}
+
+func (l *fatalLog) Warnf(format string, v ...any) {
+	if l.next != nil {
+		l.next.Warnf(format, v...)
+	}
+}
+
+func (l *fatalLog) Errorf(format string, v ...any) {
+	if l.next != nil {
+		l.next.Errorf(format, v...)
+	}
+}
+
+func (l *fatalLog) Debugf(format string, v ...any) {
+	if l.next != nil {
+		l.next.Debugf(format, v...)
+	}
+}
+
+func (l *fatalLog) Tracef(format string, v ...any) {
+	if l.next != nil {
+		l.next.Tracef(format, v...)
+	}
 }
 
 // ConnectOption connects a client in-process, or over TCP when the server listens.
@@ -276,14 +339,36 @@ func (s *Server) Stop() {
 // data under dir) on loopback, and waits until they form a JetStream cluster: a meta leader that
 // knows all n servers, so R3 (R5) streams can be placed at once. Tests use it for R3 buckets.
 func StartCluster(n int, dir string) ([]*Server, error) {
+	return startCluster(n, dir, freeAddr)
+}
+
+// startCluster picks the route ports with pick and starts the servers; a port taken between its
+// pick and its server's listen (another process's listener, a client's ephemeral port) is picked
+// again, a few times, with every server started afresh (the failed attempt's data removed).
+func startCluster(n int, dir string, pick func() (string, error)) ([]*Server, error) {
+	const attempts = 5
+	for i := 1; ; i++ {
+		srvs, err := startClusterOnce(n, dir, pick)
+		var le *ListenError
+		if err == nil || !errors.As(err, &le) || i == attempts {
+			return srvs, err
+		}
+		for j := range n {
+			if err := os.RemoveAll(filepath.Join(dir, fmt.Sprintf("s%d", j))); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+func startClusterOnce(n int, dir string, pick func() (string, error)) ([]*Server, error) {
 	routes := make([]string, n)
 	for i := range routes {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := pick()
 		if err != nil {
 			return nil, err
 		}
-		routes[i] = fmt.Sprintf("nats-route://%s", ln.Addr())
-		ln.Close()
+		routes[i] = "nats-route://" + addr
 	}
 	var srvs []*Server
 	stopAll := func() {
@@ -305,6 +390,16 @@ func StartCluster(n int, dir string) ([]*Server, error) {
 		return nil, err
 	}
 	return srvs, nil
+}
+
+// freeAddr is a loopback HOST:PORT free when asked (nothing holds it until a server listens on it).
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // WaitCluster waits until one of srvs is the JetStream meta leader and knows every one of them
