@@ -328,6 +328,11 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 		return nil, err
 	}
 	cmds.Shedding = func() bool { h := n.node.Host(); return h != nil && h.Shedding() }
+	// A command that waited the whole admission target in the node's queue, before its shard even
+	// saw it, is refused at once: answering it would take longer still (none with admission off).
+	if cmds.MaxQueueWait = opt.MaxCommandDelay; opt.MaxCommandDelay == 0 {
+		cmds.MaxQueueWait = shard.DefaultMaxCommandDelay
+	}
 	cmds.Logger = n.log
 	runCtx, stopRun := context.WithCancel(context.Background())
 	n.stopRun = stopRun

@@ -110,7 +110,7 @@ type Config struct {
 	ReconcileEvery time.Duration
 	// MaxCommandDelay is the admission target: when for a whole 100 ms even the quickest
 	// command took longer than this from arrival to answer, new commands are refused with busy
-	// until answers are quick again (default 250ms; negative: admit everything).
+	// until answers are quick again (default DefaultMaxCommandDelay; negative: admit everything).
 	MaxCommandDelay time.Duration
 	// MaxPendingCommands bounds the commands admitted and not yet answered; more are refused
 	// with busy (default 50000).
@@ -119,6 +119,9 @@ type Config struct {
 	// Default WriteAuto: batches when the cluster's data buckets have more than one replica.
 	WriteStrategy WriteStrategy
 }
+
+// DefaultMaxCommandDelay is Config.MaxCommandDelay's default.
+const DefaultMaxCommandDelay = 250 * time.Millisecond
 
 // Host runs the shards granted to one node session.
 type Host struct {
@@ -239,7 +242,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		cfg.TombstoneTTL = 10 * time.Minute
 	}
 	if cfg.MaxCommandDelay == 0 {
-		cfg.MaxCommandDelay = 250 * time.Millisecond
+		cfg.MaxCommandDelay = DefaultMaxCommandDelay
 	}
 	if cfg.MaxPendingCommands <= 0 {
 		cfg.MaxPendingCommands = 50000

@@ -54,6 +54,14 @@ type overloadStep struct {
 	P99         time.Duration `json:"round_trip_p99_ns"`
 	Max         time.Duration `json:"round_trip_max_ns"`
 	BusyP99     time.Duration `json:"busy_round_trip_p99_ns"` // of the attacks answered busy: is refusing quick?
+	// NodeP99: the node's own view of a command, from its arrival (its queue wait included) to its
+	// answer (tickfence_command_seconds); round trips far over it waited outside the node.
+	NodeP99 time.Duration `json:"node_command_p99_ns"`
+	// QueueP99: of that, the wait in the node's queue before it read the command.
+	QueueP99 time.Duration `json:"node_queue_p99_ns"`
+	// ReplyQueue: the most answers waiting in the generator's own reply queue in the step (answers
+	// that wait there add to the round trip, not to the node's figure).
+	ReplyQueue  int           `json:"generator_reply_queue_max"`
 	TicksFrac   float64       `json:"ticks_vs_scheduled"`
 	Skipped     float64       `json:"ticks_skipped"`
 	LateP99     time.Duration `json:"tick_lateness_p99_ns"`
@@ -200,8 +208,8 @@ type overload struct {
 }
 
 func (s overloadStep) brief() string {
-	return fmt.Sprintf("offered %6.0f/s  ok %6.0f/s  busy %6.0f/s  timed out %5.0f/s  rtt p99 %6s ms  ticks %5.1f%%  tick p99 %6s ms  write p99 %6s ms  record %5.0f B",
-		s.Offered, s.OK, s.Busy, s.TimedOut, ms(s.P99), 100*s.TicksFrac, ms(s.LateP99), ms(s.WriteP99), s.RecordBytes)
+	return fmt.Sprintf("offered %6.0f/s  ok %6.0f/s  busy %6.0f/s  timed out %5.0f/s  rtt p99 %6s ms (node %s ms)  ticks %5.1f%%  tick p99 %6s ms  write p99 %6s ms  record %5.0f B",
+		s.Offered, s.OK, s.Busy, s.TimedOut, ms(s.P99), ms(s.NodeP99), 100*s.TicksFrac, ms(s.LateP99), ms(s.WriteP99), s.RecordBytes)
 }
 
 // calibrate ramps the load by half each 5 s step until the node stops keeping up: under 98 % of
@@ -246,6 +254,7 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	var notSent int64
 	a := o.a
 	a.counts() // what the previous step left is not this one's
+	a.clearReplyQueue()
 	sctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	tick := time.NewTicker(time.Millisecond)
@@ -264,12 +273,13 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	tick.Stop()
 	a.drain() // every attack of the step answered or given up
 	ok, busy, other, timedOut, rtt, busyRTT, errs := a.counts()
+	replyQueue := a.replyQueue()
 	secs := time.Since(t0).Seconds()
 	after, _ := scrapeNode(n)
 	cpu1, srv1, gen1 := procCPU(n.Pid()), procCPU(o.b.Server.Pid()), procCPU(os.Getpid())
 	s := overloadStep{Offered: rate, OK: float64(ok) / secs, Busy: float64(busy) / secs,
 		Other: float64(other) / secs, TimedOut: float64(timedOut) / secs, NotSent: notSent, NotSentRate: float64(notSent) / secs,
-		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99)}
+		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99), ReplyQueue: replyQueue}
 	if cpu0 >= 0 && cpu1 >= 0 {
 		s.CPU = (cpu1 - cpu0) / secs
 	}
@@ -287,6 +297,10 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		s.LateP99 = secs2(proc.Quantile(h, 0.99))
 		w := proc.Delta(before.Histogram("tickfence_state_write_seconds"), after.Histogram("tickfence_state_write_seconds"))
 		s.WriteP50, s.WriteP99 = secs2(proc.Quantile(w, 0.5)), secs2(proc.Quantile(w, 0.99))
+		c := proc.Delta(before.Histogram("tickfence_command_seconds"), after.Histogram("tickfence_command_seconds"))
+		s.NodeP99 = secs2(proc.Quantile(c, 0.99))
+		q := proc.Delta(before.Histogram("tickfence_command_queue_seconds"), after.Histogram("tickfence_command_queue_seconds"))
+		s.QueueP99 = secs2(proc.Quantile(q, 0.99))
 		writes := after[`tickfence_state_writes_total{result="ok"}`] - before[`tickfence_state_writes_total{result="ok"}`]
 		s.RecordBytes = o.recordBytes(ctx)
 		if ok > 0 {
@@ -398,10 +412,10 @@ func printOverload(rep overloadReport) {
 	}
 	fmt.Printf("peak %.0f ok/s (the most acknowledged in a step, or the capacity if higher); not sent: the dungeon had %d attacks unanswered\n\n", peak, store.MaxClientInFlight)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "load\toffered/s\tok/s\tok vs peak\tbusy/s\ttimed out/s\tnot sent/s\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
+	fmt.Fprintln(w, "load\toffered/s\tok/s\tok vs peak\tbusy/s\ttimed out/s\tnot sent/s\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tnode p99 ms\tnode queue p99 ms\treply queue\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
 	for _, s := range rep.Steps {
-		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.1f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
-			s.Percent, s.Offered, s.OK, 100*s.OK/peak, s.Busy, s.TimedOut, s.NotSentRate, s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), 100*s.TicksFrac, s.Skipped,
+		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.1f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
+			s.Percent, s.Offered, s.OK, 100*s.OK/peak, s.Busy, s.TimedOut, s.NotSentRate, s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), ms(s.NodeP99), ms(s.QueueP99), s.ReplyQueue, 100*s.TicksFrac, s.Skipped,
 			ms(s.LateP99), ms(s.WriteP50), ms(s.WriteP99), s.RecordBytes, s.BytesPerCmd, s.CPU, s.ServerCPU, s.LoadCPU)
 	}
 	w.Flush()

@@ -31,8 +31,10 @@ type Node struct {
 	ShardsOwned    prometheus.Gauge
 	Commands       *prometheus.CounterVec
 	CommandSeconds prometheus.Histogram
-	ShardStops     *prometheus.CounterVec
-	Rotations      prometheus.Counter
+	// CommandQueueSeconds: how long commands waited in the node's queue before it read them.
+	CommandQueueSeconds prometheus.Histogram
+	ShardStops          *prometheus.CounterVec
+	Rotations           prometheus.Counter
 	// Admission control: commands admitted and not answered; 1 while new ones are refused busy.
 	CommandsPending prometheus.Gauge
 	Shedding        prometheus.Gauge
@@ -129,6 +131,8 @@ func newNode(reg prometheus.Registerer) *Node {
 			Help: "Commands answered, by result: ok, duplicate, or the error code."}, []string{"result"}),
 		CommandSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_command_seconds",
 			Help: "Command receipt to answer, the answer sent after the write holding its effect was stored.", Buckets: LatencyBuckets}),
+		CommandQueueSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_command_queue_seconds",
+			Help: "How long a command waited in the node's queue, after its connection read it and before the node looked at it (estimated; 0 unless a queue stands).", Buckets: LatencyBuckets}),
 		ShardStops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tickfence_shard_stops_total",
 			Help: "Shards this node stopped, by reason: reassigned, stale_owner, handoff, shutdown."}, []string{"reason"}),
 		Rotations: prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_token_rotations_total",
@@ -208,7 +212,7 @@ func newNode(reg prometheus.Registerer) *Node {
 		m.ShardStops.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Ticks, m.TicksSkipped, m.TickLateness, m.TickDuration, m.StateWrites, m.Instances,
-		m.ShardsOwned, m.Commands, m.CommandSeconds, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding, m.WriteSeconds, m.WriteBatch)
+		m.ShardsOwned, m.Commands, m.CommandSeconds, m.CommandQueueSeconds, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding, m.WriteSeconds, m.WriteBatch)
 	return m
 }
 

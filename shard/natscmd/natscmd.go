@@ -37,6 +37,13 @@ type Server struct {
 	// Shedding, if set, is asked before a command is decoded: true refuses it with busy at once
 	// (the node's admission control is refusing everything anyway; decoding would only cost).
 	Shedding func() bool
+	// MaxQueueWait, if positive, refuses with busy at once, before decoding, a command that waited
+	// longer than this in its subscription's queue before its handler got it (estimated: see
+	// intake). Such a queue stands only when the node can neither answer nor refuse as fast as
+	// commands arrive; what waits in it is answered late, often after its client gave up, so it is
+	// refused instead, which drains the queue. Whatever the setting, a command's Received is when it
+	// arrived by that estimate, so the time it waited there counts towards its answer's.
+	MaxQueueWait time.Duration
 	// Logger, if set, receives the commands refused here, before they reach their shard (busy
 	// while shedding: debug; malformed or too large: warn), with the keys of package logkey.
 	Logger *slog.Logger
@@ -45,6 +52,23 @@ type Server struct {
 
 var busyReply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy,
 	"the node is past its capacity; retry with the same request after a backoff")})
+
+var queuedReply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy,
+	"the node is past its capacity: the command waited too long in its queue; retry with the same request after a backoff")})
+
+// queued returns the messages of sub delivered to its handler (the one being handled included)
+// and those still queued behind it.
+func queued(sub *nats.Subscription) (delivered, behind uint64) {
+	d, err := sub.Delivered()
+	if err != nil {
+		return 0, 0
+	}
+	p, _, err := sub.Pending() // the one being handled leaves the count when its handler returns
+	if err != nil || p < 1 {
+		return uint64(d), 0
+	}
+	return uint64(d), uint64(p - 1)
+}
 
 var _ shard.Commands = (*Server)(nil)
 
@@ -56,8 +80,15 @@ func NewServer(nc *nats.Conn, shards uint32, reg prometheus.Registerer) *Server 
 
 // Serve implements shard.Commands: it subscribes tickfence.cmd.<S>.*.
 func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
+	var queue intake // the handler's own (the client calls it one message at a time)
 	sub, err := s.nc.Subscribe(wire.ShardSubject(sh), func(m *nats.Msg) {
-		received := time.Now()
+		now := time.Now()
+		delivered, behind := queued(m.Sub)
+		waited := queue.wait(now, delivered, behind)
+		received := now.Add(-waited)
+		if s.metrics != nil {
+			s.metrics.CommandQueueSeconds.Observe(waited.Seconds())
+		}
 		if m.Reply == "" {
 			return // a publish, not a request: there is no one to answer
 		}
@@ -77,6 +108,14 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 			}
 			s.logRefusal(slog.LevelDebug, m, wire.CodeBusy, "the node is shedding load", 0)
 			reply(busyReply)
+			return
+		}
+		if s.MaxQueueWait > 0 && waited > s.MaxQueueWait {
+			if s.metrics != nil {
+				s.metrics.Commands.WithLabelValues(wire.CodeBusy).Inc()
+			}
+			s.logRefusal(slog.LevelDebug, m, wire.CodeBusy, fmt.Sprintf("the command waited %v in the node's queue", waited.Round(time.Millisecond)), 0)
+			reply(queuedReply)
 			return
 		}
 		req, err := wire.DecodeCommand(m.Subject, wire.Headers{RequestID: m.Header.Get(wire.HeaderRequestID),
