@@ -147,7 +147,7 @@ func main() {
 	fs.IntVar(&o.maxMoves, "max-moves", 8, "coordinator: graceful moves under way at once (failover is exempt)")
 	fs.DurationVar(&o.rebalanceEvery, "rebalance-every", time.Second, "coordinator: minimum interval between load-based rebalancing rounds")
 	fs.Int64Var(&o.dataHistory, "data-history", 1, "revisions kept per key when this node creates the data buckets (fault tests keep every one to check the history)")
-	fs.DurationVar(&o.maxCmdDelay, "max-command-delay", 250*time.Millisecond, "admission control: when for 100 ms every command took longer than this from arrival to answer, refuse new ones with busy until answers are quick again (negative, e.g. -1s: admit everything)")
+	fs.DurationVar(&o.maxCmdDelay, "max-command-delay", 250*time.Millisecond, "admission control: when for 100 ms every command took longer than this from arrival to answer, refuse new ones with busy until answers are quick again; a command that waited this long in the node's queue before the node read it is refused busy at once (negative, e.g. -1s: admit everything)")
 	fs.IntVar(&o.maxPending, "max-pending-commands", 50000, "admission control: commands admitted and not answered yet, at most; more are refused with busy")
 	fs.StringVar(&o.writeStrategy, "write-strategy", "auto", "how records are written: single (each its own fenced write, pipelined), batches (a shard's records of a\n"+
 		"tick as one atomic batch, one in flight per shard) or auto (batches when the cluster's buckets have replicas: a\n"+
