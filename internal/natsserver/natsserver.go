@@ -243,7 +243,7 @@ func Start(cfg Config) (*Server, error) {
 		select {
 		case msg := <-fatal.first:
 			s.Shutdown()
-			return nil, &ListenError{Msg: msg}
+			return nil, &StartError{Msg: msg}
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -254,11 +254,17 @@ func Start(cfg Config) (*Server, error) {
 	return &Server{Server: s, cfg: cfg}, nil
 }
 
-// ListenError is a server that could not start: it could not listen (a port in use, an address
-// not on this machine). Msg is the server's own words.
-type ListenError struct{ Msg string }
+// StartError is a server that could not start and said why, in Msg (its fatal log line): it could
+// not listen (a port in use, an address not on this machine), or JetStream could not start.
+type StartError struct{ Msg string }
 
-func (e *ListenError) Error() string { return "nats server: " + e.Msg }
+func (e *StartError) Error() string { return "nats server: " + e.Msg }
+
+// portTaken reports whether err is a server that could not listen on a port another holds.
+func portTaken(err error) bool {
+	var se *StartError
+	return errors.As(err, &se) && strings.Contains(se.Msg, "address already in use")
+}
 
 // fatalLog passes the server's log to next (if any) and keeps its first fatal line. The server
 // logs a listener it cannot open as fatal, does not exit (it is embedded), and never becomes ready;
@@ -344,16 +350,24 @@ func StartCluster(n int, dir string) ([]*Server, error) {
 
 // startCluster picks the route ports with pick and starts the servers; a port taken between its
 // pick and its server's listen (another process's listener, a client's ephemeral port) is picked
-// again, a few times, with every server started afresh (the failed attempt's data removed).
+// again, a few times, with every server started afresh. A data directory the failed attempt made
+// is removed; one that was there before (a cluster started again) is kept.
 func startCluster(n int, dir string, pick func() (string, error)) ([]*Server, error) {
 	const attempts = 5
+	existed := make([]bool, n)
+	for j := range n {
+		_, err := os.Stat(filepath.Join(dir, fmt.Sprintf("s%d", j)))
+		existed[j] = err == nil
+	}
 	for i := 1; ; i++ {
 		srvs, err := startClusterOnce(n, dir, pick)
-		var le *ListenError
-		if err == nil || !errors.As(err, &le) || i == attempts {
+		if err == nil || !portTaken(err) || i == attempts {
 			return srvs, err
 		}
 		for j := range n {
+			if existed[j] {
+				continue
+			}
 			if err := os.RemoveAll(filepath.Join(dir, fmt.Sprintf("s%d", j))); err != nil {
 				return nil, err
 			}

@@ -1,11 +1,19 @@
 package natsserver
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A port another process holds: the server cannot listen on it, logs that as fatal and never
@@ -62,5 +70,103 @@ func TestStartClusterPicksAgainWhenARoutePortIsTaken(t *testing.T) {
 	}
 	if picks != 6 {
 		t.Errorf("%d ports picked, want 6 (3, then 3 again)", picks)
+	}
+}
+
+// A fatal that is not a taken port (JetStream cannot use its data directory) is reported at once
+// too, and startCluster does not take it for a taken port: no retry (from a review).
+func TestStartErrorThatIsNotATakenPort(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(Config{DataDir: filepath.Join(file, "data")})
+	if err == nil {
+		s.Stop()
+		t.Fatal("started on a data directory under a file")
+	}
+	var se *StartError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "JetStream") {
+		t.Errorf("%T %v, want a StartError saying JetStream could not start", err, err)
+	}
+	if portTaken(err) {
+		t.Errorf("%v taken for a taken port", err)
+	}
+}
+
+// StartCluster on a directory holding a cluster's data (a restart), with a route port taken on
+// the first attempt: the retry keeps the data (a first version removed every server's directory
+// before retrying: "stream not found", from a review).
+func TestStartClusterRetryKeepsExistingData(t *testing.T) {
+	dir := t.TempDir()
+	srvs, err := startCluster(3, dir, freeAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(srvs[0].Server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "KEEP", Subjects: []string{"keep"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "keep", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	for _, s := range srvs {
+		s.Stop()
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	picks := 0
+	srvs, err = startCluster(3, dir, func() (string, error) {
+		if picks++; picks == 3 {
+			return ln.Addr().String(), nil
+		}
+		return freeAddr()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, s := range srvs {
+			s.Stop()
+		}
+	}()
+	if picks != 6 {
+		t.Fatalf("%d ports picked, want 6: the taken one was not retried", picks)
+	}
+	nc, err = nats.Connect("", nats.InProcessServer(srvs[0].Server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	var msgs uint64
+	for {
+		st, err := js.Stream(ctx, "KEEP")
+		if err == nil {
+			msgs = st.CachedInfo().State.Msgs
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the restarted cluster lost stream KEEP after a retried route port: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if msgs != 1 {
+		t.Errorf("KEEP holds %d messages after the restart, want 1", msgs)
 	}
 }

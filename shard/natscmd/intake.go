@@ -9,38 +9,51 @@ import "time"
 // there, answers commands whose clients have given up, and the admission control, timing commands
 // from the handler on, never sees why.
 //
-// The queue is first in, first out: the commands behind the one being handled are those that
-// arrived while it waited, so its wait is their number over the arrival rate. The rate is measured
-// over windows of at least intakeWindow during which the queue never emptied (arrivals then all
-// queue up; an idle gap before a burst would make the rate look low and the wait long), so the
-// estimate is for standing queues, the ones that matter; it is 0 while none is known.
-// One per subscription, used from its handler only (the client calls it one message at a time).
+// Each time the handler runs it sees how many messages have arrived so far (delivered to it plus
+// queued behind the current one). The queue is first in, first out, so the k-th message had
+// arrived by the first of those sightings that counted at least k arrivals: its wait is at least
+// the time since that sighting. The estimate is that lower bound. It never exceeds the real wait
+// (a burst into an idle subscription is seen whole at once, so its commands are not refused for
+// an imagined wait), and while a queue stands, when sightings are as frequent as the handler runs,
+// it falls short by at most the time between two of them. One per subscription, used from its
+// handler only (the client calls it one message at a time).
 type intake struct {
-	rate    float64   // arrivals per second over the last whole window; 0: not known
-	t0      time.Time // start of the current window; zero: none open
-	arrived uint64    // arrivals counted at t0
+	// sightings in order, oldest first, from head on; arrivals strictly increasing.
+	seen []sighting
+	head int
 }
 
-const intakeWindow = 50 * time.Millisecond
+type sighting struct {
+	at      time.Time
+	arrived uint64
+}
+
+// maxSightings bounds the memory of a queue that stands long: past it, new sightings are not kept
+// until old ones are done with, and the messages that arrived meanwhile are dated by a later one
+// (their estimate is lower, never higher).
+const maxSightings = 1024
 
 // wait takes now, the messages delivered to the handler so far (this one included) and the
 // messages still queued behind it, and returns the estimated wait of this one.
 func (q *intake) wait(now time.Time, delivered, behind uint64) time.Duration {
 	arrived := delivered + behind
+	if n := len(q.seen); (n == q.head || q.seen[n-1].arrived < arrived) && n-q.head < maxSightings {
+		if q.head > 0 && q.head >= n/2 { // reuse the front's space
+			n = copy(q.seen, q.seen[q.head:])
+			q.seen, q.head = q.seen[:n], 0
+		}
+		q.seen = append(q.seen, sighting{now, arrived})
+	}
+	for q.head < len(q.seen) && q.seen[q.head].arrived < delivered {
+		q.head++
+	}
+	var waited time.Duration // 0 if not sighted (the bound on sightings): no estimate
+	if q.head < len(q.seen) {
+		waited = now.Sub(q.seen[q.head].at)
+	}
 	if behind == 0 {
-		// The queue is empty behind this one: a window through an idle gap would count the gap.
-		q.t0, q.rate = time.Time{}, 0
-		return 0
+		// Everything that arrived has been delivered: no sighting is needed again.
+		q.seen, q.head = q.seen[:0], 0
 	}
-	switch dt := now.Sub(q.t0); {
-	case q.t0.IsZero():
-		q.t0, q.arrived = now, arrived
-	case dt >= intakeWindow:
-		q.rate = float64(arrived-q.arrived) / dt.Seconds()
-		q.t0, q.arrived = now, arrived
-	}
-	if q.rate <= 0 {
-		return 0
-	}
-	return time.Duration(float64(behind) / q.rate * float64(time.Second))
+	return waited
 }
