@@ -228,6 +228,7 @@ type cluster struct {
 	deadline    atomic.Int64 // unix ns: commands must be answered by then (0: no bound yet)
 	restores    atomic.Int64 // operator restores that succeeded
 
+	impairMu   sync.Mutex // see impair
 	mu         sync.Mutex
 	violations []string
 	coordSess  map[string]string // coordinator client name → its session
@@ -639,10 +640,12 @@ func (p *proc) thaw() {
 	pub.unfreeze()
 }
 
-// impair marks the process frozen or dead if fewer than Nodes-1 others are.
+// impair marks the process frozen or dead if fewer than Nodes-1 others are. Under c.impairMu, not
+// c.mu: start holds its proc's mu while it takes c.mu, and impair takes every proc's mu (with c.mu
+// here, a restart and an impairment at the same instant deadlocked: a -nemesis.long run hung).
 func (c *cluster) impair(p *proc) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.impairMu.Lock()
+	defer c.impairMu.Unlock()
 	n := 0
 	for _, q := range c.procs {
 		q.mu.Lock()

@@ -57,17 +57,17 @@ var queuedReply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy,
 	"the node is past its capacity: the command waited too long in its queue; retry with the same request after a backoff")})
 
 // queued returns the messages of sub delivered to its handler (the one being handled included)
-// and those still queued behind it.
-func queued(sub *nats.Subscription) (delivered, behind uint64) {
+// and those still queued behind it; false if sub is closed (being stopped).
+func queued(sub *nats.Subscription) (delivered, behind uint64, ok bool) {
 	d, err := sub.Delivered()
 	if err != nil {
-		return 0, 0
+		return 0, 0, false
 	}
 	p, _, err := sub.Pending() // the one being handled leaves the count when its handler returns
-	if err != nil || p < 1 {
-		return uint64(d), 0
+	if err != nil {
+		return 0, 0, false
 	}
-	return uint64(d), uint64(p - 1)
+	return uint64(d), uint64(max(p-1, 0)), true
 }
 
 var _ shard.Commands = (*Server)(nil)
@@ -82,9 +82,12 @@ func NewServer(nc *nats.Conn, shards uint32, reg prometheus.Registerer) *Server 
 func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 	var queue intake // the handler's own (the client calls it one message at a time)
 	sub, err := s.nc.Subscribe(wire.ShardSubject(sh), func(m *nats.Msg) {
-		now := time.Now()
-		delivered, behind := queued(m.Sub)
-		waited := queue.wait(now, delivered, behind)
+		delivered, behind, ok := queued(m.Sub)
+		now := time.Now() // after counting: an arrival counted must not look older than it is
+		var waited time.Duration
+		if ok {
+			waited = queue.wait(now, delivered, behind)
+		}
 		received := now.Add(-waited)
 		if s.metrics != nil {
 			s.metrics.CommandQueueSeconds.Observe(waited.Seconds())
