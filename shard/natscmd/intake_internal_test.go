@@ -53,11 +53,12 @@ func burst(at time.Duration, n int, out []time.Duration) []time.Duration {
 	return out
 }
 
-// The estimate is a lower bound of the real wait, short of it by at most the time between two
-// runs of the handler: never a refusal for a wait that did not happen, never a late command let in
-// as fresh. Scenarios from a review of a first version (which divided the queue by the arrival
-// rate of the last 50 ms and refused bursts for waits of 25 s that lasted 50 ms, and let in
-// commands that had waited 860 ms once arrivals stopped).
+// The estimate is a lower bound of the real wait, short of it by about the time between two runs
+// of the handler: never a refusal for a wait that did not happen, and, while the handler keeps
+// running, no late command let in as fresh. Scenarios from two reviews: of a first version, which
+// divided the queue by the arrival rate of the last 50 ms and refused bursts for waits of 25 s
+// that lasted 50 ms, and let in commands that had waited 860 ms once arrivals stopped; and of the
+// second, whose bound on sightings let a gap grow (the burst into 15 000/s: 132 ms short).
 func TestIntakeEstimateIsALowerBoundOfTheWait(t *testing.T) {
 	const limit = 250 * time.Millisecond
 	poisson := func(perSec float64, d time.Duration) []time.Duration {
@@ -85,6 +86,9 @@ func TestIntakeEstimateIsALowerBoundOfTheWait(t *testing.T) {
 			10 * time.Millisecond, 5 * time.Microsecond, true, false},
 		{"overload that stops: 1 500/s for 300 ms against 1 000/s", uniform(0, 300*time.Millisecond, 1500, nil), time.Millisecond, 5 * time.Microsecond, false, true},
 		{"overload that stops after a second: 2 000/s against 500/s", uniform(0, time.Second, 2000, nil), 2 * time.Millisecond, 5 * time.Microsecond, true, false},
+		{"a burst of 2 000 into 15 000/s against 10 000/s (queues over maxSightings runs long)",
+			uniform(300*time.Millisecond+time.Microsecond, 5*time.Second, 15000, burst(300*time.Millisecond, 2000, uniform(0, 300*time.Millisecond, 15000, nil))),
+			100 * time.Microsecond, 3 * time.Microsecond, true, false},
 		{"Poisson at 45/s, 90 % busy", poisson(45, 60*time.Second), 20 * time.Millisecond, 5 * time.Microsecond, false, false},
 		{"Poisson at 900/s, 90 % busy", poisson(900, 20*time.Second), time.Millisecond, 5 * time.Microsecond, false, false},
 	} {
@@ -100,8 +104,9 @@ func TestIntakeEstimateIsALowerBoundOfTheWait(t *testing.T) {
 				}
 			}
 			t.Logf("%d commands, %d refused, estimate short of the wait by at most %v", len(c.arrivals), refused, worstShort)
-			if worstShort > max(c.serve, c.refuse) {
-				t.Errorf("estimate short of the wait by %v, more than one run of the handler (%v)", worstShort, max(c.serve, c.refuse))
+			// One run of the handler, plus what thinning the sightings may cost: a few 512ths of a wait.
+			if bound := max(c.serve, c.refuse) + limit/128; worstShort > bound {
+				t.Errorf("estimate short of the wait by %v, more than one run of the handler and 1/128 of the limit (%v)", worstShort, bound)
 			}
 			if c.wantRefusals && refused == 0 {
 				t.Error("none refused")
