@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -142,6 +143,14 @@ type nodeOpt struct {
 	frames          func(reg prometheus.Registerer) shard.FramePublisher
 	effects         func(reg prometheus.Registerer) shard.EffectPublisher
 	writeStrategy   shard.WriteStrategy
+	log             io.Writer // the host's log (warnings and above) besides stderr
+}
+
+func logTo(w io.Writer) io.Writer {
+	if w == nil {
+		return os.Stderr
+	}
+	return io.MultiWriter(os.Stderr, w)
 }
 
 func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
@@ -160,7 +169,7 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 	n := &node{t: t, name: name, st: st, engine: e, metrics: m, freeze: &freezer{}}
 	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Registerer: reg,
 		CheckpointEvery: opt.checkpointEvery, WriteStrategy: opt.writeStrategy, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL, MaxCommandDelay: opt.maxCmdDelay,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)}
+		Logger: slog.New(slog.NewTextHandler(logTo(opt.log), &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)}
 	if opt.commands != nil {
 		cfg.Commands = opt.commands(reg)
 	}

@@ -273,6 +273,11 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h.log.Info("write strategy", "strategy", cfg.WriteStrategy, "batches", h.batches, "replicas", cl.Replicas)
+	if h.batches && cl.Replicas <= 1 {
+		h.log.Warn("write strategy: batches on unreplicated buckets; a NATS server stages each atomic batch of an R1 file stream in a file store of its own, "+
+			"and at 5 000 demo dungeons that answered ~500 commands/s against 13 k with single writes (the default, auto, picks single for R1)",
+			"strategy", cfg.WriteStrategy, "replicas", cl.Replicas)
+	}
 	h.sessionTTL = store.TTLTicks(store.ClientSessionTTL, cfg.Engine.Period())
 	h.requestTTL = store.TTLTicks(store.RequestTTL, cfg.Engine.Period())
 	if h.adm != nil && !cfg.Engine.Manual() {
