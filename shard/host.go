@@ -275,7 +275,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	h.log.Info("write strategy", "strategy", cfg.WriteStrategy, "batches", h.batches, "replicas", cl.Replicas)
 	if h.batches && cl.Replicas <= 1 {
 		h.log.Warn("write strategy: batches on unreplicated buckets; a NATS server stages each atomic batch of an R1 file stream in a file store of its own, "+
-			"and at 5 000 demo dungeons that answered ~500 commands/s against 13 k with single writes (the default, auto, picks single for R1)",
+			"far slower than single writes (auto picks single for R1; README: Writes on a replicated stream)",
 			"strategy", cfg.WriteStrategy, "replicas", cl.Replicas)
 	}
 	h.sessionTTL = store.TTLTicks(store.ClientSessionTTL, cfg.Engine.Period())

@@ -21,9 +21,9 @@ import (
 // its own reply subject under one of replySubs wildcard inbox subscriptions, and its answer (or its
 // absence after the timeout) is matched by that subject. Answers are read by replySubs goroutines:
 // one could not keep up past ~40 k/s on the shared machine (25 000 answers queued in it, 0.6 s
-// added to every round trip and answers the node gave in time counted as timed out). No goroutine, context or timer per attack: the
-// generator shares the 2-core machine with the node and its server, and what it spends per
-// attack is taken from them (a goroutine and two contexts per attack took a whole core at 38 k
+// added to every round trip and answers the node gave in time counted as timed out). No
+// goroutine, context or timer per attack: the generator shares the 2-core machine with the node
+// and its server, and what it spends per attack is taken from them (a goroutine and two contexts per attack took a whole core at 38 k
 // attacks/s).
 //
 // It speaks the compact form (client sessions) as natscmd.Client does: one client ID, one

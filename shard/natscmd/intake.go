@@ -70,10 +70,7 @@ func (q *intake) wait(now time.Time, delivered, behind uint64) time.Duration {
 	for q.head < len(q.seen) && q.seen[q.head].arrived < delivered {
 		q.head++
 	}
-	var waited time.Duration
-	if q.head < len(q.seen) { // always: the newest sighting counts this one
-		waited = now.Sub(q.seen[q.head].at)
-	}
+	waited := now.Sub(q.seen[q.head].at) // there is one: the newest sighting counts this one
 	if behind == 0 {
 		// Everything that arrived has been delivered: no sighting is needed again.
 		q.seen, q.head = q.seen[:0], 0

@@ -105,20 +105,13 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 			}
 			_ = s.nc.PublishMsg(out) // the requester retries if this is lost
 		}
-		if s.Shedding != nil && s.Shedding() {
-			if s.metrics != nil {
-				s.metrics.Commands.WithLabelValues(wire.CodeBusy).Inc()
-			}
-			s.logRefusal(slog.LevelDebug, m, wire.CodeBusy, "the node is shedding load", 0)
-			reply(busyReply)
+		// The queue first: a command refused for its wait must not draw on admission's share.
+		if s.MaxQueueWait > 0 && waited > s.MaxQueueWait {
+			s.refuse(m, reply, slog.LevelDebug, wire.CodeBusy, "the command waited too long in the node's queue", 0, queuedReply)
 			return
 		}
-		if s.MaxQueueWait > 0 && waited > s.MaxQueueWait {
-			if s.metrics != nil {
-				s.metrics.Commands.WithLabelValues(wire.CodeBusy).Inc()
-			}
-			s.logRefusal(slog.LevelDebug, m, wire.CodeBusy, fmt.Sprintf("the command waited %v in the node's queue", waited.Round(time.Millisecond)), 0)
-			reply(queuedReply)
+		if s.Shedding != nil && s.Shedding() {
+			s.refuse(m, reply, slog.LevelDebug, wire.CodeBusy, "the node is shedding load", 0, busyReply)
 			return
 		}
 		req, err := wire.DecodeCommand(m.Subject, wire.Headers{RequestID: m.Header.Get(wire.HeaderRequestID),
@@ -129,11 +122,7 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 			if !errors.As(err, &werr) {
 				werr = wire.Errorf(wire.CodeBadRequest, "%v", err)
 			}
-			if s.metrics != nil {
-				s.metrics.Commands.WithLabelValues(werr.Code).Inc()
-			}
-			s.logRefusal(slog.LevelWarn, m, werr.Code, werr.Message, req.Fingerprint)
-			reply(wire.EncodeReply(wire.Reply{Error: werr}))
+			s.refuse(m, reply, slog.LevelWarn, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
 			return
 		}
 		handle(shard.Command{Request: req, Received: received, Reply: reply, Screened: s.Shedding != nil})
@@ -146,6 +135,15 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 		return nil, err
 	}
 	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// refuse answers a command before it reaches its shard with body, counting and logging it.
+func (s *Server) refuse(m *nats.Msg, reply func([]byte), level slog.Level, code, msg string, fingerprint uint64, body []byte) {
+	if s.metrics != nil {
+		s.metrics.Commands.WithLabelValues(code).Inc()
+	}
+	s.logRefusal(level, m, code, msg, fingerprint)
+	reply(body)
 }
 
 // logRefusal logs a command refused before it reached its shard: no token applies, no

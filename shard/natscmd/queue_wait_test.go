@@ -27,6 +27,7 @@ type queueRun struct {
 	answers   []queuedAnswer
 	maxWaited time.Duration // the longest time from a command's Received to its handler
 	handled   int
+	asked     int // times admission control was asked (Shedding)
 }
 
 // runQueued serves one shard on a real server with MaxQueueWait 250 ms and a handler taking work
@@ -50,6 +51,7 @@ func runQueued(t *testing.T, work time.Duration, plan []time.Duration) queueRun 
 	sh := store.ShardOf(id, shards)
 	var mu sync.Mutex
 	var run queueRun
+	s.Shedding = func() bool { mu.Lock(); run.asked++; mu.Unlock(); return false }
 	stop, err := s.Serve(sh, func(c shard.Command) {
 		mu.Lock()
 		run.maxWaited = max(run.maxWaited, time.Since(c.Received))
@@ -158,7 +160,7 @@ func (r queueRun) summary() (queued, imagined int, slowestOK time.Duration) {
 // (admission control times answers from it), and one that waited over MaxQueueWait is refused busy
 // at once instead of handled late, including once the load stops with a queue left. Every command
 // is answered. Without that, the handler saw every command as just arrived and answered the last
-// ones 4.5 s after they were sent.
+// ones 4.5 s after they were sent. Admission control is asked only for the commands let in.
 func TestCommandsQueuedTooLongAreRefused(t *testing.T) {
 	plan := every(0, 1500*time.Millisecond, 1000, nil)
 	run := runQueued(t, 4*time.Millisecond, plan)
@@ -173,6 +175,9 @@ func TestCommandsQueuedTooLongAreRefused(t *testing.T) {
 	}
 	if run.maxWaited < 50*time.Millisecond {
 		t.Errorf("the handler saw commands at most %v after their arrival: the queue's wait is not in Received", run.maxWaited)
+	}
+	if run.asked != run.handled {
+		t.Errorf("admission control asked %d times for %d commands let in: a command refused for its wait drew on its share", run.asked, run.handled)
 	}
 	if slowest > time.Second {
 		t.Errorf("a command answered ok %v after it was sent (MaxQueueWait 250 ms, 4 ms to handle)", slowest)
