@@ -28,6 +28,9 @@ func Check(b []byte) error {
 	return nil
 }
 
+// Len returns the length of the well-formed msgpack value at the start of b (more may follow).
+func Len(b []byte) (int, error) { return value(b, 0) }
+
 func short(what string) error { return fmt.Errorf("%w: truncated %s", ErrMalformed, what) }
 
 // value returns the length of the value at the start of b.

@@ -199,6 +199,13 @@ func decodeBody(subject, contentType string, data []byte, shards uint32) (Reques
 	if req.Shard, req.Instance, err = ParseSubject(subject, shards); err != nil {
 		return req, err
 	}
+	if !req.JSON {
+		if t, ok := canonicalCommand(data); ok { // what Canonical(decode(data)) would give
+			req.Type, req.Body = t, bytes.Clone(data)
+			req.Fingerprint = Fingerprint(req.Body)
+			return req, nil
+		}
+	}
 	m, err := decodeMap(data, req.JSON)
 	if err != nil {
 		return req, err
@@ -376,8 +383,14 @@ type Status struct {
 // DecodeStatus decodes a reply's status only, skipping the result (cheaper than DecodeReply).
 func DecodeStatus(b []byte, isJSON bool) (Status, error) {
 	var r Status
-	if err := decodeReply(b, isJSON, &r); err != nil {
-		return Status{}, err
+	ok := false
+	if !isJSON {
+		r, ok = status(b)
+	}
+	if !ok {
+		if err := decodeReply(b, isJSON, &r); err != nil {
+			return Status{}, err
+		}
 	}
 	if !r.OK && r.Error == nil {
 		return Status{}, errors.New("malformed reply: not ok and no error")
