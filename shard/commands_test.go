@@ -557,3 +557,37 @@ func TestLargeStateGoesThroughABlob(t *testing.T) {
 		}
 	})
 }
+
+// A panic in a later tick answers the commands that waited for a write behind the one in flight
+// (coalesced while it flew): they were applied in memory only, and with the instance out of
+// service nothing would ever send their write.
+func TestPanicAnswersCommandsWaitingBehindAWriteInFlight(t *testing.T) {
+	st := backends(t)[0].open(t)
+	n := newNode(t, st, "A", nodeOpt{})
+	id := idIn(1, 0)
+	n.grant(1)
+	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "bomb"}), "create")
+	frozen := n.freeze.arm(id)
+	first := n.submit(id, "a1", mustBody(t, map[string]any{"type": "add", "by": 1}))
+	<-frozen // a1's write is in flight, held
+	behind := n.submit(id, "a2", mustBody(t, map[string]any{"type": "add", "by": 1}))
+	waitFor(t, "a2 applied and waiting behind the write in flight", func() bool {
+		return testutil.ToFloat64(n.metrics.CommandsPending) == 2 && len(behind) == 0
+	})
+	time.Sleep(200 * time.Millisecond) // a few ticks: a2 is applied, its write pending
+	boom := n.submit(id, "boom", mustBody(t, map[string]any{"type": "boom"}))
+	select {
+	case <-boom:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the command that panicked was never answered")
+	}
+	n.freeze.release()
+	for name, ch := range map[string]<-chan []byte{"a1 (in flight)": first, "a2 (behind it)": behind} {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s was never answered after the instance panicked", name)
+		}
+	}
+	waitFor(t, "no command counted pending", func() bool { return testutil.ToFloat64(n.metrics.CommandsPending) == 0 })
+}

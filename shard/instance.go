@@ -745,6 +745,12 @@ func (in *instance) poison(p any) []Command {
 	for _, a := range in.collected { // applied in memory only: never written
 		cmds = append(cmds, a.c)
 	}
+	if in.pending != nil { // applied at earlier ticks, their write not sent: it never will be
+		for _, a := range in.pending.answers {
+			cmds = append(cmds, a.c)
+		}
+		in.pending = nil
+	}
 	in.taking, in.collected = nil, nil
 	return cmds
 }
