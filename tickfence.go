@@ -141,6 +141,10 @@ type Options struct {
 	// WriteStrategy: single fenced writes or one atomic batch per shard in flight (DESIGN 10).
 	// Default (shard.WriteAuto): batches when the cluster's buckets are replicated.
 	WriteStrategy shard.WriteStrategy
+	// WriteHold: while admission control refuses a share of commands, an instance holds the write
+	// of the commands it applied this many ticks so the next ones share it (default
+	// shard.DefaultWriteHold; negative: never; see shard.Config.WriteHold).
+	WriteHold int
 
 	// Registerer receives the node's Prometheus metrics (default: none).
 	Registerer prometheus.Registerer
@@ -321,7 +325,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	n.node, err = node.New(node.Config{Config: shard.Config{Node: opt.NodeID, Store: n.st,
 		Commands: cmds, Frames: n.frames, Effects: n.effects, Kinds: kinds, Engine: n.engine, CheckpointEvery: opt.CheckpointEvery, Logger: n.log,
 		Registerer: opt.Registerer, BeforeWrite: opt.BeforeWrite, MaxCommandDelay: opt.MaxCommandDelay,
-		MaxPendingCommands: opt.MaxPendingCommands, WriteStrategy: opt.WriteStrategy},
+		MaxPendingCommands: opt.MaxPendingCommands, WriteStrategy: opt.WriteStrategy, WriteHold: opt.WriteHold},
 		BeforeRelease: opt.BeforeRelease, LeaseTTL: opt.LeaseTTL,
 		P99Lateness: func() time.Duration { return late.Take().Quantile(0.99) }})
 	if err != nil {

@@ -147,6 +147,9 @@ func (a *admission) roll(now time.Time) {
 	}
 }
 
+// shedding reports whether a share of new commands is refused now.
+func (a *admission) shedding() bool { return a != nil && a.share.Load() < shareOne }
+
 // begin starts an interval at now.
 func (a *admission) begin(now time.Time) {
 	a.start, a.min = now, -1

@@ -118,7 +118,16 @@ type Config struct {
 	// WriteStrategy: single fenced writes, or one atomic batch per shard in flight (DESIGN 10).
 	// Default WriteAuto: batches when the cluster's data buckets have more than one replica.
 	WriteStrategy WriteStrategy
+	// WriteHold is how many ticks an instance may hold the write of the commands it applied while
+	// admission control refuses a share of new commands, so that the commands of the next ticks
+	// share that write (group commit: past capacity, fewer writes per command; their answers wait
+	// for it). Writes flow as they come once nothing is refused, and single writes only (a batch
+	// already carries a shard's records of a tick). Default DefaultWriteHold; negative: never.
+	WriteHold int
 }
+
+// DefaultWriteHold is Config.WriteHold's default: 2 ticks (100 ms at 20 Hz).
+const DefaultWriteHold = 2
 
 // DefaultMaxCommandDelay is Config.MaxCommandDelay's default.
 const DefaultMaxCommandDelay = 250 * time.Millisecond
@@ -243,6 +252,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	if cfg.MaxCommandDelay == 0 {
 		cfg.MaxCommandDelay = DefaultMaxCommandDelay
+	}
+	if cfg.WriteHold == 0 {
+		cfg.WriteHold = DefaultWriteHold
 	}
 	if cfg.MaxPendingCommands <= 0 {
 		cfg.MaxPendingCommands = 50000
