@@ -314,7 +314,8 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	// The lease reports the p99 tick lateness since its last renewal (operators' tools show it).
 	late := hdr.NewWindow(7)
 	if n.engine, err = actor.NewEngine(actor.EngineConfig{Rate: opt.TickRate, Workers: opt.TickWorkers, Registerer: opt.Registerer,
-		Observe: func(lateness, _ time.Duration) { late.Record(lateness) }}); err != nil {
+		LateAfter: lateAfter(opt.TickRate),
+		Observe:   func(lateness, _ time.Duration) { late.Record(lateness) }}); err != nil {
 		return nil, fmt.Errorf("tickfence: Options.TickRate: %w", err)
 	}
 	kinds, err := actor.NewKinds(opt.Kinds...)
@@ -547,4 +548,13 @@ func newSession() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// lateAfter is how late a tick may start before it counts as late for WriteHold: a tenth of the
+// tick period, at least 2 ms (Go's timers wake up to ~1 ms late).
+func lateAfter(rate float64) time.Duration {
+	if rate <= 0 {
+		return 0 // NewEngine refuses it
+	}
+	return max(time.Duration(float64(time.Second)/rate/10), 2*time.Millisecond)
 }

@@ -591,3 +591,60 @@ func TestPanicAnswersCommandsWaitingBehindAWriteInFlight(t *testing.T) {
 	}
 	waitFor(t, "no command counted pending", func() bool { return testutil.ToFloat64(n.metrics.CommandsPending) == 0 })
 }
+
+// Review finding: a retransmission waiting behind a write in flight when the game's code panics
+// is no new command. If the stored record already holds its first answer, it gets that answer;
+// if its original is the write in flight, it gets retry (never internal, which would tell the
+// client the command failed when it was stored).
+func TestPanicAnswersRetransmissionsWithTheirFirstAnswerOrRetry(t *testing.T) {
+	run := func(t *testing.T, stored bool) (first, dup wire.Reply) {
+		st := backends(t)[0].open(t)
+		n := newNode(t, st, "A", nodeOpt{})
+		id := idIn(1, 0)
+		n.grant(1)
+		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "bomb"}), "create")
+		a0 := map[string]any{"type": "add", "by": 1}
+		if stored {
+			mustOK(t, n.send(id, "a0", a0), "a0")
+		}
+		frozen := n.freeze.arm(id)
+		inflightID := "a1"
+		if !stored {
+			inflightID = "a0" // the original of the retransmission is the write in flight
+		}
+		inflight := n.submit(id, inflightID, mustBody(t, map[string]any{"type": "add", "by": 1}))
+		<-frozen
+		again := n.submit(id, "a0", mustBody(t, a0))
+		waitFor(t, "the retransmission waiting behind the write in flight", func() bool {
+			return testutil.ToFloat64(n.metrics.CommandsPending) == 2 && len(again) == 0
+		})
+		time.Sleep(200 * time.Millisecond)
+		<-n.submit(id, "boom", mustBody(t, map[string]any{"type": "boom"}))
+		n.freeze.release()
+		recv := func(ch <-chan []byte, what string) wire.Reply {
+			select {
+			case b := <-ch:
+				return decodeReply(t, b)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s never answered", what)
+			}
+			return wire.Reply{}
+		}
+		return recv(inflight, "the write in flight"), recv(again, "the retransmission")
+	}
+	t.Run("original stored", func(t *testing.T) {
+		_, dup := run(t, true)
+		if !dup.OK {
+			t.Fatalf("retransmission of a stored command answered %+v after the panic; want its first answer", dup.Error)
+		}
+	})
+	t.Run("original in flight", func(t *testing.T) {
+		first, dup := run(t, false)
+		if !first.OK {
+			t.Fatalf("the write in flight answered %+v", first.Error)
+		}
+		if !dup.OK && dup.Error.Code != wire.CodeRetry {
+			t.Fatalf("the original was stored but its retransmission answered %v; want its first answer or retry", dup.Error)
+		}
+	})
+}

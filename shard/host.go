@@ -119,10 +119,12 @@ type Config struct {
 	// Default WriteAuto: batches when the cluster's data buckets have more than one replica.
 	WriteStrategy WriteStrategy
 	// WriteHold is how many ticks an instance may hold the write of the commands it applied while
-	// admission control refuses a share of new commands, so that the commands of the next ticks
-	// share that write (group commit: past capacity, fewer writes per command; their answers wait
-	// for it). Writes flow as they come once nothing is refused, and single writes only (a batch
-	// already carries a shard's records of a tick). Default DefaultWriteHold; negative: never.
+	// the node is pressed — admission control refuses a share of new commands, or more than 1 % of
+	// the ticks of its last 100 ms started later than the engine's EngineConfig.LateAfter — so
+	// that the commands of the next ticks share that write (group commit: fewer writes per command
+	// when the CPU or the store cannot keep up; their answers wait for it). Writes flow as they
+	// come once the pressure ends; single writes only (a batch already carries a shard's records
+	// of a tick). Default DefaultWriteHold; negative: never.
 	WriteHold int
 }
 
@@ -294,6 +296,10 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	h.requestTTL = store.TTLTicks(store.RequestTTL, cfg.Engine.Period())
 	if h.adm != nil && !cfg.Engine.Manual() {
 		h.adm.lag, h.adm.lagLimit = cfg.Engine.Lag, cfg.Engine.Period()/2
+		h.adm.ticks = func() (uint64, uint64) { return cfg.Engine.Ticks(), cfg.Engine.Late() }
+	}
+	if h.adm != nil && cfg.WriteHold > 0 {
+		h.adm.pressedGauge = cfg.metrics.Pressed
 	}
 	cfg.metrics.CountPendingEffects(h.pendingEffects)
 	return h, nil

@@ -164,7 +164,8 @@ func (in *instance) retire() []Command {
 // Tick implements actor.Ticker: apply the commands that arrived, advance the game, persist.
 func (in *instance) Tick(time.Time) {
 	var w *write
-	var failed []Command
+	var failed, retry []Command
+	var known []answer
 	var frames []actor.Frame
 	start := time.Now()
 	in.mu.Lock()
@@ -178,7 +179,7 @@ func (in *instance) Tick(time.Time) {
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
-				failed = in.poison(p)
+				failed, known, retry = in.poison(p)
 			}
 		}()
 		w = in.tickLocked()
@@ -197,6 +198,12 @@ func (in *instance) Tick(time.Time) {
 	in.sh.cpu.Add(int64(time.Since(start)))
 	for _, c := range failed {
 		in.sh.h.answerErr(c, wire.CodeInternal, "instance %s failed; it is stopped on this node", in.id)
+	}
+	for _, a := range known {
+		in.sh.h.answer(a.c, a.reply, a.result)
+	}
+	for _, c := range retry {
+		in.sh.h.answerErr(c, wire.CodeRetry, "instance %s failed on this node before the first answer of this retransmission was stored; retry with the same request id", in.id)
 	}
 	if w != nil {
 		in.sh.h.enqueueWrite(in, w)
@@ -425,17 +432,19 @@ func (in *instance) tickBody() *write {
 }
 
 // holding reports whether the pending write is held at this tick (Config.WriteHold): it holds
-// answers, nothing is in flight (a write in flight holds it anyway), admission control refuses a
-// share of commands, and its hold began fewer than WriteHold ticks ago. A hold ends as soon as
-// nothing is refused; tombstones, checkpoints and forced writes are not held (tickBody).
+// answers, nothing is in flight (a write in flight holds it anyway), the node is pressed
+// (admission control refuses a share of commands, or ticks ran late), and its hold began fewer
+// than WriteHold ticks ago. A hold ends as soon as the pressure does; tombstones, checkpoints and
+// forced writes are not held (tickBody).
 func (in *instance) holding(tick uint64) bool {
 	p, h := in.pending, in.sh.h
 	if p == nil || len(p.answers) == 0 || p.rec.Ended || in.inflight != nil || in.sh.batch != nil ||
-		h.cfg.WriteHold <= 0 || !h.adm.shedding() {
+		h.cfg.WriteHold <= 0 || !h.adm.pressed() {
 		return false
 	}
 	if p.heldAt == 0 {
 		p.heldAt = tick
+		h.cfg.metrics.WritesHeld.Inc()
 	}
 	return tick-p.heldAt < uint64(h.cfg.WriteHold)
 }
@@ -755,29 +764,42 @@ func (in *instance) revertLocked(answers []answer) []answer {
 }
 
 // poison stops an instance whose game code panicked; its stored state stays as it was.
-func (in *instance) poison(p any) []Command {
+func (in *instance) poison(p any) (failed []Command, known []answer, retry []Command) {
 	in.sh.log.Error("instance panicked; stopped on this node", "instance", in.id, "token", in.grant.Token,
 		"tick", in.rec.Tick, "panic", p, "stack", string(debug.Stack()))
 	in.dead = true
 	in.sh.h.cfg.Engine.Remove(in.handle)
-	cmds := in.mailbox
+	failed = in.mailbox
 	in.mailbox = nil
 	for _, c := range in.taking { // the one that panicked and those after it
 		if c.Instance != "" {
-			cmds = append(cmds, c)
+			failed = append(failed, c)
 		}
 	}
-	for _, a := range in.collected { // applied in memory only: never written
-		cmds = append(cmds, a.c)
-	}
-	if in.pending != nil { // applied at earlier ticks, their write not sent: it never will be
-		for _, a := range in.pending.answers {
-			cmds = append(cmds, a.c)
-		}
+	// Applied in memory only (this tick's, and earlier ticks' whose write waited behind the one
+	// in flight): never written, and never will be. A retransmission among them is no new
+	// command: it gets its first answer if the stored record holds it, else retry (its original
+	// is in flight, or was refused).
+	waiting := in.collected
+	if in.pending != nil {
+		waiting = append(waiting, in.pending.answers...)
 		in.pending = nil
 	}
+	acked := in.acked
+	for _, a := range waiting {
+		if a.result != "duplicate" {
+			failed = append(failed, a.c)
+			continue
+		}
+		var refused answer
+		if fp, _, ok := in.sh.h.remembered(&acked, a.c, in.rec.Tick, &refused); ok && fp == a.c.Fingerprint {
+			known = append(known, a)
+		} else {
+			retry = append(retry, a.c)
+		}
+	}
 	in.taking, in.collected = nil, nil
-	return cmds
+	return failed, known, retry
 }
 
 // haltTicks makes the instance skip every tick from now on (one already running completes).

@@ -150,9 +150,9 @@ func main() {
 	fs.Int64Var(&o.dataHistory, "data-history", 1, "revisions kept per key when this node creates the data buckets (fault tests keep every one to check the history)")
 	fs.DurationVar(&o.maxCmdDelay, "max-command-delay", 250*time.Millisecond, "admission control: when for 100 ms every command took longer than this from arrival to answer, refuse new ones with busy until answers are quick again; a command that waited this long in the node's queue before the node read it is refused busy at once (negative, e.g. -1s: admit everything)")
 	fs.IntVar(&o.maxPending, "max-pending-commands", 50000, "admission control: commands admitted and not answered yet, at most; more are refused with busy")
-	fs.IntVar(&o.writeHold, "write-hold", shard.DefaultWriteHold, "past capacity (while admission control refuses a share of commands), an instance holds the write of the commands\n"+
-		"it applied up to this many ticks, so that its next commands share that write: fewer writes per command, answers later by\n"+
-		"up to as many ticks (0 or negative: never hold)")
+	fs.IntVar(&o.writeHold, "write-hold", shard.DefaultWriteHold, "when the node is pressed (admission control refuses a share of commands, or over 1 % of the ticks of the last 100 ms\n"+
+		"started a tenth of a period late), an instance holds the write of the commands it applied up to this many ticks, so that\n"+
+		"its next commands share that write: fewer writes per command, answers later by up to as many ticks (0 or negative: never)")
 	fs.StringVar(&o.writeStrategy, "write-strategy", "auto", "how records are written: single (each its own fenced write, pipelined), batches (a shard's records of a\n"+
 		"tick as one atomic batch, one in flight per shard) or auto (batches when the cluster's buckets have replicas: a\n"+
 		"replicated stream's leader takes one fenced write per shard at a time)")

@@ -28,8 +28,10 @@ func Check(b []byte) error {
 	return nil
 }
 
-// Len returns the length of the well-formed msgpack value at the start of b (more may follow).
-func Len(b []byte) (int, error) { return value(b, 0) }
+// Len returns the length of the well-formed msgpack value at the start of b (more may follow),
+// a value nested depth deep in the one Check would be given (0: at its top), so that its
+// containers count against MaxDepth as Check counts them.
+func Len(b []byte, depth int) (int, error) { return value(b, depth) }
 
 func short(what string) error { return fmt.Errorf("%w: truncated %s", ErrMalformed, what) }
 

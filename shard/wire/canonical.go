@@ -200,7 +200,7 @@ func status(b []byte) (Status, bool) {
 			st.Error = e
 			n += en
 		default:
-			vn, err := mpscan.Len(b[n:])
+			vn, err := mpscan.Len(b[n:], 1) // under the top map
 			if err != nil {
 				return Status{}, false
 			}
@@ -240,7 +240,7 @@ func errorValue(b []byte) (int, *Error, bool) {
 			}
 			seenMsg, dst = true, &e.Message
 		default:
-			vn, err := mpscan.Len(b[n:])
+			vn, err := mpscan.Len(b[n:], 2) // under the error map, under the top map
 			if err != nil {
 				return 0, nil, false
 			}

@@ -369,3 +369,34 @@ func BenchmarkDecodeStatus(b *testing.B) {
 }
 
 const store0Shard = 0
+
+// Review finding: values the status fast path skips count against mpscan.MaxDepth at the depth
+// they sit in the reply (a result under the top map, an extra key under the error map), as
+// DecodeReply counts them: a reply nested too deep is malformed for both.
+func TestStatusDeclinesRepliesNestedTooDeep(t *testing.T) {
+	nested := func(d int) []byte {
+		v := []byte{0xc0}
+		for range d {
+			v = append([]byte{0x91}, v...)
+		}
+		return v
+	}
+	okResult := []byte{0x82, 0xa2, 'o', 'k', 0xc3, 0xa6, 'r', 'e', 's', 'u', 'l', 't'}
+	errExtra := []byte{0x82, 0xa2, 'o', 'k', 0xc2, 0xa5, 'e', 'r', 'r', 'o', 'r', 0x82, 0xa4, 'c', 'o', 'd', 'e', 0xa1, 'x', 0xa1, 'z'}
+	for _, c := range []struct {
+		name string
+		b    []byte
+	}{
+		{"result 31 deep", append(bytes.Clone(okResult), nested(31)...)},
+		{"result 32 deep", append(bytes.Clone(okResult), nested(32)...)},
+		{"error extra 30 deep", append(bytes.Clone(errExtra), nested(30)...)},
+		{"error extra 31 deep", append(bytes.Clone(errExtra), nested(31)...)},
+	} {
+		checkStatus(t, c.b)
+		_, errS := DecodeStatus(c.b, false)
+		_, errR := DecodeReply(c.b, false)
+		if (errS == nil) != (errR == nil) {
+			t.Errorf("%s: DecodeStatus error %v, DecodeReply error %v", c.name, errS, errR)
+		}
+	}
+}
