@@ -141,10 +141,6 @@ type Options struct {
 	// WriteStrategy: single fenced writes or one atomic batch per shard in flight (DESIGN 10).
 	// Default (shard.WriteAuto): batches when the cluster's buckets are replicated.
 	WriteStrategy shard.WriteStrategy
-	// WriteHold: while admission control refuses a share of commands, an instance holds the write
-	// of the commands it applied this many ticks so the next ones share it (default
-	// shard.DefaultWriteHold; negative: never; see shard.Config.WriteHold).
-	WriteHold int
 
 	// Registerer receives the node's Prometheus metrics (default: none).
 	Registerer prometheus.Registerer
@@ -314,8 +310,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	// The lease reports the p99 tick lateness since its last renewal (operators' tools show it).
 	late := hdr.NewWindow(7)
 	if n.engine, err = actor.NewEngine(actor.EngineConfig{Rate: opt.TickRate, Workers: opt.TickWorkers, Registerer: opt.Registerer,
-		LateAfter: lateAfter(opt.TickRate),
-		Observe:   func(lateness, _ time.Duration) { late.Record(lateness) }}); err != nil {
+		Observe: func(lateness, _ time.Duration) { late.Record(lateness) }}); err != nil {
 		return nil, fmt.Errorf("tickfence: Options.TickRate: %w", err)
 	}
 	kinds, err := actor.NewKinds(opt.Kinds...)
@@ -326,7 +321,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	n.node, err = node.New(node.Config{Config: shard.Config{Node: opt.NodeID, Store: n.st,
 		Commands: cmds, Frames: n.frames, Effects: n.effects, Kinds: kinds, Engine: n.engine, CheckpointEvery: opt.CheckpointEvery, Logger: n.log,
 		Registerer: opt.Registerer, BeforeWrite: opt.BeforeWrite, MaxCommandDelay: opt.MaxCommandDelay,
-		MaxPendingCommands: opt.MaxPendingCommands, WriteStrategy: opt.WriteStrategy, WriteHold: opt.WriteHold},
+		MaxPendingCommands: opt.MaxPendingCommands, WriteStrategy: opt.WriteStrategy},
 		BeforeRelease: opt.BeforeRelease, LeaseTTL: opt.LeaseTTL,
 		P99Lateness: func() time.Duration { return late.Take().Quantile(0.99) }})
 	if err != nil {
@@ -548,13 +543,4 @@ func newSession() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// lateAfter is how late a tick may start before it counts as late for WriteHold: a tenth of the
-// tick period, at least 2 ms (Go's timers wake up to ~1 ms late).
-func lateAfter(rate float64) time.Duration {
-	if rate <= 0 {
-		return 0 // NewEngine refuses it
-	}
-	return max(time.Duration(float64(time.Second)/rate/10), 2*time.Millisecond)
 }

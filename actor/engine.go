@@ -50,9 +50,6 @@ type EngineConfig struct {
 	// coordinated omission is not hidden) and duration. It runs on the hot path: keep it cheap.
 	// Workers call it concurrently.
 	Observe func(lateness, duration time.Duration)
-	// LateAfter, if positive, makes the engine count the ticks that start more than LateAfter
-	// after they were due (Late): a node holds writes back while more than 1 % of them are late.
-	LateAfter time.Duration
 	// Registerer, if set, receives the tick metrics (tickfence_ticks_total, _ticks_skipped_total,
 	// _tick_lateness_seconds, _tick_duration_seconds), shared with the node and coordinator
 	// configured with the same registerer. nil: none.
@@ -113,7 +110,6 @@ type Engine struct {
 
 	ticks   atomic.Uint64
 	skipped atomic.Uint64
-	late    atomic.Uint64
 
 	called chan struct{} // a worker that is not a timer worker waits on it to be called in
 
@@ -272,10 +268,6 @@ func (e *Engine) Period() time.Duration { return e.period }
 
 // Ticks is the number of ticks run so far.
 func (e *Engine) Ticks() uint64 { return e.ticks.Load() }
-
-// Late is the number of ticks so far that started more than EngineConfig.LateAfter after they
-// were due (0 without LateAfter).
-func (e *Engine) Late() uint64 { return e.late.Load() }
 
 // Skipped is the number of ticks skipped by the overrun policy so far.
 func (e *Engine) Skipped() uint64 { return e.skipped.Load() }
@@ -563,8 +555,7 @@ func (e *Engine) queue(h *Handle, due time.Time) (gen uint32, ok bool) {
 func (w *worker) runChunk() int {
 	e := w.e
 	observe, observeW := e.cfg.Observe, w.observe
-	lateAfter := e.cfg.LateAfter
-	timed := observe != nil || observeW != nil || lateAfter > 0
+	timed := observe != nil || observeW != nil
 	ran := 0
 	var t0 time.Time
 	if timed {
@@ -599,9 +590,6 @@ func (w *worker) runChunk() int {
 			ran++
 			if timed {
 				t1 := time.Now() // the end of one tick is the start of the next: one clock read per tick
-				if lateAfter > 0 && t0.Sub(d) > lateAfter {
-					e.late.Add(1)
-				}
 				if observe != nil {
 					observe(t0.Sub(d), t1.Sub(t0))
 				}

@@ -272,29 +272,3 @@ func TestEngineCallsInWorkersForALargeBucket(t *testing.T) {
 		})
 	}
 }
-
-// With LateAfter, the engine counts the ticks that start later than that after they were due
-// (a manual engine's ticks are timed against the wall clock): all of them when its schedule
-// began long ago, none when it lies ahead, none without LateAfter.
-func TestEngineCountsLateTicks(t *testing.T) {
-	run := func(start time.Time, lateAfter time.Duration) (ticks, late uint64) {
-		e, err := actor.NewEngine(actor.EngineConfig{Rate: 20, Slot: time.Millisecond, Start: start, Manual: true, LateAfter: lateAfter})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range 10 {
-			e.Add(&nopTicker{})
-		}
-		e.Advance(start.Add(e.Period()))
-		return e.Ticks(), e.Late()
-	}
-	if n, l := run(time.Now().Add(-time.Minute), 5*time.Millisecond); n != 10 || l != 10 {
-		t.Fatalf("a minute behind: %d late of %d ticks, want 10 of 10", l, n)
-	}
-	if n, l := run(time.Now().Add(time.Hour), 5*time.Millisecond); n != 10 || l != 0 {
-		t.Fatalf("ahead of schedule: %d late of %d ticks, want 0 of 10", l, n)
-	}
-	if n, l := run(time.Now().Add(-time.Minute), 0); n != 10 || l != 0 {
-		t.Fatalf("without LateAfter: %d late of %d ticks, want 0 of 10", l, n)
-	}
-}

@@ -41,15 +41,8 @@ type admission struct {
 	// interval (the CPU cannot keep up with ticks and commands together) sheds as well.
 	lag      func() time.Duration
 	lagLimit time.Duration
-	// ticks reports the engine's ticks so far and those that started late (over its LateAfter);
-	// late is set at the end of an interval in which more than 1 % of them were late (at least 2):
-	// the CPU does not keep the tick schedule, and instances hold their writes (Config.WriteHold).
-	ticks               func() (all, late uint64)
-	lastTicks, lastLate uint64
-	late                atomic.Bool
-	pressedGauge        prometheus.Gauge // nil: none
-	logged              time.Time        // last report of a change (at most one per 5 s)
-	wasFull             bool             // the share at the last report was whole
+	logged   time.Time // last report of a change (at most one per 5 s)
+	wasFull  bool      // the share at the last report was whole
 
 	pending atomic.Int64 // admitted, not answered yet
 	refused atomic.Uint64
@@ -123,12 +116,6 @@ func (a *admission) roll(now time.Time) {
 		return
 	}
 	overrun := a.lag != nil && a.lag() > a.lagLimit
-	if a.ticks != nil {
-		all, late := a.ticks()
-		n, l := all-a.lastTicks, late-a.lastLate
-		a.lastTicks, a.lastLate = all, late
-		a.late.Store(l >= 2 && l*100 > n)
-	}
 	share := a.share.Load()
 	switch {
 	case overrun || a.min > a.target*5/4:
@@ -158,18 +145,7 @@ func (a *admission) roll(now time.Time) {
 	} else {
 		a.sheddingGauge.Set(1)
 	}
-	if a.pressedGauge != nil {
-		if a.pressed() {
-			a.pressedGauge.Set(1)
-		} else {
-			a.pressedGauge.Set(0)
-		}
-	}
 }
-
-// pressed reports whether the node is past what it can do in time: a share of new commands is
-// refused, or ticks ran late in the last interval.
-func (a *admission) pressed() bool { return a != nil && (a.share.Load() < shareOne || a.late.Load()) }
 
 // begin starts an interval at now.
 func (a *admission) begin(now time.Time) {

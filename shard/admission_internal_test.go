@@ -218,39 +218,3 @@ func TestScreenedCommandsDrawTheShareOnce(t *testing.T) {
 		t.Fatalf("%d let in at the door, %d of them admitted after decoding: screened commands were drawn again", in, after)
 	}
 }
-
-// Ticks that start late, more than 1 % of an interval's (at least 2), press the node (instances
-// hold their writes, Config.WriteHold) without refusing any command; 1 % or fewer, or one late
-// tick of a few, do not; the next interval on time ends it.
-func TestLateTicksPressWithoutShedding(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	a := newTestAdmission(1 << 20)
-	a.begin(t0)
-	var all, late uint64
-	a.ticks = func() (uint64, uint64) { return all, late }
-	ms := 0
-	interval := func(ticks, lateTicks uint64) bool {
-		all, late = all+ticks, late+lateTicks
-		admitted(a, 1, at(ms))
-		a.done(time.Millisecond, at(ms+10)) // every answer quick
-		ms += 110
-		admitted(a, 1, at(ms))
-		return a.pressed()
-	}
-	for _, c := range []struct {
-		ticks, late uint64
-		want        bool
-	}{{10000, 100, false}, {10, 1, false}, {10000, 101, true}, {20, 2, true}, {10000, 0, false}} {
-		if got := interval(c.ticks, c.late); got != c.want {
-			t.Fatalf("%d late of %d ticks: pressed %v, want %v", c.late, c.ticks, got, c.want)
-		}
-		if a.admittedShare() != 1 {
-			t.Fatalf("%d late of %d ticks: share %.3f, want all (late ticks refuse nothing)", c.late, c.ticks, a.admittedShare())
-		}
-	}
-	var off *admission
-	if off.pressed() {
-		t.Fatal("admission control off is pressed")
-	}
-}

@@ -143,7 +143,6 @@ type nodeOpt struct {
 	frames          func(reg prometheus.Registerer) shard.FramePublisher
 	effects         func(reg prometheus.Registerer) shard.EffectPublisher
 	writeStrategy   shard.WriteStrategy
-	writeHold       int
 	log             io.Writer // the host's log (warnings and above) besides stderr
 }
 
@@ -169,7 +168,7 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{}, bomb{}, shower{}, emitter{}, fxbomb{})
 	n := &node{t: t, name: name, st: st, engine: e, metrics: m, freeze: &freezer{}}
 	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Registerer: reg,
-		CheckpointEvery: opt.checkpointEvery, WriteStrategy: opt.writeStrategy, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL, MaxCommandDelay: opt.maxCmdDelay, WriteHold: opt.writeHold,
+		CheckpointEvery: opt.checkpointEvery, WriteStrategy: opt.writeStrategy, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL, MaxCommandDelay: opt.maxCmdDelay,
 		Logger: slog.New(slog.NewTextHandler(logTo(opt.log), &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", name)}
 	if opt.commands != nil {
 		cfg.Commands = opt.commands(reg)

@@ -118,18 +118,7 @@ type Config struct {
 	// WriteStrategy: single fenced writes, or one atomic batch per shard in flight (DESIGN 10).
 	// Default WriteAuto: batches when the cluster's data buckets have more than one replica.
 	WriteStrategy WriteStrategy
-	// WriteHold is how many ticks an instance may hold the write of the commands it applied while
-	// the node is pressed — admission control refuses a share of new commands, or more than 1 % of
-	// the ticks of its last 100 ms started later than the engine's EngineConfig.LateAfter — so
-	// that the commands of the next ticks share that write (group commit: fewer writes per command
-	// when the CPU or the store cannot keep up; their answers wait for it). Writes flow as they
-	// come once the pressure ends; single writes only (a batch already carries a shard's records
-	// of a tick). Default DefaultWriteHold; negative: never.
-	WriteHold int
 }
-
-// DefaultWriteHold is Config.WriteHold's default: 2 ticks (100 ms at 20 Hz).
-const DefaultWriteHold = 2
 
 // DefaultMaxCommandDelay is Config.MaxCommandDelay's default.
 const DefaultMaxCommandDelay = 250 * time.Millisecond
@@ -255,9 +244,6 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if cfg.MaxCommandDelay == 0 {
 		cfg.MaxCommandDelay = DefaultMaxCommandDelay
 	}
-	if cfg.WriteHold == 0 {
-		cfg.WriteHold = DefaultWriteHold
-	}
 	if cfg.MaxPendingCommands <= 0 {
 		cfg.MaxPendingCommands = 50000
 	}
@@ -296,10 +282,6 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	h.requestTTL = store.TTLTicks(store.RequestTTL, cfg.Engine.Period())
 	if h.adm != nil && !cfg.Engine.Manual() {
 		h.adm.lag, h.adm.lagLimit = cfg.Engine.Lag, cfg.Engine.Period()/2
-		h.adm.ticks = func() (uint64, uint64) { return cfg.Engine.Ticks(), cfg.Engine.Late() }
-	}
-	if h.adm != nil && cfg.WriteHold > 0 {
-		h.adm.pressedGauge = cfg.metrics.Pressed
 	}
 	cfg.metrics.CountPendingEffects(h.pendingEffects)
 	return h, nil

@@ -77,7 +77,6 @@ type write struct {
 	rec     store.Record
 	end     bool // a fenced delete marker instead of a record
 	answers []answer
-	heldAt  uint64 // the tick its hold began (Config.WriteHold); 0: not held
 }
 
 type answer struct {
@@ -407,12 +406,8 @@ func (in *instance) tickBody() *write {
 		in.addEffects(tick, e.TakeEffects())
 	}
 	if len(answers) == 0 && !in.forceWrite && tick-in.lastWrite < in.sh.h.cfg.CheckpointEvery {
-		if p := in.pending; p != nil && p.heldAt != 0 && !in.holding(tick) {
-			return in.takeSendable(p) // its hold is over
-		}
 		return nil
 	}
-	mayHold := len(answers) > 0 && !in.forceWrite // a checkpoint or a forced write goes now
 	in.dropDelivered()
 	state, err := in.logic.MarshalState()
 	if err != nil {
@@ -425,28 +420,7 @@ func (in *instance) tickBody() *write {
 	rec.Reqs = in.rec.Reqs[:len(in.rec.Reqs):len(in.rec.Reqs)] // appends never touch what a record holds
 	w := &write{rec: rec, answers: answers}
 	in.queue(w)
-	if mayHold && in.holding(tick) {
-		return nil // a later tick sends it, with what arrives meanwhile
-	}
 	return in.takeSendable(w)
-}
-
-// holding reports whether the pending write is held at this tick (Config.WriteHold): it holds
-// answers, nothing is in flight (a write in flight holds it anyway), the node is pressed
-// (admission control refuses a share of commands, or ticks ran late), and its hold began fewer
-// than WriteHold ticks ago. A hold ends as soon as the pressure does; tombstones, checkpoints and
-// forced writes are not held (tickBody).
-func (in *instance) holding(tick uint64) bool {
-	p, h := in.pending, in.sh.h
-	if p == nil || len(p.answers) == 0 || p.rec.Ended || in.inflight != nil || in.sh.batch != nil ||
-		h.cfg.WriteHold <= 0 || !h.adm.pressed() {
-		return false
-	}
-	if p.heldAt == 0 {
-		p.heldAt = tick
-		h.cfg.metrics.WritesHeld.Inc()
-	}
-	return tick-p.heldAt < uint64(h.cfg.WriteHold)
 }
 
 // expireLocked removes a stored tombstone once it is older than the host's TombstoneTTL: a fenced
@@ -608,7 +582,6 @@ func replyFor(res any, err error) ([]byte, string) {
 func (in *instance) queue(w *write) {
 	if in.pending != nil {
 		w.answers = append(in.pending.answers, w.answers...)
-		w.heldAt = in.pending.heldAt
 	}
 	in.pending = w
 }

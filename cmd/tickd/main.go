@@ -79,7 +79,6 @@ type options struct {
 	maxCmdDelay     time.Duration
 	maxPending      int
 	writeStrategy   string
-	writeHold       int
 	dataHistory     int64
 }
 
@@ -150,9 +149,6 @@ func main() {
 	fs.Int64Var(&o.dataHistory, "data-history", 1, "revisions kept per key when this node creates the data buckets (fault tests keep every one to check the history)")
 	fs.DurationVar(&o.maxCmdDelay, "max-command-delay", 250*time.Millisecond, "admission control: when for 100 ms every command took longer than this from arrival to answer, refuse new ones with busy until answers are quick again; a command that waited this long in the node's queue before the node read it is refused busy at once (negative, e.g. -1s: admit everything)")
 	fs.IntVar(&o.maxPending, "max-pending-commands", 50000, "admission control: commands admitted and not answered yet, at most; more are refused with busy")
-	fs.IntVar(&o.writeHold, "write-hold", shard.DefaultWriteHold, "when the node is pressed (admission control refuses a share of commands, or over 1 % of the ticks of the last 100 ms\n"+
-		"started a tenth of a period late), an instance holds the write of the commands it applied up to this many ticks, so that\n"+
-		"its next commands share that write: fewer writes per command, answers later by up to as many ticks (0 or negative: never)")
 	fs.StringVar(&o.writeStrategy, "write-strategy", "auto", "how records are written: single (each its own fenced write, pipelined), batches (a shard's records of a\n"+
 		"tick as one atomic batch, one in flight per shard) or auto (batches when the cluster's buckets have replicas: a\n"+
 		"replicated stream's leader takes one fenced write per shard at a time)")
@@ -387,7 +383,7 @@ func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.L
 		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, TickWorkers: o.tickWorkers, CheckpointEvery: o.checkpointEvery,
 		LeaseTTL: o.lease, DataHistory: o.dataHistory,
 		NoCoordinator: o.noCoordinator, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
-		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending, WriteStrategy: shard.WriteStrategy(o.writeStrategy), WriteHold: max(o.writeHold, 0) - boolInt(o.writeHold <= 0),
+		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending, WriteStrategy: shard.WriteStrategy(o.writeStrategy),
 		Registerer: reg, Logger: log, BeforeWrite: beforeWrite, BeforeRelease: beforeRelease}
 }
 
@@ -652,12 +648,4 @@ func faultHooks(log *slog.Logger) (beforeWrite, beforeRelease func(shard uint32,
 		}
 	}
 	return beforeWrite, beforeRelease
-}
-
-// boolInt is 1 for true.
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

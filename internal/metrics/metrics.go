@@ -38,8 +38,6 @@ type Node struct {
 	// Admission control: commands admitted and not answered; 1 while new ones are refused busy.
 	CommandsPending prometheus.Gauge
 	Shedding        prometheus.Gauge
-	Pressed         prometheus.Gauge
-	WritesHeld      prometheus.Counter
 	WriteSeconds    prometheus.Histogram
 	WriteBatch      prometheus.Histogram
 
@@ -145,10 +143,6 @@ func newNode(reg prometheus.Registerer) *Node {
 			Help: "Fenced state write, sent to acknowledged by the store (accepted writes only).", Buckets: LatencyBuckets}),
 		WriteBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_write_batch_records",
 			Help: "Records per atomic batch, with the batch write strategy (one batch in flight per shard).", Buckets: prometheus.ExponentialBuckets(1, 2, 9)}),
-		Pressed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_write_hold_active",
-			Help: "1 while instances hold the writes of the commands they applied for a few ticks (--write-hold), so that later commands share them: a share of commands is refused, or over 1 % of the last 100 ms of ticks started late."}),
-		WritesHeld: prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_state_writes_held_total",
-			Help: "Command writes an instance held back for a few ticks (--write-hold) so that later commands share them."}),
 		Shedding: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_admission_shedding",
 			Help: "1 while the node refuses a share of new commands with busy: an answer slower than the admission target for a whole interval, or ticks running late, cut the share admitted."}),
 	}
@@ -218,7 +212,7 @@ func newNode(reg prometheus.Registerer) *Node {
 		m.ShardStops.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Ticks, m.TicksSkipped, m.TickLateness, m.TickDuration, m.StateWrites, m.Instances,
-		m.ShardsOwned, m.Commands, m.CommandSeconds, m.CommandQueueSeconds, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding, m.Pressed, m.WritesHeld, m.WriteSeconds, m.WriteBatch)
+		m.ShardsOwned, m.Commands, m.CommandSeconds, m.CommandQueueSeconds, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding, m.WriteSeconds, m.WriteBatch)
 	return m
 }
 
