@@ -57,6 +57,7 @@ type instance struct {
 	firstTick  time.Time // when it first ticked under this grant
 	pauseSeen  bool      // the hand-off pause was reported
 	failed     error     // the last write failed: its outcome may be unknown, so no more writes under this token
+	poisoned   bool      // the game's code panicked in it: what it holds in memory is never stored
 	taking     []Command // during a tick: the commands not applied yet (see tickBody)
 	collected  []answer  // during a tick: the answers waiting for its write
 	// fx is the state of the stored effects this owner published: fxSending while the stream
@@ -740,7 +741,7 @@ func (in *instance) revertLocked(answers []answer) []answer {
 func (in *instance) poison(p any) (failed []Command, known []answer, retry []Command) {
 	in.sh.log.Error("instance panicked; stopped on this node", "instance", in.id, "token", in.grant.Token,
 		"tick", in.rec.Tick, "panic", p, "stack", string(debug.Stack()))
-	in.dead = true
+	in.dead, in.poisoned = true, true
 	in.sh.h.cfg.Engine.Remove(in.handle)
 	failed = in.mailbox
 	in.mailbox = nil
@@ -765,7 +766,8 @@ func (in *instance) poison(p any) (failed []Command, known []answer, retry []Com
 			continue
 		}
 		var refused answer
-		if fp, _, ok := in.sh.h.remembered(&acked, a.c, in.rec.Tick, &refused); ok && fp == a.c.Fingerprint {
+		if fp, first, ok := in.sh.h.remembered(&acked, a.c, in.rec.Tick, &refused); ok && fp == a.c.Fingerprint {
+			a.reply = first // as stored: the record in memory may have forgotten it and applied it again
 			known = append(known, a)
 		} else {
 			retry = append(retry, a.c)
@@ -869,6 +871,11 @@ func (in *instance) takeFinalLocked() (finalWrite, error) {
 	f := finalWrite{cmds: in.mailbox, code: wire.CodeRetry, why: "node %s is shutting down; retry with the same request id",
 		args: []any{in.sh.h.cfg.Node}, rec: in.rec}
 	in.mailbox = nil
+	if in.poisoned {
+		// Its commands since the last stored record were answered (poison); its memory may be
+		// half-changed by the panic, and stored nothing of it must be: its stored state stays.
+		return f, nil
+	}
 	var w *write
 	if in.pending != nil {
 		w, in.pending = in.pending, nil
