@@ -24,10 +24,7 @@ import (
 func TestDuplicateRequestID(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		st := b.open(t)
-		n := newNode(t, st, "A", nodeOpt{})
-		id := idIn(1, 0)
-		n.grant(1)
-		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
+		n, id := withInstance(t, st, "counter")
 		first := n.send(id, "r1", map[string]any{"type": "add", "by": 7})
 		mustOK(t, first, "add 7")
 		again := n.send(id, "r1", map[string]any{"type": "add", "by": 7})
@@ -399,10 +396,7 @@ func TestBusyWhenAnswersAreSlowerThanTheTarget(t *testing.T) {
 // forever and admission control does not count them pending for good.
 func TestPanicAnswersEveryCommandOfItsTick(t *testing.T) {
 	st := backends(t)[0].open(t)
-	n := newNode(t, st, "A", nodeOpt{})
-	id := idIn(1, 0)
-	n.grant(1)
-	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "bomb"}), "create")
+	n, id := withInstance(t, st, "bomb")
 	var chans []<-chan []byte
 	for i := range 5 { // most of them in one tick with the boom
 		chans = append(chans, n.submit(id, "a"+strconv.Itoa(i), mustBody(t, map[string]any{"type": "add", "by": 1})))
@@ -563,10 +557,7 @@ func TestLargeStateGoesThroughABlob(t *testing.T) {
 // service nothing would ever send their write.
 func TestPanicAnswersCommandsWaitingBehindAWriteInFlight(t *testing.T) {
 	st := backends(t)[0].open(t)
-	n := newNode(t, st, "A", nodeOpt{})
-	id := idIn(1, 0)
-	n.grant(1)
-	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "bomb"}), "create")
+	n, id := withInstance(t, st, "bomb")
 	frozen := n.freeze.arm(id)
 	first := n.submit(id, "a1", mustBody(t, map[string]any{"type": "add", "by": 1}))
 	<-frozen // a1's write is in flight, held
@@ -599,10 +590,7 @@ func TestPanicAnswersCommandsWaitingBehindAWriteInFlight(t *testing.T) {
 func TestPanicAnswersRetransmissionsWithTheirFirstAnswerOrRetry(t *testing.T) {
 	run := func(t *testing.T, stored bool) (first, dup wire.Reply) {
 		st := backends(t)[0].open(t)
-		n := newNode(t, st, "A", nodeOpt{})
-		id := idIn(1, 0)
-		n.grant(1)
-		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "bomb"}), "create")
+		n, id := withInstance(t, st, "bomb")
 		a0 := map[string]any{"type": "add", "by": 1}
 		if stored {
 			mustOK(t, n.send(id, "a0", a0), "a0")

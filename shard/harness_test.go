@@ -192,6 +192,16 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 	return n
 }
 
+// withInstance starts node A on st, runs shard 1 there and creates one instance of kind in it.
+func withInstance(t *testing.T, st store.Store, kind string) (*node, string) {
+	t.Helper()
+	n := newNode(t, st, "A", nodeOpt{})
+	id := idIn(1, 0)
+	n.grant(1)
+	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": kind}), "create")
+	return n, id
+}
+
 // grant assigns a shard to this node's session in the store and tells the host, as its watch
 // would; it waits until the shard is running.
 func (n *node) grant(shardID uint32) store.Grant {

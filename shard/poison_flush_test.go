@@ -33,10 +33,7 @@ func recvReply(t *testing.T, ch <-chan []byte, what string) wire.Reply {
 // gets "ok" as its first answer).
 func TestPoisonedInstanceStoresNothingOfItsWaitingCommands(t *testing.T) {
 	mem := memstore.New()
-	n := newNode(t, mem, "A", nodeOpt{})
-	id := idIn(1, 0)
-	n.grant(1)
-	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "bomb"}), "create")
+	n, id := withInstance(t, mem, "bomb")
 	frozen := n.freeze.arm(id)
 	first := n.submit(id, "a1", mustBody(t, map[string]any{"type": "add", "by": 1}))
 	<-frozen
@@ -67,10 +64,7 @@ func TestPoisonedInstanceStoresNothingOfItsWaitingCommands(t *testing.T) {
 // Same, for commands of the tick that panicked (applied before the boom, in.collected).
 func TestPoisonedInstanceStoresNothingOfItsTick(t *testing.T) {
 	mem := memstore.New()
-	n := newNode(t, mem, "A", nodeOpt{})
-	id := idIn(1, 0)
-	n.grant(1)
-	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "bomb"}), "create")
+	n, id := withInstance(t, mem, "bomb")
 	time.Sleep(100 * time.Millisecond) // idle ticks: rec.Tick > lastWrite
 	var chans []<-chan []byte
 	ids := []string{"a0", "a1", "a2", "a3", "a4"}
@@ -98,10 +92,7 @@ func TestPoisonedInstanceStoresNothingOfItsTick(t *testing.T) {
 // answered after the panic with the second application's answer, whose effect was never stored.
 func TestPoisonAnswersARetransmissionWithTheStoredFirstAnswer(t *testing.T) {
 	mem := memstore.New()
-	n := newNode(t, mem, "A", nodeOpt{})
-	id := idIn(1, 0)
-	n.grant(1)
-	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "bomb"}), "create")
+	n, id := withInstance(t, mem, "bomb")
 	x := map[string]any{"type": "add", "by": 1}
 	firstX := n.send(id, "x", x)
 	mustOK(t, firstX, "x")

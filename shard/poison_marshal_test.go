@@ -13,10 +13,7 @@ import (
 func TestPoisonedInstanceIsNotMarshalledAgainOnFlush(t *testing.T) {
 	tbombWhere.Store("")
 	defer tbombWhere.Store("")
-	n := newNode(t, memstore.New(), "A", nodeOpt{})
-	id := idIn(1, 0)
-	n.grant(1)
-	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "tbomb"}), "create")
+	n, id := withInstance(t, memstore.New(), "tbomb")
 	tbombWhere.Store("marshal")
 	r := n.send(id, "a1", map[string]any{"type": "add", "by": 1})
 	t.Logf("a1: %+v", r.Error)
