@@ -374,6 +374,9 @@ func (in *instance) tickBody() *write {
 		in.taking = cmds[i:]
 		a, now := in.apply(tick, c)
 		cmds[i] = Command{}
+		if now && a.result == wire.CodeUnknownInstance && !in.acked.Ended {
+			now = false // "has ended" is final: said once the end is stored, by the write holding it
+		}
 		if now && a.result == wire.CodeUnknownInstance {
 			in.sh.deny(in.grant, a.c, a.reply) // "has ended": confirmed before it is said
 		} else if now {
@@ -451,7 +454,11 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 			a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRequestIDReused,
 				"request %s was used for a different command", c.Key())})
 			a.result = wire.CodeRequestIDReused
-			return a, true
+			// Final: said at once only if the stored record holds the other command, else with
+			// the write that stores it (it may yet be dropped: a refused write, a panic).
+			var refused answer
+			sfp, _, stored := in.sh.h.remembered(&in.acked, c, tick, &refused)
+			return a, stored && sfp == fp
 		}
 		// A retransmission: the first answer, once the record holding it is stored.
 		a.reply, a.result = res, "duplicate"
@@ -906,7 +913,9 @@ func (in *instance) writeFinal(ctx context.Context, f finalWrite) error {
 	case f.put:
 		_, err = in.sh.h.cfg.Store.Write(ctx, in.grant, in.id, f.rec)
 	}
-	in.sh.h.cfg.metrics.StateWrite(writeResult(err))
+	if f.end || f.put {
+		in.sh.h.cfg.metrics.StateWrite(writeResult(err))
+	}
 	for _, a := range f.answers {
 		if err == nil {
 			in.sh.h.answer(a.c, a.reply, a.result)
