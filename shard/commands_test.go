@@ -24,7 +24,7 @@ import (
 func TestDuplicateRequestID(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		st := b.open(t)
-		n, id := withInstance(t, st, "counter")
+		n, id := withInstance(t, st, "counter", nodeOpt{})
 		first := n.send(id, "r1", map[string]any{"type": "add", "by": 7})
 		mustOK(t, first, "add 7")
 		again := n.send(id, "r1", map[string]any{"type": "add", "by": 7})
@@ -396,7 +396,7 @@ func TestBusyWhenAnswersAreSlowerThanTheTarget(t *testing.T) {
 // forever and admission control does not count them pending for good.
 func TestPanicAnswersEveryCommandOfItsTick(t *testing.T) {
 	st := backends(t)[0].open(t)
-	n, id := withInstance(t, st, "bomb")
+	n, id := withInstance(t, st, "bomb", nodeOpt{})
 	var chans []<-chan []byte
 	for i := range 5 { // most of them in one tick with the boom
 		chans = append(chans, n.submit(id, "a"+strconv.Itoa(i), mustBody(t, map[string]any{"type": "add", "by": 1})))
@@ -557,7 +557,7 @@ func TestLargeStateGoesThroughABlob(t *testing.T) {
 // service nothing would ever send their write.
 func TestPanicAnswersCommandsWaitingBehindAWriteInFlight(t *testing.T) {
 	st := backends(t)[0].open(t)
-	n, id := withInstance(t, st, "bomb")
+	n, id := withInstance(t, st, "bomb", nodeOpt{})
 	frozen := n.freeze.arm(id)
 	first := n.submit(id, "a1", mustBody(t, map[string]any{"type": "add", "by": 1}))
 	<-frozen // a1's write is in flight, held
@@ -590,7 +590,7 @@ func TestPanicAnswersCommandsWaitingBehindAWriteInFlight(t *testing.T) {
 func TestPanicAnswersRetransmissionsWithTheirFirstAnswerOrRetry(t *testing.T) {
 	run := func(t *testing.T, stored bool) (first, dup wire.Reply) {
 		st := backends(t)[0].open(t)
-		n, id := withInstance(t, st, "bomb")
+		n, id := withInstance(t, st, "bomb", nodeOpt{})
 		a0 := map[string]any{"type": "add", "by": 1}
 		if stored {
 			mustOK(t, n.send(id, "a0", a0), "a0")
@@ -631,8 +631,7 @@ func TestPanicAnswersRetransmissionsWithTheirFirstAnswerOrRetry(t *testing.T) {
 		if !first.OK {
 			t.Fatalf("the write in flight answered %+v", first.Error)
 		}
-		if !dup.OK && dup.Error.Code != wire.CodeRetry {
-			t.Fatalf("the original was stored but its retransmission answered %v; want its first answer or retry", dup.Error)
-		}
+		// At the panic the original was not stored yet: its first answer cannot be given.
+		wantCode(t, dup, wire.CodeRetry, "the retransmission of the write in flight")
 	})
 }

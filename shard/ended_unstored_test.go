@@ -11,6 +11,19 @@ import (
 	"github.com/tickfence/tickfence/store/memstore"
 )
 
+// endBehindAWriteInFlight holds a1's write in flight (n.freeze), then applies an end behind it and
+// sends x to the ended instance.
+func endBehindAWriteInFlight(t *testing.T, n *node, id string) (a1, end, x <-chan []byte) {
+	t.Helper()
+	frozen := n.freeze.arm(id)
+	a1 = n.submit(id, "a1", mustBody(t, map[string]any{"type": "add", "by": 1}))
+	<-frozen
+	end = n.submit(id, "e1", mustBody(t, map[string]any{"type": "end"}))
+	waitFor(t, "end applied behind the write in flight", func() bool { return testutil.ToFloat64(n.metrics.CommandsPending) == 2 })
+	x = n.submit(id, "x", mustBody(t, map[string]any{"type": "add", "by": 100}))
+	return a1, end, x
+}
+
 // Third review: "has ended" (unknown_instance) is a final answer, so it is given only once the
 // end is stored. An end waiting behind the write in flight that is then dropped — the game's code
 // panics (poison stores nothing), or the store refuses the write (the instance reverts) — leaves
@@ -18,13 +31,8 @@ import (
 func TestHasEndedIsSaidOnlyOnceTheEndIsStored(t *testing.T) {
 	t.Run("panic", func(t *testing.T) {
 		mem := memstore.New()
-		n, id := withInstance(t, mem, "bomb")
-		frozen := n.freeze.arm(id)
-		a1 := n.submit(id, "a1", mustBody(t, map[string]any{"type": "add", "by": 1}))
-		<-frozen
-		end := n.submit(id, "e1", mustBody(t, map[string]any{"type": "end"}))
-		waitFor(t, "end applied behind the write in flight", func() bool { return testutil.ToFloat64(n.metrics.CommandsPending) == 2 })
-		x := n.submit(id, "x", mustBody(t, map[string]any{"type": "add", "by": 100}))
+		n, id := withInstance(t, mem, "bomb", nodeOpt{})
+		a1, end, x := endBehindAWriteInFlight(t, n, id)
 		time.Sleep(100 * time.Millisecond) // x applied to the ended instance in memory
 		c2 := n.submit(id, "c2", mustBody(t, map[string]any{"type": "create", "kind": "bomb"}))
 		recvReply(t, n.submit(id, "b", mustBody(t, map[string]any{"type": "boom"})), "boom")
@@ -43,13 +51,8 @@ func TestHasEndedIsSaidOnlyOnceTheEndIsStored(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		mem := memstore.New()
 		st := &refusing{Store: mem}
-		n, id := withInstance(t, st, "counter")
-		frozen := n.freeze.arm(id)
-		a1 := n.submit(id, "a1", mustBody(t, map[string]any{"type": "add", "by": 1}))
-		<-frozen
-		end := n.submit(id, "e1", mustBody(t, map[string]any{"type": "end"}))
-		waitFor(t, "end applied behind the write in flight", func() bool { return testutil.ToFloat64(n.metrics.CommandsPending) == 2 })
-		x := n.submit(id, "x", mustBody(t, map[string]any{"type": "add", "by": 100}))
+		n, id := withInstance(t, st, "counter", nodeOpt{})
+		a1, end, x := endBehindAWriteInFlight(t, n, id)
 		time.Sleep(100 * time.Millisecond)
 		st.arm(id)
 		n.freeze.release()
@@ -68,7 +71,7 @@ func TestHasEndedIsSaidOnlyOnceTheEndIsStored(t *testing.T) {
 // Third review: a flush that writes nothing (a poisoned instance, an idle one) counts no write.
 func TestAFlushThatWritesNothingCountsNoWrite(t *testing.T) {
 	mem := memstore.New()
-	n, id := withInstance(t, mem, "bomb")
+	n, id := withInstance(t, mem, "bomb", nodeOpt{})
 	recvReply(t, n.submit(id, "b", mustBody(t, map[string]any{"type": "boom"})), "boom")
 	before := n.writes("ok")
 	_, rev0, err := mem.Load(context.Background(), 1, 1, id)
@@ -90,7 +93,7 @@ func TestAFlushThatWritesNothingCountsNoWrite(t *testing.T) {
 func TestRequestIDReusedIsSaidOnlyOnceTheFirstIsStored(t *testing.T) {
 	mem := memstore.New()
 	st := &refusing{Store: mem}
-	n, id := withInstance(t, st, "counter")
+	n, id := withInstance(t, st, "counter", nodeOpt{})
 	frozen := n.freeze.arm(id)
 	a1 := n.submit(id, "a1", mustBody(t, map[string]any{"type": "add", "by": 1}))
 	<-frozen
@@ -102,10 +105,9 @@ func TestRequestIDReusedIsSaidOnlyOnceTheFirstIsStored(t *testing.T) {
 	n.freeze.release()
 	t.Logf("a1: %s; r: %s", decode(t, <-a1), decode(t, <-first))
 	ro := recvReply(t, other, "the other command under r")
-	if !ro.OK && ro.Error.Code == wire.CodeRequestIDReused {
-		if _, stored := func() (any, bool) { rec, _ := load(t, mem, id); _, ok := rec.FindRequest("r"); return nil, ok }(); !stored {
-			t.Fatalf("answered %v, but the first command under r was never stored", ro.Error)
-		}
+	rec, _ := load(t, mem, id)
+	if _, stored := rec.FindRequest("r"); !ro.OK && ro.Error.Code == wire.CodeRequestIDReused && !stored {
+		t.Fatalf("answered %v, but the first command under r was never stored", ro.Error)
 	}
 	mustOK(t, sendRetrying(n, id, "r", map[string]any{"type": "add", "by": 3}), "the other command under r, sent again")
 }

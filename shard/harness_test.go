@@ -193,9 +193,9 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 }
 
 // withInstance starts node A on st, runs shard 1 there and creates one instance of kind in it.
-func withInstance(t *testing.T, st store.Store, kind string) (*node, string) {
+func withInstance(t *testing.T, st store.Store, kind string, opt nodeOpt) (*node, string) {
 	t.Helper()
-	n := newNode(t, st, "A", nodeOpt{})
+	n := newNode(t, st, "A", opt)
 	id := idIn(1, 0)
 	n.grant(1)
 	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": kind}), "create")

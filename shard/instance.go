@@ -374,9 +374,6 @@ func (in *instance) tickBody() *write {
 		in.taking = cmds[i:]
 		a, now := in.apply(tick, c)
 		cmds[i] = Command{}
-		if now && a.result == wire.CodeUnknownInstance && !in.acked.Ended {
-			now = false // "has ended" is final: said once the end is stored, by the write holding it
-		}
 		if now && a.result == wire.CodeUnknownInstance {
 			in.sh.deny(in.grant, a.c, a.reply) // "has ended": confirmed before it is said
 		} else if now {
@@ -470,7 +467,7 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 		if c.Type != "create" {
 			a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeUnknownInstance, "instance %s has ended", in.id)})
 			a.result = wire.CodeUnknownInstance
-			return a, true
+			return a, in.acked.Ended // final: said at once only if the end is stored, else with its write
 		}
 		if !in.revive(c, &a) {
 			return a, true

@@ -5,18 +5,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store/memstore"
 )
 
-// A game whose MarshalState panics poisons its instance (recovered in Tick); a graceful
-// shutdown or hand-off then calls MarshalState again in takeFinalLocked, unrecovered.
+// Second review: a game whose MarshalState panics poisons its instance (recovered in Tick); a
+// graceful shutdown or hand-off must not call it again (the flush did, unrecovered: the process
+// died).
 func TestPoisonedInstanceIsNotMarshalledAgainOnFlush(t *testing.T) {
 	tbombWhere.Store("")
 	defer tbombWhere.Store("")
-	n, id := withInstance(t, memstore.New(), "tbomb")
+	n, id := withInstance(t, memstore.New(), "tbomb", nodeOpt{})
 	tbombWhere.Store("marshal")
-	r := n.send(id, "a1", map[string]any{"type": "add", "by": 1})
-	t.Logf("a1: %+v", r.Error)
+	wantCode(t, n.send(id, "a1", map[string]any{"type": "add", "by": 1}), wire.CodeInternal, "a1, whose tick's MarshalState panicked")
 	time.Sleep(100 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -23,8 +23,8 @@ import (
 // one could not keep up past ~40 k/s on the shared machine (25 000 answers queued in it, 0.6 s
 // added to every round trip and answers the node gave in time counted as timed out). No
 // goroutine, context or timer per attack: the generator shares the 2-core machine with the node
-// and its server, and what it spends per attack is taken from them (a goroutine and two contexts per attack took a whole core at 38 k
-// attacks/s).
+// and its server, and what it spends per attack is taken from them (a goroutine and two contexts
+// per attack took a whole core at 38 k attacks/s).
 //
 // It speaks the compact form (client sessions) as natscmd.Client does: one client ID, one
 // counter numbering the commands to every instance, and with each command the ack, the highest

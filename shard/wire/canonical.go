@@ -19,33 +19,15 @@ import (
 // and map, the shortest encoding of every integer, and no floats, binaries or extensions — with a
 // non-empty string under "type", which it returns.
 func canonicalCommand(b []byte) (typ string, ok bool) {
-	n, items, ok := mapHeader(b)
-	if !ok {
-		return "", false
-	}
-	off := n
-	var prev []byte
-	for i := 0; i < items; i++ {
-		k, kn, ok := str(b[off:])
-		if !ok || (i > 0 && bytes.Compare(prev, k) >= 0) {
-			return "", false
+	n, ok := canonicalMap(b, 0, func(k, v []byte) bool {
+		if string(k) != "type" {
+			return true
 		}
-		prev = k
-		off += kn
-		vn, ok := canonicalValue(b[off:], 1)
-		if !ok {
-			return "", false
-		}
-		if string(k) == "type" {
-			t, tn, ok := str(b[off:])
-			if !ok || tn != vn || len(t) == 0 {
-				return "", false
-			}
-			typ = string(t)
-		}
-		off += vn
-	}
-	return typ, typ != "" && off == len(b)
+		t, tn, ok := str(v)
+		typ = string(t)
+		return ok && tn == len(v)
+	})
+	return typ, ok && typ != "" && n == len(b)
 }
 
 // canonicalValue returns the length of the canonical value at the start of b (see
@@ -74,20 +56,7 @@ func canonicalValue(b []byte, depth int) (int, bool) {
 		}
 		return n, ok
 	case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
-		n, items, ok := mapHeader(b)
-		var prev []byte
-		for i := 0; ok && i < items; i++ {
-			var k []byte
-			var kn, vn int
-			if k, kn, ok = str(b[n:]); !ok || (i > 0 && bytes.Compare(prev, k) >= 0) {
-				return 0, false
-			}
-			prev = k
-			n += kn
-			vn, ok = canonicalValue(b[n:], depth+1)
-			n += vn
-		}
-		return n, ok
+		return canonicalMap(b, depth, nil)
 	}
 	// Integers in a wider encoding than their value needs are not canonical.
 	var v uint64
@@ -133,6 +102,28 @@ func canonicalValue(b []byte, depth int) (int, bool) {
 		s = int64(v)
 	}
 	return 1 + w, s < [...]int64{1: -32, 2: math.MinInt8, 4: math.MinInt16, 8: math.MinInt32}[w]
+}
+
+// canonicalMap returns the length of the canonical map at the start of b, nested depth deep:
+// string keys in ascending order without repeats, canonical values. each, if set, sees every key
+// and value and may decline the map.
+func canonicalMap(b []byte, depth int, each func(k, v []byte) bool) (int, bool) {
+	n, items, ok := mapHeader(b)
+	var prev []byte
+	for i := 0; ok && i < items; i++ {
+		var k []byte
+		var kn, vn int
+		if k, kn, ok = str(b[n:]); !ok || (i > 0 && bytes.Compare(prev, k) >= 0) {
+			return 0, false
+		}
+		prev = k
+		n += kn
+		if vn, ok = canonicalValue(b[n:], depth+1); ok && each != nil {
+			ok = each(k, b[n:n+vn])
+		}
+		n += vn
+	}
+	return n, ok
 }
 
 // str returns the string at the start of b and its whole length, if its header is the shortest.

@@ -131,11 +131,11 @@ func TestCanonicalCommandAgreesWithTheGeneralPath(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, general, ok := general(b)
+		_, again, ok := general(b)
 		if ok && !hasFloatOrBinary(b) {
 			canonical++
-			if !bytes.Equal(general, b) {
-				t.Fatalf("Canonical is not a fixed point: % x then % x", b, general)
+			if !bytes.Equal(again, b) {
+				t.Fatalf("Canonical is not a fixed point: % x then % x", b, again)
 			}
 			if !checkCommand(t, b) {
 				t.Fatalf("fast path declined a canonical body: % x (%v)", b, m)
@@ -162,8 +162,7 @@ func TestCanonicalCommandAgreesWithTheGeneralPath(t *testing.T) {
 	t.Logf("%d canonical bodies, %d on the fast path", canonical, fast)
 }
 
-// hasFloatOrBinary reports whether the msgpack value holds a float or binary anywhere (as a
-// prefix byte scan would be wrong, it walks the value).
+// hasFloatOrBinary reports whether the msgpack value holds a float or binary anywhere.
 func hasFloatOrBinary(b []byte) bool {
 	var v any
 	if msgpack.Unmarshal(b, &v) != nil {
@@ -331,7 +330,7 @@ func FuzzStatus(f *testing.F) {
 
 func BenchmarkDecodeCommand(b *testing.B) {
 	body, _ := Canonical(map[string]any{"type": "attack", "dmg": 12, "target": "boss"})
-	subject := Subject(store0Shard, "d-1")
+	subject := Subject(0, "d-1")
 	for _, c := range []struct {
 		name string
 		data []byte
@@ -367,8 +366,6 @@ func BenchmarkDecodeStatus(b *testing.B) {
 		}
 	})
 }
-
-const store0Shard = 0
 
 // Review finding: values the status fast path skips count against mpscan.MaxDepth at the depth
 // they sit in the reply (a result under the top map, an extra key under the error map), as
