@@ -202,6 +202,14 @@ func withInstance(t *testing.T, st store.Store, kind string, opt nodeOpt) (*node
 	return n, id
 }
 
+// ticked waits until the engine has run k more ticks: with one instance on the node, every
+// command submitted before the call has been applied by then.
+func (n *node) ticked(k uint64) {
+	n.t.Helper()
+	from := n.engine.Ticks()
+	waitFor(n.t, fmt.Sprintf("%d ticks", k), func() bool { return n.engine.Ticks() >= from+k })
+}
+
 // grant assigns a shard to this node's session in the store and tells the host, as its watch
 // would; it waits until the shard is running.
 func (n *node) grant(shardID uint32) store.Grant {

@@ -48,8 +48,8 @@ func (c *counted) submit(t *testing.T, n *node, id, reqID string, cmd map[string
 }
 
 // behindAWriteInFlight submits a1 and holds its write in flight (n.freeze), then a2, a
-// retransmission of x (stored before) and one of a1, and lets a few ticks apply them: their
-// answers wait in the write coalesced behind the one in flight.
+// retransmission of x (stored before) and one of a1, and lets ticks apply them: their answers
+// wait in the write coalesced behind the one in flight.
 func (c *counted) behindAWriteInFlight(t *testing.T, n *node, id string) {
 	t.Helper()
 	frozen := n.freeze.arm(id)
@@ -58,8 +58,7 @@ func (c *counted) behindAWriteInFlight(t *testing.T, n *node, id string) {
 	c.submit(t, n, id, "a2", map[string]any{"type": "add", "by": 1})
 	c.submit(t, n, id, "x", map[string]any{"type": "add", "by": 1})
 	c.submit(t, n, id, "a1", map[string]any{"type": "add", "by": 1})
-	waitFor(t, "four commands behind the write in flight", func() bool { return testutil.ToFloat64(n.metrics.CommandsPending) == 4 })
-	time.Sleep(100 * time.Millisecond) // five ticks at 50 Hz
+	n.ticked(2)
 }
 
 // eachAnsweredOnce waits until every submission has an answer, then checks that none gets a
