@@ -273,19 +273,6 @@ func fromJSON(v any) any {
 	return v
 }
 
-// Canonical encodes a value as msgpack with sorted map keys and compact integers.
-func Canonical(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	enc.SetSortMapKeys(true)
-	enc.UseCompactInts(true)
-	enc.UseCompactFloats(true)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
 // Fingerprint hashes a canonical body.
 func Fingerprint(body []byte) uint64 {
 	h := fnv.New64a()
