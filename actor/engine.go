@@ -157,6 +157,7 @@ type worker struct {
 	e       *Engine
 	id      int
 	observe func(lateness, duration time.Duration)
+	rec     *metrics.TickRecorder // this worker's tick metrics, if the engine has a registerer
 	chunk   []entry
 }
 
@@ -193,11 +194,6 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	var m *metrics.Node
 	if cfg.Registerer != nil {
 		m = metrics.For(cfg.Registerer)
-		if own := cfg.Observe; own != nil {
-			cfg.Observe = func(l, d time.Duration) { m.ObserveTick(l, d); own(l, d) }
-		} else {
-			cfg.Observe = m.ObserveTick
-		}
 	}
 	period := time.Duration(float64(time.Second) / cfg.Rate)
 	if m != nil {
@@ -233,6 +229,9 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	e.cur.Store(&bucket{k: k, due: e.start.Add(time.Duration(k) * cfg.Slot)})
 	for i := 0; i < cfg.Workers; i++ {
 		w := &worker{e: e, id: i}
+		if m != nil {
+			w.rec = m.TickRecorder()
+		}
 		if cfg.ObserveWorker != nil {
 			w.observe = cfg.ObserveWorker(i)
 		}
@@ -554,8 +553,8 @@ func (e *Engine) queue(h *Handle, due time.Time) (gen uint32, ok bool) {
 // while they run, in order.
 func (w *worker) runChunk() int {
 	e := w.e
-	observe, observeW := e.cfg.Observe, w.observe
-	timed := observe != nil || observeW != nil
+	observe, observeW, rec := e.cfg.Observe, w.observe, w.rec
+	timed := observe != nil || observeW != nil || rec != nil
 	ran := 0
 	var t0 time.Time
 	if timed {
@@ -586,10 +585,12 @@ func (w *worker) runChunk() int {
 			h.dues = h.dues[:copy(h.dues, h.dues[1:])]
 			h.mu.Unlock()
 			h.t.Tick(d)
-			e.ticks.Add(1)
 			ran++
 			if timed {
 				t1 := time.Now() // the end of one tick is the start of the next: one clock read per tick
+				if rec != nil {
+					rec.Observe(t0.Sub(d), t1.Sub(t0))
+				}
 				if observe != nil {
 					observe(t0.Sub(d), t1.Sub(t0))
 				}
@@ -601,6 +602,7 @@ func (w *worker) runChunk() int {
 			h.mu.Lock()
 		}
 	}
+	e.ticks.Add(uint64(ran)) // once per chunk: one counter shared by every worker
 	return ran
 }
 

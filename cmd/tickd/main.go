@@ -448,7 +448,7 @@ func summarize(ctx context.Context, every time.Duration, nd *node.Node, engine *
 	defer t.Stop()
 	lastTicks, lastWrites, lastAt := engine.Ticks(), m.WritesOK(), time.Now()
 	var lastSent uint64
-	m.Lateness.Take() // start a fresh window
+	m.TakeLateness() // start a fresh window
 	for {
 		select {
 		case <-ctx.Done():
@@ -458,7 +458,7 @@ func summarize(ctx context.Context, every time.Duration, nd *node.Node, engine *
 		now := time.Now()
 		secs := now.Sub(lastAt).Seconds()
 		ticks, writes := engine.Ticks(), m.WritesOK()
-		p99 := m.Lateness.Take().Quantile(0.99)
+		p99 := m.TakeLateness().Quantile(0.99)
 		instances, shards := 0, 0
 		if h := nd.Host(); h != nil {
 			instances, shards = h.Instances(), len(h.Shards())

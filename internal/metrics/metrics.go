@@ -5,11 +5,8 @@ package metrics
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/tickfence/tickfence/internal/hdr"
 )
 
 // LatencyBuckets run from 50 µs to 1 s, fine enough around 1–5 ms that a 2 ms p99 is visible.
@@ -22,10 +19,7 @@ var LatencyBuckets = []float64{
 
 // Node is the metrics of one tickd node.
 type Node struct {
-	Ticks          prometheus.Counter
 	TicksSkipped   prometheus.CounterFunc
-	TickLateness   prometheus.Histogram
-	TickDuration   prometheus.Histogram
 	StateWrites    *prometheus.CounterVec
 	Instances      prometheus.Gauge
 	ShardsOwned    prometheus.Gauge
@@ -66,11 +60,10 @@ type Node struct {
 	EffectsRefused   prometheus.Counter
 	EffectsPending   prometheus.GaugeFunc
 
-	// Lateness feeds the summary log (p99 over the last interval: Take it once per interval).
-	Lateness *hdr.Window
-	writes   atomic.Uint64
-	skipped  atomic.Pointer[func() uint64]
-	fxHeld   atomic.Pointer[func() uint64]
+	tickMetrics *tickMetrics // tickfence_ticks_total, the tick histograms, the lateness window
+	writes      atomic.Uint64
+	skipped     atomic.Pointer[func() uint64]
+	fxHeld      atomic.Pointer[func() uint64]
 }
 
 var (
@@ -114,13 +107,7 @@ func (m *Node) CountSkipped(f func() uint64) { m.skipped.Store(&f) }
 // newNode registers the node's metrics on reg (never the global registry).
 func newNode(reg prometheus.Registerer) *Node {
 	m := &Node{
-		Lateness: hdr.NewWindow(7),
-		Ticks: prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_ticks_total",
-			Help: "Ticks run by this node's instances."}),
-		TickLateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_tick_lateness_seconds",
-			Help: "Actual minus scheduled start of each tick.", Buckets: LatencyBuckets}),
-		TickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_tick_duration_seconds",
-			Help: "Time spent in one instance's tick (commands applied, game tick, record encoded).", Buckets: LatencyBuckets}),
+		tickMetrics: newTickMetrics(),
 		StateWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tickfence_state_writes_total",
 			Help: "Fenced state writes by outcome: ok, stale_owner (rejected by the fence), conflict, error."}, []string{"result"}),
 		Instances: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_instances",
@@ -211,17 +198,9 @@ func newNode(reg prometheus.Registerer) *Node {
 	for _, r := range []string{"reassigned", "stale_owner", "handoff", "shutdown"} { // a series from 0, so increase() sees the first stop
 		m.ShardStops.WithLabelValues(r)
 	}
-	reg.MustRegister(m.Ticks, m.TicksSkipped, m.TickLateness, m.TickDuration, m.StateWrites, m.Instances,
+	reg.MustRegister(m.tickMetrics, m.TicksSkipped, m.StateWrites, m.Instances,
 		m.ShardsOwned, m.Commands, m.CommandSeconds, m.CommandQueueSeconds, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding, m.WriteSeconds, m.WriteBatch)
 	return m
-}
-
-// ObserveTick records one tick.
-func (m *Node) ObserveTick(lateness, duration time.Duration) {
-	m.Ticks.Inc()
-	m.TickLateness.Observe(lateness.Seconds())
-	m.TickDuration.Observe(duration.Seconds())
-	m.Lateness.Record(lateness)
 }
 
 // StateWrite counts a write outcome.
