@@ -66,6 +66,8 @@ type options struct {
 	sync            bool
 	metricsAddr     string
 	pprof           bool
+	flightDir       string
+	flightP99       time.Duration
 	gcPercent       int
 	procs           int
 	summaryEvery    time.Duration
@@ -131,6 +133,10 @@ func main() {
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler (net/http/pprof) under /debug/pprof/ on the --metrics listener, and sample\n"+
 		"lock contention and blocking for its mutex and block profiles (costs a little CPU); for diagnosis: whoever\n"+
 		"reaches the listener can read goroutine stacks and the command line")
+	fs.StringVar(&o.flightDir, "flight-trace", "", "keep the last seconds of Go's execution trace in memory (up to 15 s or 24 MB) and write them to this directory when a\n"+
+		"summary interval skips ticks (or, with --flight-trace-p99, runs late): what held the tick workers, for\n"+
+		"go tool trace FILE; at most one file a minute; costs CPU while on, so for diagnosis (empty: off)")
+	fs.DurationVar(&o.flightP99, "flight-trace-p99", 0, "with --flight-trace, also write a trace when an interval's tick p99 lateness is over this (0: only on skipped ticks)")
 	fs.IntVar(&o.gcPercent, "gc-percent", 400, "the garbage collector's GOGC: heap growth (%) between collections; higher spends memory to save\n"+
 		"CPU and tick latency (at 2 500 demo dungeons 400 took the tick p99 from ~8 ms to ~2.5 ms for ~75 MB more heap).\n"+
 		"Negative: off. The GOGC environment variable wins unless this flag is given")
@@ -304,6 +310,14 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 		return errors.New("--pprof serves the profiler on the --metrics listener: give --metrics an address")
 	}
 	log = log.With("node", o.nodeID)
+	var fl *flight
+	if o.flightDir != "" {
+		var err error
+		if fl, err = startFlight(o.flightDir, 15*time.Second, o.flightP99, log); err != nil {
+			return err
+		}
+		defer fl.stop()
+	}
 	// First signal: hand off and exit. Second: exit at once.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
@@ -353,7 +367,7 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 			log.Error("demo dungeons could not be created", "err", err)
 		}
 	}
-	summarize(ctx, o.summaryEvery, node.Shard(), node.Engine(), m, driver, log)
+	summarize(ctx, o.summaryEvery, node.Shard(), node.Engine(), m, driver, fl, log)
 
 	if driver != nil {
 		driver.Stop()
@@ -443,10 +457,10 @@ func servePprof(mux *http.ServeMux) {
 	runtime.SetBlockProfileRate(int(100 * time.Microsecond))
 }
 
-func summarize(ctx context.Context, every time.Duration, nd *node.Node, engine *actor.Engine, m *metrics.Node, d *demo.Driver, log *slog.Logger) {
+func summarize(ctx context.Context, every time.Duration, nd *node.Node, engine *actor.Engine, m *metrics.Node, d *demo.Driver, fl *flight, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	lastTicks, lastWrites, lastAt := engine.Ticks(), m.WritesOK(), time.Now()
+	lastTicks, lastWrites, lastAt, lastSkipped := engine.Ticks(), m.WritesOK(), time.Now(), engine.Skipped()
 	var lastSent uint64
 	m.TakeLateness() // start a fresh window
 	for {
@@ -476,7 +490,9 @@ func summarize(ctx context.Context, every time.Duration, nd *node.Node, engine *
 			lastSent = sent
 		}
 		log.Info("summary", attrs...)
-		lastTicks, lastWrites, lastAt = ticks, writes, now
+		skipped := engine.Skipped()
+		fl.check(now, skipped-lastSkipped, p99)
+		lastTicks, lastWrites, lastAt, lastSkipped = ticks, writes, now, skipped
 	}
 }
 

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// The flight recorder writes its trace when an interval skipped ticks or went over the p99
+// threshold, at most once per gap, and the file is a Go execution trace.
+func TestFlightTraceWrittenOnSkipsAndLateness(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "traces")
+	fl, err := startFlight(dir, time.Second, 10*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.stop()
+	time.Sleep(50 * time.Millisecond) // something to record
+	now := time.Now()
+	steps := []struct {
+		at      time.Duration
+		skipped uint64
+		p99     time.Duration
+		want    bool
+	}{
+		{0, 0, 5 * time.Millisecond, false},            // on time, nothing skipped
+		{0, 0, 10 * time.Millisecond, false},           // at the threshold is not over it
+		{0, 3, time.Millisecond, true},                 // skipped ticks
+		{30 * time.Second, 1, time.Millisecond, false}, // within a minute of the last file
+		{90 * time.Second, 0, 11 * time.Millisecond, true},
+	}
+	files := 0
+	for i, s := range steps {
+		if got := fl.check(now.Add(s.at), s.skipped, s.p99); got != s.want {
+			t.Errorf("step %d (%+v): wrote %v, want %v", i, s, got, s.want)
+		}
+		if s.want {
+			files++
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != files {
+		t.Fatalf("%d files in %s, want %d", len(entries), dir, files)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(b, []byte("go 1.")) || len(b) < 1000 {
+			t.Errorf("%s: %d bytes starting %q, not a Go execution trace", e.Name(), len(b), b[:min(len(b), 16)])
+		}
+	}
+	// Off unless asked for: a nil recorder never writes.
+	var off *flight
+	if off.check(now, 100, time.Second) {
+		t.Error("a nil flight recorder wrote a trace")
+	}
+}
