@@ -374,13 +374,7 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 	}
 	// The body goes out from the queue, perhaps after Exec returned: the caller may reuse its own.
 	body = bytes.Clone(body)
-	gaveUp := func(cause error, last error) error {
-		name := requestID
-		if seq != 0 {
-			name = fmt.Sprintf("%s/%d", c.ID, seq)
-		}
-		return fmt.Errorf("command %s to %s: gave up: %w (last: %v)", name, instance, cause, last)
-	}
+	gaveUp := func(cause error, last error) error { return c.gaveUp(instance, requestID, seq, cause, last) }
 	// One timer for every attempt and backoff of this command, not a context per attempt.
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -410,28 +404,20 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 		if testHookAttempt != nil {
 			testHookAttempt()
 		}
-		tok, outcome := c.replies.send(m)
+		outcome := make(chan answer, 1)
+		tok := c.replies.send(m, func(a answer) { outcome <- a }) // buffered for the one answer
 		if !wait(c.Attempt) {
 			c.replies.forget(tok)
 			return nil, wire.Status{}, gaveUp(context.DeadlineExceeded, last)
 		}
 		select {
 		case a := <-outcome:
-			resp := a.m
-			switch {
-			case a.err != nil:
-				last = a.err
-			case noResponders(resp):
-				last = nats.ErrNoResponders
-			default:
-				r, derr := wire.DecodeStatus(resp.Data, asJSON)
-				if derr != nil {
-					return resp.Data, r, derr
-				}
-				if r.OK || !Retryable(r.Error.Code) {
-					return resp.Data, r, nil
-				}
-				last = r.Error
+			var final bool
+			var raw []byte
+			var st wire.Status
+			var err error
+			if final, raw, st, err, last = judge(a, asJSON); final {
+				return raw, st, err
 			}
 		case <-timer.C:
 			c.replies.forget(tok)
@@ -451,6 +437,29 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// judge reads an attempt's outcome: final, with what Exec returns, or to retry after last.
+func judge(a answer, asJSON bool) (final bool, raw []byte, st wire.Status, err, last error) {
+	switch {
+	case a.err != nil:
+		return false, nil, st, nil, a.err
+	case noResponders(a.m):
+		return false, nil, st, nil, nats.ErrNoResponders
+	}
+	st, err = wire.DecodeStatus(a.m.Data, asJSON)
+	if err != nil || st.OK || !Retryable(st.Error.Code) {
+		return true, a.m.Data, st, err, nil
+	}
+	return false, nil, st, nil, st.Error
+}
+
+func (c *Client) gaveUp(instance, requestID string, seq uint64, cause, last error) error {
+	name := requestID
+	if seq != 0 {
+		name = fmt.Sprintf("%s/%d", c.ID, seq)
+	}
+	return fmt.Errorf("command %s to %s: gave up: %w (last: %v)", name, instance, cause, last)
 }
 
 // SendMap encodes cmd as msgpack and sends it.

@@ -41,7 +41,7 @@ const replyStripes = 16
 
 type replyTab struct {
 	mu      sync.Mutex
-	waiting map[uint64]chan answer
+	waiting map[uint64]func(answer)
 }
 
 // answer is an attempt's outcome: the owner's message, or why the attempt could not be sent.
@@ -60,7 +60,7 @@ func (r *replies) start(nc *nats.Conn) error {
 	r.once.Do(func() {
 		r.nc, r.prefix = nc, nc.NewInbox()+"."
 		for i := range r.tabs {
-			r.tabs[i].waiting = map[uint64]chan answer{}
+			r.tabs[i].waiting = map[uint64]func(answer){}
 		}
 		// Lives as long as the connection, as nats.go's own request multiplexer does.
 		_, r.err = nc.Subscribe(r.prefix+"*", r.deliver)
@@ -76,38 +76,39 @@ func (r *replies) deliver(m *nats.Msg) {
 	r.settle(tok, answer{m: m})
 }
 
-// settle hands an attempt its outcome, if it still waits for one.
+// settle hands an attempt its outcome, if it still waits for one: the token is gone first, so
+// its function runs once, on the goroutine settling it.
 func (r *replies) settle(tok uint64, a answer) {
 	t := &r.tabs[tok%replyStripes]
 	t.mu.Lock()
-	ch := t.waiting[tok]
+	fn := t.waiting[tok]
 	delete(t.waiting, tok)
 	t.mu.Unlock()
-	if ch != nil {
-		ch <- a // buffered for one: never blocks, and the token is gone, so nothing else comes
+	if fn != nil {
+		fn(a)
 	}
 }
 
-// send registers a new attempt of m and queues it for publishing; its outcome arrives on the
-// channel returned, with the token to forget it by.
-func (r *replies) send(m *nats.Msg) (uint64, chan answer) {
+// send registers a new attempt of m and queues it for publishing; its outcome goes to fn (which
+// must not block: it runs on the subscription's goroutine, or the sender's if publishing
+// fails), unless it is forgotten first. It returns the token to forget it by.
+func (r *replies) send(m *nats.Msg, fn func(answer)) uint64 {
 	tok := r.next.Add(1)
 	m.Reply = r.prefix + strconv.FormatUint(tok, 10)
-	ch := make(chan answer, 1)
 	t := &r.tabs[tok%replyStripes]
 	t.mu.Lock()
-	t.waiting[tok] = ch
+	t.waiting[tok] = fn
 	t.mu.Unlock()
 	r.out.Lock()
 	r.queued = append(r.queued, outgoing{m, tok})
 	if r.publishing {
 		r.out.Unlock() // the publisher takes it with the rest
-		return tok, ch
+		return tok
 	}
 	r.publishing = true
 	r.out.Unlock()
 	r.publish(publishRounds)
-	return tok, ch
+	return tok
 }
 
 // publishRounds bounds how many times a sender publishes the queue before it leaves the rest to
@@ -145,12 +146,15 @@ func (r *replies) publish(rounds int) {
 	r.out.Unlock()
 }
 
-// forget drops a token whose answer is no longer awaited (a late answer is then discarded).
-func (r *replies) forget(tok uint64) {
+// forget drops a token whose answer is no longer awaited (a late answer is then discarded). It
+// reports whether the token still waited: false, its outcome was or is being settled.
+func (r *replies) forget(tok uint64) bool {
 	t := &r.tabs[tok%replyStripes]
 	t.mu.Lock()
+	_, ok := t.waiting[tok]
 	delete(t.waiting, tok)
 	t.mu.Unlock()
+	return ok
 }
 
 // awaited reports whether tok's attempt still waits for its outcome.

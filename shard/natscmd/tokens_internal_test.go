@@ -3,6 +3,7 @@ package natscmd
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,29 @@ import (
 
 // Every way out of Exec forgets its tokens.
 func TestExecLeavesNoTokenBehind(t *testing.T) {
+	leavesNoTokenBehind(t, func(c *Client, ctx context.Context, id string, body []byte) {
+		_, _, _ = c.Exec(ctx, id, "", body, false)
+	})
+}
+
+// And of Go, which also calls done once for every command.
+func TestGoLeavesNoTokenBehind(t *testing.T) {
+	leavesNoTokenBehind(t, func(c *Client, ctx context.Context, id string, body []byte) {
+		var calls sync.WaitGroup
+		calls.Add(1)
+		var n atomic.Int32
+		c.Go(ctx, id, "", body, false, func([]byte, wire.Status, error) {
+			if n.Add(1) == 1 {
+				calls.Done()
+			} else {
+				t.Errorf("done called %d times for one command to %s", n.Load(), id)
+			}
+		})
+		calls.Wait()
+	})
+}
+
+func leavesNoTokenBehind(t *testing.T, send func(c *Client, ctx context.Context, id string, body []byte)) {
 	srv, err := natsserver.Start(natsserver.Config{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +97,7 @@ func TestExecLeavesNoTokenBehind(t *testing.T) {
 			if i%11 == 0 {
 				body = make([]byte, cnc.MaxPayload()+1)
 			}
-			_, _, _ = c.Exec(ctx, id, "", body, false)
+			send(c, ctx, id, body)
 		})
 	}
 	wg.Wait()
