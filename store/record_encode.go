@@ -1,8 +1,7 @@
 package store
 
 import (
-	"encoding/binary"
-	"math"
+	"github.com/tickfence/tickfence/internal/mpenc"
 )
 
 // appendRecord appends the msgpack encoding of r to b: byte for byte what msgpack.Encoder
@@ -34,162 +33,77 @@ func appendRecord(b []byte, r *Record) []byte {
 	if r.Blob != nil {
 		n++
 	}
-	b = mpMapLen(b, n)
-	b = mpInt(mpStr(b, "v"), int64(r.V))
-	b = mpUint(mpStr(b, "token"), r.Token)
-	b = mpUint(mpStr(b, "tick"), r.Tick)
-	b = mpStr(mpStr(b, "kind"), r.Kind)
-	b = mpBin(mpStr(b, "state"), r.State)
-	b = mpStr(b, "reqs")
+	b = mpenc.MapLen(b, n)
+	b = mpenc.Int(mpenc.Str(b, "v"), int64(r.V))
+	b = mpenc.Uint(mpenc.Str(b, "token"), r.Token)
+	b = mpenc.Uint(mpenc.Str(b, "tick"), r.Tick)
+	b = mpenc.Str(mpenc.Str(b, "kind"), r.Kind)
+	b = mpenc.Bin(mpenc.Str(b, "state"), r.State)
+	b = mpenc.Str(b, "reqs")
 	if r.Reqs == nil {
 		b = append(b, 0xc0)
 	} else {
-		b = mpArrayLen(b, len(r.Reqs))
+		b = mpenc.ArrayLen(b, len(r.Reqs))
 		for i := range r.Reqs {
 			q := &r.Reqs[i]
-			b = mpMapLen(b, 4)
-			b = mpStr(mpStr(b, "id"), q.ID)
-			b = mpUint(mpStr(b, "fp"), q.Fingerprint)
-			b = mpBin(mpStr(b, "res"), q.Result)
-			b = mpUint(mpStr(b, "at"), q.At)
+			b = mpenc.MapLen(b, 4)
+			b = mpenc.Str(mpenc.Str(b, "id"), q.ID)
+			b = mpenc.Uint(mpenc.Str(b, "fp"), q.Fingerprint)
+			b = mpenc.Bin(mpenc.Str(b, "res"), q.Result)
+			b = mpenc.Uint(mpenc.Str(b, "at"), q.At)
 		}
 	}
 	if len(r.Create) > 0 {
-		b = mpBin(mpStr(b, "create"), r.Create)
+		b = mpenc.Bin(mpenc.Str(b, "create"), r.Create)
 	}
 	if len(r.Clients) > 0 {
-		b = mpArrayLen(mpStr(b, "clients"), len(r.Clients))
+		b = mpenc.ArrayLen(mpenc.Str(b, "clients"), len(r.Clients))
 		for i := range r.Clients {
 			c := &r.Clients[i]
 			if len(c.Done) > 0 {
-				b = mpMapLen(b, 4)
+				b = mpenc.MapLen(b, 4)
 			} else {
-				b = mpMapLen(b, 3)
+				b = mpenc.MapLen(b, 3)
 			}
-			b = mpStr(mpStr(b, "id"), c.ID)
-			b = mpUint(mpStr(b, "ack"), c.Ack)
-			b = mpUint(mpStr(b, "seen"), c.Seen)
+			b = mpenc.Str(mpenc.Str(b, "id"), c.ID)
+			b = mpenc.Uint(mpenc.Str(b, "ack"), c.Ack)
+			b = mpenc.Uint(mpenc.Str(b, "seen"), c.Seen)
 			if len(c.Done) > 0 {
-				b = mpArrayLen(mpStr(b, "done"), len(c.Done))
+				b = mpenc.ArrayLen(mpenc.Str(b, "done"), len(c.Done))
 				for j := range c.Done {
 					d := &c.Done[j]
-					b = mpMapLen(b, 3)
-					b = mpUint(mpStr(b, "seq"), d.Seq)
-					b = mpUint(mpStr(b, "fp"), d.Fingerprint)
-					b = mpBin(mpStr(b, "res"), d.Result)
+					b = mpenc.MapLen(b, 3)
+					b = mpenc.Uint(mpenc.Str(b, "seq"), d.Seq)
+					b = mpenc.Uint(mpenc.Str(b, "fp"), d.Fingerprint)
+					b = mpenc.Bin(mpenc.Str(b, "res"), d.Result)
 				}
 			}
 		}
 	}
 	if r.Ended {
-		b = append(mpStr(b, "ended"), 0xc3)
+		b = append(mpenc.Str(b, "ended"), 0xc3)
 	}
 	if r.EndedAt != 0 {
-		b = mpInt(mpStr(b, "ended_at"), r.EndedAt)
+		b = mpenc.Int(mpenc.Str(b, "ended_at"), r.EndedAt)
 	}
 	if len(r.Fx) > 0 {
-		b = mpArrayLen(mpStr(b, "fx"), len(r.Fx))
+		b = mpenc.ArrayLen(mpenc.Str(b, "fx"), len(r.Fx))
 		for i := range r.Fx {
 			e := &r.Fx[i]
-			b = mpMapLen(b, 3)
-			b = mpStr(mpStr(b, "key"), e.Key)
-			b = mpStr(mpStr(b, "kind"), e.Kind)
-			b = mpBin(mpStr(b, "payload"), e.Payload)
+			b = mpenc.MapLen(b, 3)
+			b = mpenc.Str(mpenc.Str(b, "key"), e.Key)
+			b = mpenc.Str(mpenc.Str(b, "kind"), e.Kind)
+			b = mpenc.Bin(mpenc.Str(b, "payload"), e.Payload)
 		}
 	}
 	if r.FxSeq != 0 {
-		b = mpUint(mpStr(b, "fx_seq"), r.FxSeq)
+		b = mpenc.Uint(mpenc.Str(b, "fx_seq"), r.FxSeq)
 	}
 	if r.Blob != nil {
-		b = mpMapLen(mpStr(b, "blob"), 3)
-		b = mpStr(mpStr(b, "name"), r.Blob.Name)
-		b = mpStr(mpStr(b, "digest"), r.Blob.Digest)
-		b = mpInt(mpStr(b, "size"), int64(r.Blob.Size))
+		b = mpenc.MapLen(mpenc.Str(b, "blob"), 3)
+		b = mpenc.Str(mpenc.Str(b, "name"), r.Blob.Name)
+		b = mpenc.Str(mpenc.Str(b, "digest"), r.Blob.Digest)
+		b = mpenc.Int(mpenc.Str(b, "size"), int64(r.Blob.Size))
 	}
 	return b
-}
-
-// The msgpack formats below are those msgpack.Encoder writes with compact integers.
-
-func mpMapLen(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, 0x80|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n))
-	default:
-		return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
-	}
-}
-
-func mpArrayLen(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, 0x90|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xdc), uint16(n))
-	default:
-		return binary.BigEndian.AppendUint32(append(b, 0xdd), uint32(n))
-	}
-}
-
-func mpStr(b []byte, s string) []byte {
-	switch n := len(s); {
-	case n < 32:
-		b = append(b, 0xa0|byte(n))
-	case n < 256:
-		b = append(b, 0xd9, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n))
-	}
-	return append(b, s...)
-}
-
-// mpBin: nil is msgpack's nil, as the reflective encoder writes a nil []byte.
-func mpBin(b []byte, p []byte) []byte {
-	switch n := len(p); {
-	case p == nil:
-		return append(b, 0xc0)
-	case n < 256:
-		b = append(b, 0xc4, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xc5), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
-	}
-	return append(b, p...)
-}
-
-func mpUint(b []byte, v uint64) []byte {
-	switch {
-	case v <= 0x7f:
-		return append(b, byte(v))
-	case v <= math.MaxUint8:
-		return append(b, 0xcc, byte(v))
-	case v <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(v))
-	case v <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(v))
-	default:
-		return binary.BigEndian.AppendUint64(append(b, 0xcf), v)
-	}
-}
-
-func mpInt(b []byte, v int64) []byte {
-	switch {
-	case v >= 0:
-		return mpUint(b, uint64(v))
-	case v >= -32:
-		return append(b, byte(v))
-	case v >= math.MinInt8:
-		return append(b, 0xd0, byte(v))
-	case v >= math.MinInt16:
-		return binary.BigEndian.AppendUint16(append(b, 0xd1), uint16(v))
-	case v >= math.MinInt32:
-		return binary.BigEndian.AppendUint32(append(b, 0xd2), uint32(v))
-	default:
-		return binary.BigEndian.AppendUint64(append(b, 0xd3), uint64(v))
-	}
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tickfence/tickfence/internal/mpenc"
 )
 
 // The encoding fast path. Every answer a node gives, and every command the Go client sends, is
@@ -56,47 +58,44 @@ func appendFast(b []byte, v any, depth int) ([]byte, bool) {
 		}
 		return append(b, 0xc2), true
 	case string:
-		return appendString(b, x), true
+		return mpenc.Str(b, x), true
 	case []byte:
-		if x == nil {
-			return append(b, 0xc0), true
-		}
-		return appendBinary(b, x), true
+		return mpenc.Bin(b, x), true
 	case int:
-		return appendInt(b, int64(x)), true
+		return mpenc.Int(b, int64(x)), true
 	case int8:
-		return appendInt(b, int64(x)), true
+		return mpenc.Int(b, int64(x)), true
 	case int16:
-		return appendInt(b, int64(x)), true
+		return mpenc.Int(b, int64(x)), true
 	case int32:
-		return appendInt(b, int64(x)), true
+		return mpenc.Int(b, int64(x)), true
 	case int64:
-		return appendInt(b, x), true
+		return mpenc.Int(b, x), true
 	case uint:
-		return appendUint(b, uint64(x)), true
+		return mpenc.Uint(b, uint64(x)), true
 	case uint8:
-		return appendUint(b, uint64(x)), true
+		return mpenc.Uint(b, uint64(x)), true
 	case uint16:
-		return appendUint(b, uint64(x)), true
+		return mpenc.Uint(b, uint64(x)), true
 	case uint32:
-		return appendUint(b, uint64(x)), true
+		return mpenc.Uint(b, uint64(x)), true
 	case uint64:
-		return appendUint(b, x), true
+		return mpenc.Uint(b, x), true
 	case float32:
 		if float32(int64(x)) == x { // msgpack's compact floats: an integral float is an integer
-			return appendInt(b, int64(x)), true
+			return mpenc.Int(b, int64(x)), true
 		}
 		return binary.BigEndian.AppendUint32(append(b, 0xca), math.Float32bits(x)), true
 	case float64:
 		if float64(int64(x)) == x {
-			return appendInt(b, int64(x)), true
+			return mpenc.Int(b, int64(x)), true
 		}
 		return binary.BigEndian.AppendUint64(append(b, 0xcb), math.Float64bits(x)), true
 	case []any:
 		if x == nil {
 			return append(b, 0xc0), true
 		}
-		b = appendHeader(b, 0x90, 0xdc, len(x))
+		b = mpenc.ArrayLen(b, len(x))
 		for _, e := range x {
 			var ok bool
 			if b, ok = appendFast(b, e, depth+1); !ok {
@@ -114,9 +113,9 @@ func appendFast(b []byte, v any, depth int) ([]byte, bool) {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		b = appendHeader(b, 0x80, 0xde, len(x))
+		b = mpenc.MapLen(b, len(x))
 		for _, k := range keys {
-			b = appendString(b, k)
+			b = mpenc.Str(b, k)
 			var ok bool
 			if b, ok = appendFast(b, x[k], depth+1); !ok {
 				return b, false
@@ -135,16 +134,16 @@ func appendFast(b []byte, v any, depth int) ([]byte, bool) {
 		if x.Error != nil {
 			n++
 		}
-		b = appendString(append(b, 0x80|byte(n)), "ok")
+		b = mpenc.Str(append(b, 0x80|byte(n)), "ok")
 		b, _ = appendFast(b, x.OK, depth+1)
 		if !emptyResult {
 			var ok bool
-			if b, ok = appendFast(appendString(b, "result"), x.Result, depth+1); !ok {
+			if b, ok = appendFast(mpenc.Str(b, "result"), x.Result, depth+1); !ok {
 				return b, false
 			}
 		}
 		if x.Error != nil {
-			b = appendError(appendString(b, "error"), x.Error)
+			b = appendError(mpenc.Str(b, "error"), x.Error)
 		}
 		return b, true
 	case *Error:
@@ -201,77 +200,8 @@ func isEmpty(v any) (empty, known bool) {
 }
 
 func appendError(b []byte, e *Error) []byte {
-	b = appendString(append(b, 0x82), "code")
-	b = appendString(b, e.Code)
-	b = appendString(b, "message")
-	return appendString(b, e.Message)
-}
-
-// appendHeader appends an array or map header: fix (up to 15), 16-bit or 32-bit length.
-func appendHeader(b []byte, fix, code16 byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, fix|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, code16), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, code16+1), uint32(n))
-}
-
-func appendString(b []byte, s string) []byte {
-	switch n := len(s); {
-	case n < 32:
-		b = append(b, 0xa0|byte(n))
-	case n <= math.MaxUint8:
-		b = append(b, 0xd9, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n))
-	}
-	return append(b, s...)
-}
-
-func appendBinary(b, p []byte) []byte {
-	switch n := len(p); {
-	case n <= math.MaxUint8:
-		b = append(b, 0xc4, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xc5), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
-	}
-	return append(b, p...)
-}
-
-// appendUint appends n in the fewest bytes: positive fixint, uint8, uint16, uint32, uint64.
-func appendUint(b []byte, n uint64) []byte {
-	switch {
-	case n <= math.MaxInt8:
-		return append(b, byte(n))
-	case n <= math.MaxUint8:
-		return append(b, 0xcc, byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(n))
-	case n <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(n))
-	}
-	return binary.BigEndian.AppendUint64(append(b, 0xcf), n)
-}
-
-// appendInt appends n in the fewest bytes, as an unsigned integer when it is not negative.
-func appendInt(b []byte, n int64) []byte {
-	switch {
-	case n >= 0:
-		return appendUint(b, uint64(n))
-	case n >= -32:
-		return append(b, byte(n))
-	case n >= math.MinInt8:
-		return append(b, 0xd0, byte(n))
-	case n >= math.MinInt16:
-		return binary.BigEndian.AppendUint16(append(b, 0xd1), uint16(n))
-	case n >= math.MinInt32:
-		return binary.BigEndian.AppendUint32(append(b, 0xd2), uint32(n))
-	}
-	return binary.BigEndian.AppendUint64(append(b, 0xd3), uint64(n))
+	b = mpenc.Str(append(b, 0x82), "code")
+	b = mpenc.Str(b, e.Code)
+	b = mpenc.Str(b, "message")
+	return mpenc.Str(b, e.Message)
 }
