@@ -341,12 +341,21 @@ func (e *Engine) Remove(h *Handle) {
 
 // Stop stops every worker after its current tick and waits for them.
 func (e *Engine) Stop() {
+	first := false
 	select {
 	case <-e.stop:
 	default:
 		close(e.stop)
+		first = true
 	}
 	e.wg.Wait()
+	if first {
+		for _, w := range e.workers {
+			if w.rec != nil {
+				w.rec.Retire() // its counts stay in the node's metrics; it is no longer walked
+			}
+		}
+	}
 }
 
 // Advance runs, on the calling goroutine, every tick of a Manual engine due at or before now,

@@ -64,3 +64,48 @@ func TestTickRecordersAddUpToOneHistogram(t *testing.T) {
 		t.Errorf("a second TakeLateness holds %d values, want 0", h.Count())
 	}
 }
+
+// A retired recorder (its engine stopped) keeps its counts in the node's metrics and is no
+// longer walked: engines made and stopped on one registry do not pile up.
+func TestRetiredTickRecordersKeepTheirCounts(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := For(reg)
+	ticks := func() (float64, uint64, float64) {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n float64
+		var h *dto.Histogram
+		for _, f := range families {
+			switch f.GetName() {
+			case "tickfence_ticks_total":
+				n = f.GetMetric()[0].GetCounter().GetValue()
+			case "tickfence_tick_lateness_seconds":
+				h = f.GetMetric()[0].GetHistogram()
+			}
+		}
+		return n, h.GetSampleCount(), h.GetSampleSum()
+	}
+	for i := range 100 {
+		r := m.TickRecorder()
+		r.Observe(time.Millisecond, time.Microsecond)
+		r.Observe(3*time.Millisecond, time.Microsecond)
+		before, count, sum := ticks()
+		r.Retire()
+		r.Retire() // twice is once
+		after, acount, asum := ticks()
+		if before != float64(2*(i+1)) || after != before || acount != count || math.Abs(asum-sum) > 1e-9 {
+			t.Fatalf("engine %d: ticks %v, count %d, sum %v before retiring; %v, %d, %v after", i, before, count, sum, after, acount, asum)
+		}
+	}
+	m.tickMetrics.mu.Lock()
+	n := len(m.tickMetrics.recorders)
+	m.tickMetrics.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d recorders still walked after all retired", n)
+	}
+	if h := m.TakeLateness(); h.Count() != 0 {
+		t.Errorf("the summary window holds %d values of retired recorders", h.Count())
+	}
+}
