@@ -594,6 +594,7 @@ func (w *worker) runChunk() int {
 			h.dues = h.dues[:copy(h.dues, h.dues[1:])]
 			h.mu.Unlock()
 			h.t.Tick(d)
+			e.ticks.Add(1) // per tick: a chunk whose instance overruns its period may never end
 			ran++
 			if timed {
 				t1 := time.Now() // the end of one tick is the start of the next: one clock read per tick
@@ -611,7 +612,6 @@ func (w *worker) runChunk() int {
 			h.mu.Lock()
 		}
 	}
-	e.ticks.Add(uint64(ran)) // once per chunk: one counter shared by every worker
 	return ran
 }
 
