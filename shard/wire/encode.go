@@ -135,7 +135,11 @@ func appendFast(b []byte, v any, depth int) ([]byte, bool) {
 			n++
 		}
 		b = mpenc.Str(append(b, 0x80|byte(n)), "ok")
-		b, _ = appendFast(b, x.OK, depth+1)
+		if x.OK {
+			b = append(b, 0xc3)
+		} else {
+			b = append(b, 0xc2)
+		}
 		if !emptyResult {
 			var ok bool
 			if b, ok = appendFast(mpenc.Str(b, "result"), x.Result, depth+1); !ok {
