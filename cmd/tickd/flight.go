@@ -47,21 +47,22 @@ func (f *flight) check(now time.Time, skipped uint64, p99 time.Duration) bool {
 	if !f.last.IsZero() && now.Sub(f.last) < f.gap {
 		return false
 	}
-	f.last = now
 	path := filepath.Join(f.dir, "tickd-"+now.UTC().Format("20060102T150405.000Z")+".trace")
 	file, err := os.Create(path)
 	if err != nil {
 		f.log.Warn("flight trace not written", "err", err)
-		return false
+		return false // the next interval tries again: a failure does not use up the minute
 	}
 	n, err := f.fr.WriteTo(file)
 	if cerr := file.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
+		_ = os.Remove(path) // no partial trace
 		f.log.Warn("flight trace not written", "path", path, "err", err)
 		return false
 	}
+	f.last = now
 	f.log.Warn("flight trace written", "path", path, "bytes", n, "skipped_ticks", skipped, "p99_lateness", p99)
 	return true
 }

@@ -309,6 +309,15 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	if o.pprof && o.metricsAddr == "" {
 		return errors.New("--pprof serves the profiler on the --metrics listener: give --metrics an address")
 	}
+	if o.summaryEvery <= 0 {
+		return fmt.Errorf("--summary-every must be positive, got %v", o.summaryEvery)
+	}
+	if o.flightP99 != 0 && o.flightDir == "" {
+		return errors.New("--flight-trace-p99 needs --flight-trace DIR (where the traces go)")
+	}
+	if o.flightP99 < 0 {
+		return fmt.Errorf("--flight-trace-p99 must not be negative, got %v", o.flightP99)
+	}
 	log = log.With("node", o.nodeID)
 	var fl *flight
 	if o.flightDir != "" {

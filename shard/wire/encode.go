@@ -82,6 +82,11 @@ func appendFast(b []byte, v any, depth int) ([]byte, bool) {
 	case uint64:
 		return mpenc.Uint(b, x), true
 	case float32:
+		if x != x {
+			// msgpack reaches a float32 inside []any or a Reply through float64, which sets a
+			// signalling NaN's quiet bit, and in a map it does not: leave NaNs to it.
+			return b, false
+		}
 		if float32(int64(x)) == x { // msgpack's compact floats: an integral float is an integer
 			return mpenc.Int(b, int64(x)), true
 		}

@@ -114,3 +114,42 @@ func TestCanonicalDifferentialReview(t *testing.T) {
 		}
 	}
 }
+
+// Review finding: msgpack reaches a float32 in []any or a Reply through float64, which sets a
+// signalling NaN's quiet bit; the fast path wrote its bits unchanged, so a command holding one
+// got another body and fingerprint than before the fast path.
+func TestCanonicalFloat32SignallingNaN(t *testing.T) {
+	snan := math.Float32frombits(0x7f800001)
+	for _, v := range []any{
+		snan,
+		map[string]any{"x": snan},
+		[]any{snan},
+		Reply{OK: true, Result: snan},
+		map[string]any{"type": "attack", "at": []any{math.Float32frombits(0xff803030)}},
+	} {
+		want, werr := canonicalGeneral(v)
+		got, gerr := Canonical(v)
+		if werr != nil || gerr != nil || !bytes.Equal(got, want) {
+			t.Errorf("Canonical(%#v) = % x; msgpack gives % x", v, got, want)
+		}
+	}
+}
+
+// The same through the command path: a msgpack command holding a float32 signalling NaN in an
+// array is not canonical (floats), so decodeBody decodes it and encodes it with Canonical; its
+// body (and fingerprint) is no longer what msgpack's encoder gave before 8c07739 (and gives now).
+func TestCommandWithASignallingNaNKeepsMsgpacksFingerprint(t *testing.T) {
+	data := []byte{0x82, 0xa2, 'a', 't', 0x91, 0xca, 0x7f, 0x80, 0x00, 0x01, 0xa4, 't', 'y', 'p', 'e', 0xa1, 'a'}
+	req, err := decodeBody(Subject(0, "i-1"), "", data, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := decodeMap(data, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := canonicalGeneral(m)
+	if !bytes.Equal(req.Body, want) {
+		t.Errorf("body % x (fingerprint %x); msgpack's encoder gives % x (fingerprint %x)", req.Body, req.Fingerprint, want, Fingerprint(want))
+	}
+}
