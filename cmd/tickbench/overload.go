@@ -57,6 +57,11 @@ type overloadStep struct {
 	// NodeP99: the node's own view of a command, from its arrival (its queue wait included) to its
 	// answer (tickfence_command_seconds); round trips far over it waited outside the node.
 	NodeP99 time.Duration `json:"node_command_p99_ns"`
+	// NodeLate: commands per second the node itself answered later than the give-up after their
+	// arrival (tickfence_command_seconds over the largest bucket bound at or under it): of the
+	// timed out, those the node answered too late; the rest waited outside it (the server, the
+	// generator's own queues).
+	NodeLate float64 `json:"node_answered_after_give_up_per_s"`
 	// QueueP99: of that, the wait in the node's queue before it read the command.
 	QueueP99 time.Duration `json:"node_queue_p99_ns"`
 	// ReplyQueue: the most answers waiting in the generator's own reply queue in the step (answers
@@ -299,6 +304,7 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		s.WriteP50, s.WriteP99 = secs2(proc.Quantile(w, 0.5)), secs2(proc.Quantile(w, 0.99))
 		c := proc.Delta(before.Histogram("tickfence_command_seconds"), after.Histogram("tickfence_command_seconds"))
 		s.NodeP99 = secs2(proc.Quantile(c, 0.99))
+		s.NodeLate = proc.Above(c, o.cfg.Timeout.Seconds()) / secs
 		q := proc.Delta(before.Histogram("tickfence_command_queue_seconds"), after.Histogram("tickfence_command_queue_seconds"))
 		s.QueueP99 = secs2(proc.Quantile(q, 0.99))
 		writes := after[`tickfence_state_writes_total{result="ok"}`] - before[`tickfence_state_writes_total{result="ok"}`]
@@ -412,10 +418,10 @@ func printOverload(rep overloadReport) {
 	}
 	fmt.Printf("peak %.0f ok/s (the most acknowledged in a step, or the capacity if higher); not sent: the dungeon had %d attacks unanswered\n\n", peak, store.MaxClientInFlight)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "load\toffered/s\tok/s\tok vs peak\tbusy/s\ttimed out/s\tnot sent/s\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tnode p99 ms\tnode queue p99 ms\treply queue\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
+	fmt.Fprintln(w, "load\toffered/s\tok/s\tok vs peak\tbusy/s\ttimed out/s\tnot sent/s\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tnode p99 ms\tnode late/s\tnode queue p99 ms\treply queue\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
 	for _, s := range rep.Steps {
-		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.1f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
-			s.Percent, s.Offered, s.OK, 100*s.OK/peak, s.Busy, s.TimedOut, s.NotSentRate, s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), ms(s.NodeP99), ms(s.QueueP99), s.ReplyQueue, 100*s.TicksFrac, s.Skipped,
+		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.1f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%d\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
+			s.Percent, s.Offered, s.OK, 100*s.OK/peak, s.Busy, s.TimedOut, s.NotSentRate, s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), ms(s.NodeP99), s.NodeLate, ms(s.QueueP99), s.ReplyQueue, 100*s.TicksFrac, s.Skipped,
 			ms(s.LateP99), ms(s.WriteP50), ms(s.WriteP99), s.RecordBytes, s.BytesPerCmd, s.CPU, s.ServerCPU, s.LoadCPU)
 	}
 	w.Flush()
