@@ -117,6 +117,11 @@ type Options struct {
 	// actor.DefaultWorkers: 16 per GOMAXPROCS, 16 to 64; more than the cores hold the tick
 	// schedule better beside the command path and an embedded server).
 	TickWorkers int
+	// MaxCatchUp is how far behind its schedule the tick engine may fall and still run every
+	// tick, late; beyond it, it skips to the present and counts the ticks it skipped (default
+	// actor.DefaultCatchUp, 250 ms, at least 2 periods). A game that would rather drop ticks
+	// than run them late gives less.
+	MaxCatchUp time.Duration
 	// CheckpointEvery writes an instance at least every this many ticks without commands
 	// (default 20).
 	CheckpointEvery uint64
@@ -310,7 +315,8 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	// The lease reports the p99 tick lateness since its last renewal (operators' tools show it).
 	late := hdr.NewWindow(7)
 	if n.engine, err = actor.NewEngine(actor.EngineConfig{Rate: opt.TickRate, Workers: opt.TickWorkers, Registerer: opt.Registerer,
-		Observe: func(lateness, _ time.Duration) { late.Record(lateness) }}); err != nil {
+		MaxCatchUp: actor.CatchUpPeriods(opt.MaxCatchUp, opt.TickRate),
+		Observe:    func(lateness, _ time.Duration) { late.Record(lateness) }}); err != nil {
 		return nil, fmt.Errorf("tickfence: Options.TickRate: %w", err)
 	}
 	kinds, err := actor.NewKinds(opt.Kinds...)

@@ -2,6 +2,7 @@ package actor
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -29,8 +30,9 @@ type EngineConfig struct {
 	// half-millisecond buckets keep the p99 lateness under 2 ms).
 	Slot time.Duration
 	// MaxCatchUp is how many periods a worker may fall behind and still run every tick late;
-	// beyond it, it skips to the present and counts the skipped ticks (default 2). It is also
-	// how many ticks an instance may owe while one of its ticks runs long (see Engine).
+	// beyond it, it skips to the present and counts the skipped ticks (default: the periods in
+	// DefaultCatchUp, at least 2: 5 at 20 Hz). It is also how many ticks an instance may owe
+	// while one of its ticks runs long (see Engine).
 	MaxCatchUp int
 	// TimerWorkers is how many of the workers wait for the next bucket on a timer (default and
 	// negative: all of them; at most Workers). The others wait to be called in: a worker that
@@ -85,6 +87,25 @@ type EngineConfig struct {
 // both, in order; when it falls due while the previous tick runs, it is owed to the worker running
 // it, which runs it, late, right after. An instance owes at most MaxCatchUp ticks; beyond that its
 // oldest owed tick is skipped and counted.
+// DefaultCatchUp is how far behind its schedule an engine may fall and still run every tick,
+// late, when EngineConfig.MaxCatchUp is not set (at least 2 periods). A quarter second rides
+// out what stalls a process on a busy machine — a garbage collection's mark phase beside a
+// saturated CPU, the OS descheduling its threads — without dropping ticks: the game sees a
+// late tick, then the owed ones back to back, as a fixed-step game loop catches up (Unity's
+// default maximum timestep is a third of a second). Two periods (100 ms at 20 Hz), the
+// earlier default, made a node at twice its command capacity skip ticks of every instance at
+// once (tickbench overload; README, Performance).
+const DefaultCatchUp = 250 * time.Millisecond
+
+// CatchUpPeriods converts a catch-up time to EngineConfig.MaxCatchUp at rate ticks per second:
+// the periods it spans, rounded up, at least 1; 0 for d ≤ 0 (the default).
+func CatchUpPeriods(d time.Duration, rate float64) int {
+	if d <= 0 || !(rate > 0) {
+		return 0
+	}
+	return max(1, int(math.Ceil(d.Seconds()*rate-1e-9)))
+}
+
 type Engine struct {
 	cfg     EngineConfig
 	period  time.Duration
@@ -186,7 +207,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		cfg.TimerWorkers = cfg.Workers
 	}
 	if cfg.MaxCatchUp <= 0 {
-		cfg.MaxCatchUp = 2
+		cfg.MaxCatchUp = max(2, CatchUpPeriods(DefaultCatchUp, cfg.Rate))
 	}
 	if cfg.Spin < 0 {
 		cfg.Spin = 0

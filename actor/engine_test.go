@@ -272,3 +272,59 @@ func TestEngineCallsInWorkersForALargeBucket(t *testing.T) {
 		})
 	}
 }
+
+// By default an engine rides out a stall of up to a quarter second (actor.DefaultCatchUp) and runs
+// every tick late, as the tick engine of a node beside a saturated CPU must (a node at twice its
+// command capacity stalled 150–190 ms now and then and, with 2 periods, skipped a tick of every
+// instance at once); past it, it skips and counts. An explicit MaxCatchUp still rules.
+func TestEngineDefaultCatchUpRidesOutAQuarterSecond(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		maxCatchUp int
+		stall      time.Duration
+		skips      bool
+	}{
+		{"default, 200 ms", 0, 200 * time.Millisecond, false},
+		{"default, 240 ms", 0, 240 * time.Millisecond, false},
+		{"default, 400 ms", 0, 400 * time.Millisecond, true},
+		{"2 periods, 200 ms", 2, 200 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Unix(1000, 0)
+			e, err := actor.NewEngine(actor.EngineConfig{Rate: 20, Workers: 1, MaxCatchUp: tc.maxCatchUp, Start: start, Manual: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &nopTicker{}
+			e.Add(c) // bucket 0: due at 50 ms, 100 ms, …
+			e.Advance(start.Add(60 * time.Millisecond))
+			if c.n != 1 {
+				t.Fatalf("ticked %d times by 60 ms, want 1", c.n)
+			}
+			at := start.Add(60*time.Millisecond + tc.stall)
+			e.Advance(at)
+			due := int(at.Sub(start) / (50 * time.Millisecond))
+			if got := uint64(c.n) + e.Skipped(); got != uint64(due) {
+				t.Fatalf("ran %d + skipped %d, want %d ticks due", c.n, e.Skipped(), due)
+			}
+			if (e.Skipped() > 0) != tc.skips {
+				t.Fatalf("after a %v stall: ran %d, skipped %d; want skipping %v", tc.stall, c.n, e.Skipped(), tc.skips)
+			}
+		})
+	}
+}
+
+func TestCatchUpPeriods(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		rate float64
+		want int
+	}{
+		{250 * time.Millisecond, 20, 5}, {250 * time.Millisecond, 60, 15}, {250 * time.Millisecond, 10, 3},
+		{100 * time.Millisecond, 20, 2}, {time.Millisecond, 20, 1}, {0, 20, 0}, {-time.Second, 20, 0},
+	} {
+		if got := actor.CatchUpPeriods(tc.d, tc.rate); got != tc.want {
+			t.Errorf("CatchUpPeriods(%v, %v) = %d, want %d", tc.d, tc.rate, got, tc.want)
+		}
+	}
+}

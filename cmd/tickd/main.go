@@ -58,6 +58,7 @@ type options struct {
 	replicas        uint
 	tickRate        float64
 	tickWorkers     int
+	maxCatchUp      time.Duration
 	demo            int
 	demoPlayers     int
 	demoRate        float64
@@ -119,6 +120,9 @@ func main() {
 	fs.Float64Var(&o.tickRate, "tick-rate", 20, "ticks per second of every instance (Hz)")
 	fs.IntVar(&o.tickWorkers, "tick-workers", 0, "goroutines that tick the instances (0: 16 per GOMAXPROCS, 16 to 64: more than the cores\n"+
 		"hold the tick schedule better beside the command path)")
+	fs.DurationVar(&o.maxCatchUp, "max-catch-up", actor.DefaultCatchUp, "how far behind its schedule the tick engine may fall and still run every tick, late (the owed\n"+
+		"ticks back to back); beyond it, it skips to the present and counts the skipped ticks (rounded up to whole\n"+
+		"periods)")
 	fs.IntVar(&o.demo, "demo", 100, "create demo dungeons demo-0 … demo-N-1 if missing and play them with simulated players (0: none)")
 	fs.IntVar(&o.demoPlayers, "demo-players", 4, "simulated players per demo dungeon (at least 1); each joins, then attacks")
 	fs.Float64Var(&o.demoRate, "demo-rate", 1, "attacks per second of each demo player, on average (> 0); commands/s ≈ N × players × rate")
@@ -290,6 +294,9 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	if o.tickWorkers < 0 || o.tickWorkers > 4096 {
 		return fmt.Errorf("--tick-workers must be in 0..4096 (0: the default), got %d", o.tickWorkers)
 	}
+	if o.maxCatchUp <= 0 {
+		return fmt.Errorf("--max-catch-up must be positive, got %v", o.maxCatchUp)
+	}
 	if err := store.ValidTTL(o.lease); err != nil {
 		return fmt.Errorf("--lease: %w", err)
 	}
@@ -403,7 +410,7 @@ func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.L
 		Kinds: []actor.Kind{dungeon.Kind{FrameEvery: o.demoFrameEvery}}, NodeID: o.nodeID,
 		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync, Creds: o.creds, Auth: o.authDir, Insecure: o.insecure, TLSCA: o.tlsCA, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 		Shards: uint32(o.shards), RequireShards: set.Shards, Partitions: uint32(o.partitions), RequirePartitions: set.Partitions,
-		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, TickWorkers: o.tickWorkers, CheckpointEvery: o.checkpointEvery,
+		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, TickWorkers: o.tickWorkers, MaxCatchUp: o.maxCatchUp, CheckpointEvery: o.checkpointEvery,
 		LeaseTTL: o.lease, DataHistory: o.dataHistory,
 		NoCoordinator: o.noCoordinator, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
 		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending, WriteStrategy: shard.WriteStrategy(o.writeStrategy),

@@ -154,6 +154,7 @@ func TestTickdRefusesBadFlags(t *testing.T) {
 		{[]string{"--flight-trace-p99", "10ms"}, "--flight-trace-p99 needs --flight-trace DIR"},
 		{[]string{"--flight-trace", dir, "--flight-trace-p99", "-1ms"}, "--flight-trace-p99 must not be negative"},
 		{[]string{"--summary-every", "0"}, "--summary-every must be positive"},
+		{[]string{"--max-catch-up", "0s"}, "--max-catch-up must be positive"},
 		{[]string{"--procs", "-1"}, "--procs must be 0 (twice what Go would choose) or more"},
 		{[]string{"--write-strategy", "fast"}, "want auto, single or batches"},
 		{[]string{"--partitions", "0"}, "--partitions must be in 1..shards (256), got 0"},
