@@ -70,6 +70,31 @@ type EngineConfig struct {
 	claimed func(hs []*Handle)
 }
 
+// DefaultCatchUp is how far behind its schedule an engine may fall and still run every tick,
+// late, when EngineConfig.MaxCatchUp is not set (at least 2 periods). A quarter second rides
+// out what stalls a process on a busy machine — a garbage collection's mark phase beside a
+// saturated CPU, the OS descheduling its threads — without dropping ticks: the game sees a
+// late tick, then the owed ones back to back, as a fixed-step game loop catches up (Unity's
+// default maximum timestep is a third of a second). Two periods (100 ms at 20 Hz), the
+// earlier default, made a node at twice its command capacity skip ticks of every instance at
+// once (tickbench overload; README, Performance).
+const DefaultCatchUp = 250 * time.Millisecond
+
+// maxCatchUp bounds any catch-up: an hour is "never skip" (and period × MaxCatchUp stays far from
+// overflowing a Duration).
+const maxCatchUp = time.Hour
+
+// CatchUpPeriods converts a catch-up time to EngineConfig.MaxCatchUp at rate ticks per second:
+// the periods it spans, rounded up, at least 2 (the engine's least default); 0 for d ≤ 0 (the
+// default). Beyond an hour it is an hour.
+func CatchUpPeriods(d time.Duration, rate float64) int {
+	if d <= 0 || !(rate > 0) {
+		return 0
+	}
+	d = min(d, maxCatchUp)
+	return max(2, int(math.Ceil(d.Seconds()*rate-1e-9)))
+}
+
 // Engine ticks many instances at a fixed rate with a few goroutines (DefaultWorkers), all
 // sharing one schedule of phase buckets spread over the period, so that the cost per instance is a
 // slice entry, not a goroutine and a timer. Workers take the ticks of the bucket that is due in
@@ -87,25 +112,6 @@ type EngineConfig struct {
 // both, in order; when it falls due while the previous tick runs, it is owed to the worker running
 // it, which runs it, late, right after. An instance owes at most MaxCatchUp ticks; beyond that its
 // oldest owed tick is skipped and counted.
-// DefaultCatchUp is how far behind its schedule an engine may fall and still run every tick,
-// late, when EngineConfig.MaxCatchUp is not set (at least 2 periods). A quarter second rides
-// out what stalls a process on a busy machine — a garbage collection's mark phase beside a
-// saturated CPU, the OS descheduling its threads — without dropping ticks: the game sees a
-// late tick, then the owed ones back to back, as a fixed-step game loop catches up (Unity's
-// default maximum timestep is a third of a second). Two periods (100 ms at 20 Hz), the
-// earlier default, made a node at twice its command capacity skip ticks of every instance at
-// once (tickbench overload; README, Performance).
-const DefaultCatchUp = 250 * time.Millisecond
-
-// CatchUpPeriods converts a catch-up time to EngineConfig.MaxCatchUp at rate ticks per second:
-// the periods it spans, rounded up, at least 1; 0 for d ≤ 0 (the default).
-func CatchUpPeriods(d time.Duration, rate float64) int {
-	if d <= 0 || !(rate > 0) {
-		return 0
-	}
-	return max(1, int(math.Ceil(d.Seconds()*rate-1e-9)))
-}
-
 type Engine struct {
 	cfg     EngineConfig
 	period  time.Duration
@@ -207,8 +213,9 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		cfg.TimerWorkers = cfg.Workers
 	}
 	if cfg.MaxCatchUp <= 0 {
-		cfg.MaxCatchUp = max(2, CatchUpPeriods(DefaultCatchUp, cfg.Rate))
+		cfg.MaxCatchUp = CatchUpPeriods(DefaultCatchUp, cfg.Rate)
 	}
+	cfg.MaxCatchUp = min(cfg.MaxCatchUp, CatchUpPeriods(maxCatchUp, cfg.Rate))
 	if cfg.Spin < 0 {
 		cfg.Spin = 0
 	}
@@ -317,12 +324,16 @@ func (e *Engine) AddInPhase(t Ticker, key uint64) *Handle {
 	return e.addLocked(t, slot)
 }
 
+// duesRoom is how many ticks an instance has room to queue and owe without queue allocating
+// under its lock. An instance that owes more (a stall of over 7 periods, within MaxCatchUp)
+// grows the room under the lock, and gets the small one back once it has caught up.
+const duesRoom = 8
+
 // phaseSlack is how many tickers any bucket takes under AddInPhase, beyond twice the average.
 const phaseSlack = 16
 
 func (e *Engine) addLocked(t Ticker, slot int) *Handle {
-	// Room for the ticks it may queue and owe, so that queue never allocates under h.mu.
-	h := &Handle{slot: int32(slot), t: t, dues: make([]time.Time, 0, min(e.cfg.MaxCatchUp+1, 8))}
+	h := &Handle{slot: int32(slot), t: t, dues: make([]time.Time, 0, min(e.cfg.MaxCatchUp+1, duesRoom))}
 	s := append(*e.slots[slot].Load(), h) // in place if there is room: past every opened bucket's length
 	e.slots[slot].Store(&s)
 	e.live[slot].Add(1)
@@ -608,6 +619,9 @@ func (w *worker) runChunk() int {
 			}
 			if len(h.dues) == 0 {
 				h.state = idle
+				if cap(h.dues) > duesRoom { // caught up after a long stall: give the room back
+					h.dues = make([]time.Time, 0, duesRoom)
+				}
 				h.mu.Unlock()
 				break
 			}

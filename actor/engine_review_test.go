@@ -202,11 +202,11 @@ func (r *removeTicker) Tick(time.Time) {
 
 // Remove from inside a stalled tick: no tick after it, and every period due before it ticked or
 // counted as skipped. Stalled in its tick due at 20 ms until 105 ms, the instance has had 10 periods
-// due (10 … 100 ms): it ticked 2, 6 owed ones were dropped past MaxCatchUp and the last 2 by Remove,
-// all 8 counted.
+// due (10 … 100 ms): it ticked 2, 6 owed ones were dropped past MaxCatchUp (2, given: the default
+// would owe them all) and the last 2 by Remove, all 8 counted.
 func TestEngineReviewRemoveInsideStalledTickDropsOwed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e, _ := actor.NewEngine(actor.EngineConfig{Rate: 100, Workers: 4, TimerWorkers: 2})
+		e, _ := actor.NewEngine(actor.EngineConfig{Rate: 100, Workers: 4, TimerWorkers: 2, MaxCatchUp: 2})
 		r := &removeTicker{e: e, gate: make(chan struct{})}
 		r.h = e.Add(r)
 		time.Sleep(105 * time.Millisecond)

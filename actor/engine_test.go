@@ -321,7 +321,7 @@ func TestCatchUpPeriods(t *testing.T) {
 		want int
 	}{
 		{250 * time.Millisecond, 20, 5}, {250 * time.Millisecond, 60, 15}, {250 * time.Millisecond, 10, 3},
-		{100 * time.Millisecond, 20, 2}, {time.Millisecond, 20, 1}, {0, 20, 0}, {-time.Second, 20, 0},
+		{100 * time.Millisecond, 20, 2}, {time.Millisecond, 20, 2}, {250 * time.Millisecond, 4, 2}, {0, 20, 0}, {-time.Second, 20, 0},
 	} {
 		if got := actor.CatchUpPeriods(tc.d, tc.rate); got != tc.want {
 			t.Errorf("CatchUpPeriods(%v, %v) = %d, want %d", tc.d, tc.rate, got, tc.want)

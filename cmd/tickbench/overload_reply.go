@@ -26,7 +26,7 @@ func attackDamage(b []byte) (int64, bool) {
 }
 
 // mapField returns the value of key in the msgpack map at the start of b (its bytes, and what
-// follows them), depth deep.
+// follows them), depth deep; of a key given twice, the last, as msgpack's decoder keeps.
 func mapField(b []byte, key string, depth int) ([]byte, bool) {
 	var items, n int
 	switch {
@@ -37,6 +37,7 @@ func mapField(b []byte, key string, depth int) ([]byte, bool) {
 	default:
 		return nil, false
 	}
+	var v []byte
 	for range items {
 		k, kn, ok := mpStr(b[n:])
 		if !ok {
@@ -44,7 +45,7 @@ func mapField(b []byte, key string, depth int) ([]byte, bool) {
 		}
 		n += kn
 		if k == key {
-			return b[n:], true
+			v = b[n:]
 		}
 		vn, err := mpscan.Len(b[n:], depth+1)
 		if err != nil {
@@ -52,7 +53,7 @@ func mapField(b []byte, key string, depth int) ([]byte, bool) {
 		}
 		n += vn
 	}
-	return nil, false
+	return v, v != nil
 }
 
 // mpStr reads a msgpack string (fixstr or str8, what keys are).

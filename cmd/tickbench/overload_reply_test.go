@@ -2,7 +2,14 @@ package main
 
 import (
 	"math"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/tickfence/tickfence/internal/metrics"
 
 	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/shard/wire"
@@ -49,6 +56,57 @@ func TestAttackDamageAgreesWithDecodeReply(t *testing.T) {
 	for i := range body {
 		if d, ok := attackDamage(body[:i]); ok {
 			t.Errorf("truncated to %d bytes: read damage %d", i, d)
+		}
+	}
+}
+
+// Review 4: of a key given twice, attackDamage reads the last, as DecodeReply does (well-formed
+// msgpack that DecodeStatus accepts).
+func TestAttackDamageDuplicateKeysReadTheLast(t *testing.T) {
+	// {"ok": true, "result": {"damage": 1, "damage": 90}}
+	b := []byte{0x82, 0xa2, 'o', 'k', 0xc3, 0xa6, 'r', 'e', 's', 'u', 'l', 't',
+		0x82, 0xa6, 'd', 'a', 'm', 'a', 'g', 'e', 0x01, 0xa6, 'd', 'a', 'm', 'a', 'g', 'e', 90}
+	r, err := wire.DecodeReply(b, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := proc.Int64(r.Result.(map[string]any)["damage"])
+	if got, ok := attackDamage(b); !ok || got != want {
+		t.Errorf("%x: attackDamage = %d, %v; DecodeReply reads %d", b, got, ok, want)
+	}
+}
+
+// Review 4: node late/s counts what the node answered after the give-up for a give-up between
+// the histogram's bounds or past its last finite one (it read 0 there).
+func TestNodeLateCountsAnswersAfterTheGiveUp(t *testing.T) {
+	for _, tc := range []struct {
+		giveUp, answered time.Duration
+		want             float64
+	}{
+		{2 * time.Second, 3 * time.Second, 100},
+		{600 * time.Millisecond, 700 * time.Millisecond, 100},
+		{time.Second, 1500 * time.Millisecond, 100},
+		{time.Second, 900 * time.Millisecond, 0},
+	} {
+		reg := prometheus.NewRegistry()
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_command_seconds", Help: "h", Buckets: metrics.LatencyBuckets})
+		reg.MustRegister(h)
+		for range 100 {
+			h.Observe(tc.answered.Seconds())
+		}
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sb strings.Builder
+		for _, f := range fams {
+			if _, err := expfmt.MetricFamilyToText(&sb, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := proc.Delta(nil, proc.ParseMetrics(sb.String()).Histogram("tickfence_command_seconds"))
+		if got := overBoundUnder(c, tc.giveUp.Seconds()); got != tc.want {
+			t.Errorf("give-up %v, 100 answered after %v: node late %v, want %v", tc.giveUp, tc.answered, got, tc.want)
 		}
 	}
 }

@@ -122,7 +122,7 @@ func main() {
 		"hold the tick schedule better beside the command path)")
 	fs.DurationVar(&o.maxCatchUp, "max-catch-up", actor.DefaultCatchUp, "how far behind its schedule the tick engine may fall and still run every tick, late (the owed\n"+
 		"ticks back to back); beyond it, it skips to the present and counts the skipped ticks (rounded up to whole\n"+
-		"periods)")
+		"periods, at least 2)")
 	fs.IntVar(&o.demo, "demo", 100, "create demo dungeons demo-0 … demo-N-1 if missing and play them with simulated players (0: none)")
 	fs.IntVar(&o.demoPlayers, "demo-players", 4, "simulated players per demo dungeon (at least 1); each joins, then attacks")
 	fs.Float64Var(&o.demoRate, "demo-rate", 1, "attacks per second of each demo player, on average (> 0); commands/s ≈ N × players × rate")

@@ -353,10 +353,42 @@ func decodeReply(b []byte, isJSON bool, v any) error {
 	if isJSON {
 		err = json.Unmarshal(b, v)
 	} else if err = mpscan.Check(b); err == nil {
-		err = msgpack.Unmarshal(b, v)
+		if err = topKeysOnce(b); err == nil {
+			err = msgpack.Unmarshal(b, v)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("malformed reply: %w", err)
+	}
+	return nil
+}
+
+// topKeysOnce refuses a msgpack map (well-formed: mpscan.Check passed) that repeats a string key
+// at its top: msgpack's decoder panics on a repeated "result" (an interface field decoded twice),
+// and a reply that says two things is malformed anyway. Anything else is left to the decoder.
+func topKeysOnce(b []byte) error {
+	n, items, ok := anyMapHeader(b)
+	if !ok || items < 2 {
+		return nil
+	}
+	seen := make([]string, 0, items)
+	for range items {
+		k, kn, ok := anyStr(b[n:])
+		if !ok {
+			return nil
+		}
+		for _, s := range seen {
+			if s == string(k) {
+				return fmt.Errorf("key %q twice", k)
+			}
+		}
+		seen = append(seen, string(k))
+		n += kn
+		vn, err := mpscan.Len(b[n:], 1)
+		if err != nil {
+			return err
+		}
+		n += vn
 	}
 	return nil
 }
