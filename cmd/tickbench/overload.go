@@ -305,7 +305,7 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		s.WriteP50, s.WriteP99 = secs2(proc.Quantile(w, 0.5)), secs2(proc.Quantile(w, 0.99))
 		c := proc.Delta(before.Histogram("tickfence_command_seconds"), after.Histogram("tickfence_command_seconds"))
 		s.NodeP99 = secs2(proc.Quantile(c, 0.99))
-		s.NodeLate = overBoundUnder(c, o.cfg.Timeout.Seconds()) / secs
+		s.NodeLate = proc.OverBoundUnder(c, o.cfg.Timeout.Seconds()) / secs
 		q := proc.Delta(before.Histogram("tickfence_command_queue_seconds"), after.Histogram("tickfence_command_queue_seconds"))
 		s.QueueP99 = secs2(proc.Quantile(q, 0.99))
 		writes := after[`tickfence_state_writes_total{result="ok"}`] - before[`tickfence_state_writes_total{result="ok"}`]
@@ -318,18 +318,6 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		s.Errors = fmt.Sprint(errs)
 	}
 	return s
-}
-
-// overBoundUnder counts the observations of cumulative buckets over the largest bound at or
-// under x (all of them if there is none): at least those over x.
-func overBoundUnder(h []proc.Bucket, x float64) float64 {
-	under := 0.0
-	for _, b := range h {
-		if b.LE <= x {
-			under = b.Count
-		}
-	}
-	return proc.Count(h) - under
 }
 
 // profile takes a CPU profile of the node over the middle half of a step of length d.

@@ -105,7 +105,7 @@ func TestNodeLateCountsAnswersAfterTheGiveUp(t *testing.T) {
 			}
 		}
 		c := proc.Delta(nil, proc.ParseMetrics(sb.String()).Histogram("tickfence_command_seconds"))
-		if got := overBoundUnder(c, tc.giveUp.Seconds()); got != tc.want {
+		if got := proc.OverBoundUnder(c, tc.giveUp.Seconds()); got != tc.want {
 			t.Errorf("give-up %v, 100 answered after %v: node late %v, want %v", tc.giveUp, tc.answered, got, tc.want)
 		}
 	}

@@ -153,6 +153,19 @@ func Above(h []Bucket, bound float64) float64 {
 	return 0
 }
 
+// OverBoundUnder counts the observations over the largest bucket bound at or under x (all of
+// them if there is none): at least those over x, exactly those where x is a bound. Above rounds
+// the other way: over the smallest bound at or above x, at most those over x.
+func OverBoundUnder(h []Bucket, x float64) float64 {
+	under := 0.0
+	for _, b := range h {
+		if b.LE <= x {
+			under = b.Count
+		}
+	}
+	return Count(h) - under
+}
+
 // Int64 reads a whole number from a decoded value: a JSON log field (float64) or a field of a
 // msgpack reply (any integer type).
 func Int64(v any) (int64, bool) {

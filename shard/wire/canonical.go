@@ -2,7 +2,6 @@ package wire
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math"
 
 	"github.com/tickfence/tickfence/internal/mpscan"
@@ -59,48 +58,16 @@ func canonicalValue(b []byte, depth int) (int, bool) {
 		return canonicalMap(b, depth, nil)
 	}
 	// Integers in a wider encoding than their value needs are not canonical.
-	var v uint64
-	var w int
-	switch c {
-	case 0xcc, 0xd0:
-		w = 1
-	case 0xcd, 0xd1:
-		w = 2
-	case 0xce, 0xd2:
-		w = 4
-	case 0xcf, 0xd3:
-		w = 8
-	default:
-		return 0, false // floats, binaries, extensions
-	}
-	if len(b) < 1+w {
-		return 0, false
-	}
-	switch w {
-	case 1:
-		v = uint64(b[1])
-	case 2:
-		v = uint64(binary.BigEndian.Uint16(b[1:]))
-	case 4:
-		v = uint64(binary.BigEndian.Uint32(b[1:]))
-	default:
-		v = binary.BigEndian.Uint64(b[1:])
+	v, w, ok := mpscan.IntPayload(b)
+	if !ok {
+		return 0, false // floats, binaries, extensions, or cut short
 	}
 	if c <= 0xcf { // unsigned: each width holds values the next narrower one cannot
 		return 1 + w, v > [...]uint64{1: math.MaxInt8, 2: math.MaxUint8, 4: math.MaxUint16, 8: math.MaxUint32}[w]
 	}
 	// Signed: canonical only for negative values below the next narrower range.
-	var s int64
-	switch w {
-	case 1:
-		s = int64(int8(v))
-	case 2:
-		s = int64(int16(v))
-	case 4:
-		s = int64(int32(v))
-	default:
-		s = int64(v)
-	}
+	sh := 64 - 8*uint(w)
+	s := int64(v<<sh) >> sh // the sign of its width, extended
 	return 1 + w, s < [...]int64{1: -32, 2: math.MinInt8, 4: math.MinInt16, 8: math.MinInt32}[w]
 }
 
@@ -128,7 +95,7 @@ func canonicalMap(b []byte, depth int, each func(k, v []byte) bool) (int, bool) 
 
 // str returns the string at the start of b and its whole length, if its header is the shortest.
 func str(b []byte) ([]byte, int, bool) {
-	v, n, ok := anyStr(b)
+	v, n, ok := mpscan.Str(b)
 	switch n - len(v) {
 	case 2:
 		ok = ok && len(v) >= 32
@@ -146,7 +113,7 @@ func mapHeader(b []byte) (head, items int, ok bool) { return header(b, 0x80, 0xd
 func arrayHeader(b []byte) (head, items int, ok bool) { return header(b, 0x90, 0xdc, 0xdd) }
 
 func header(b []byte, fix, c16, c32 byte) (head, items int, ok bool) {
-	head, items, ok = anyHeader(b, fix, c16, c32)
+	head, items, ok = mpscan.Header(b, fix, c16, c32)
 	switch head {
 	case 3:
 		ok = ok && items >= 16
@@ -157,17 +124,17 @@ func header(b []byte, fix, c16, c32 byte) (head, items int, ok bool) {
 }
 
 // status reads a msgpack reply's status as DecodeStatus does: a map with string keys, "ok" a
-// boolean, "error" nil or a map with the strings "code" and "message", each at most once; other
-// keys are skipped (checked well-formed). False for anything else.
+// boolean, "error" nil or a map with the strings "code" and "message", each at most once, as is
+// "result"; other keys are skipped (checked well-formed). False for anything else.
 func status(b []byte) (Status, bool) {
 	var st Status
-	n, items, ok := anyMapHeader(b)
+	n, items, ok := mpscan.MapHeader(b)
 	if !ok {
 		return Status{}, false
 	}
-	seenOK, seenErr := false, false
+	seenOK, seenErr, seenResult := false, false, false
 	for i := 0; i < items; i++ {
-		k, kn, ok := anyStr(b[n:])
+		k, kn, ok := mpscan.Str(b[n:])
 		if !ok {
 			return Status{}, false
 		}
@@ -191,6 +158,12 @@ func status(b []byte) (Status, bool) {
 			st.Error = e
 			n += en
 		default:
+			if string(k) == "result" {
+				if seenResult {
+					return Status{}, false // the general path refuses it (topKeysOnce)
+				}
+				seenResult = true
+			}
 			vn, err := mpscan.Len(b[n:], 1) // under the top map
 			if err != nil {
 				return Status{}, false
@@ -206,14 +179,14 @@ func errorValue(b []byte) (int, *Error, bool) {
 	if len(b) > 0 && b[0] == 0xc0 {
 		return 1, nil, true
 	}
-	n, items, ok := anyMapHeader(b)
+	n, items, ok := mpscan.MapHeader(b)
 	if !ok {
 		return 0, nil, false
 	}
 	e := &Error{}
 	seenCode, seenMsg := false, false
 	for i := 0; i < items; i++ {
-		k, kn, ok := anyStr(b[n:])
+		k, kn, ok := mpscan.Str(b[n:])
 		if !ok {
 			return 0, nil, false
 		}
@@ -238,7 +211,7 @@ func errorValue(b []byte) (int, *Error, bool) {
 			n += vn
 			continue
 		}
-		v, vn, ok := anyStr(b[n:])
+		v, vn, ok := mpscan.Str(b[n:])
 		if !ok {
 			return 0, nil, false
 		}
@@ -246,46 +219,4 @@ func errorValue(b []byte) (int, *Error, bool) {
 		n += vn
 	}
 	return n, e, true
-}
-
-// anyStr reads a string in any of its encodings: its bytes and its whole length.
-func anyStr(b []byte) ([]byte, int, bool) {
-	if len(b) == 0 {
-		return nil, 0, false
-	}
-	var head, n int
-	switch c := b[0]; {
-	case c >= 0xa0 && c <= 0xbf:
-		head, n = 1, int(c&0x1f)
-	case c == 0xd9 && len(b) >= 2:
-		head, n = 2, int(b[1])
-	case c == 0xda && len(b) >= 3:
-		head, n = 3, int(binary.BigEndian.Uint16(b[1:]))
-	case c == 0xdb && len(b) >= 5:
-		head, n = 5, int(binary.BigEndian.Uint32(b[1:]))
-	default:
-		return nil, 0, false
-	}
-	if n > len(b)-head {
-		return nil, 0, false
-	}
-	return b[head : head+n], head + n, true
-}
-
-func anyMapHeader(b []byte) (head, items int, ok bool) { return anyHeader(b, 0x80, 0xde, 0xdf) }
-
-// anyHeader reads a map's or an array's header (fixed, 16- and 32-bit codes) in any encoding.
-func anyHeader(b []byte, fix, c16, c32 byte) (head, items int, ok bool) {
-	if len(b) == 0 {
-		return 0, 0, false
-	}
-	switch c := b[0]; {
-	case c >= fix && c <= fix+0x0f:
-		return 1, int(c & 0x0f), true
-	case c == c16 && len(b) >= 3:
-		return 3, int(binary.BigEndian.Uint16(b[1:])), true
-	case c == c32 && len(b) >= 5:
-		return 5, int(binary.BigEndian.Uint32(b[1:])), true
-	}
-	return 0, 0, false
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -363,26 +364,28 @@ func decodeReply(b []byte, isJSON bool, v any) error {
 	return nil
 }
 
-// topKeysOnce refuses a msgpack map (well-formed: mpscan.Check passed) that repeats a string key
-// at its top: msgpack's decoder panics on a repeated "result" (an interface field decoded twice),
-// and a reply that says two things is malformed anyway. Anything else is left to the decoder.
+// topKeysOnce refuses a msgpack map (well-formed: mpscan.Check passed) that repeats one of a
+// reply's own keys (ok, error, result) at its top: msgpack's decoder panics on a repeated "result"
+// (an interface field decoded twice), and a reply that says two things is malformed anyway.
+// Other keys are ignored by the decoder, repeated or not, and anything else is left to it. The
+// fast path of DecodeStatus refuses the same repeats.
 func topKeysOnce(b []byte) error {
-	n, items, ok := anyMapHeader(b)
+	n, items, ok := mpscan.MapHeader(b)
 	if !ok || items < 2 {
 		return nil
 	}
-	seen := make([]string, 0, items)
+	var seen [3]bool
 	for range items {
-		k, kn, ok := anyStr(b[n:])
+		k, kn, ok := mpscan.Str(b[n:])
 		if !ok {
 			return nil
 		}
-		for _, s := range seen {
-			if s == string(k) {
+		if i := slices.Index(replyKeys[:], string(k)); i >= 0 {
+			if seen[i] {
 				return fmt.Errorf("key %q twice", k)
 			}
+			seen[i] = true
 		}
-		seen = append(seen, string(k))
 		n += kn
 		vn, err := mpscan.Len(b[n:], 1)
 		if err != nil {
@@ -392,6 +395,8 @@ func topKeysOnce(b []byte) error {
 	}
 	return nil
 }
+
+var replyKeys = [3]string{"ok", "error", "result"}
 
 // Status is a reply without its result: what a sender needs to decide whether to retry.
 type Status struct {

@@ -26,6 +26,18 @@ func TestDecodeReplyRefusesRepeatedKeys(t *testing.T) {
 			if r, err := wire.DecodeReply(b, false); err == nil {
 				t.Errorf("DecodeReply(%x) = %+v, want an error for the repeated key", b, r)
 			}
+			if st, err := wire.DecodeStatus(b, false); err == nil {
+				t.Errorf("DecodeStatus(%x) = %+v, want an error for the repeated key, as DecodeReply", b, st)
+			}
 		})
+	}
+	// Keys that are not a reply's own are ignored by both, repeated or not (a fuzzer found the two
+	// paths disagreeing on {"0000000000": …, "0000000000": …} when every repeat was refused).
+	b := []byte{0x83, 0xa2, 'o', 'k', 0xc3, 0xa1, 'x', 0x01, 0xa1, 'x', 0x02}
+	if r, err := wire.DecodeReply(b, false); err != nil || !r.OK {
+		t.Errorf("DecodeReply(%x) = %+v, %v; want ok, the repeated x ignored", b, r, err)
+	}
+	if st, err := wire.DecodeStatus(b, false); err != nil || !st.OK {
+		t.Errorf("DecodeStatus(%x) = %+v, %v; want ok", b, st, err)
 	}
 }
