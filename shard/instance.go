@@ -394,9 +394,8 @@ func (in *instance) tickBody() *write {
 		// The tombstone (or a retransmission's answer) is written like any record.
 		in.forceWrite = false
 		in.lastWrite = tick
-		rec := in.rec
+		rec := in.rec.Capped() // appends to in.rec never touch what the write holds
 		rec.State = nil
-		rec.Reqs = in.rec.Reqs[:len(in.rec.Reqs):len(in.rec.Reqs)]
 		w := &write{rec: rec, answers: answers}
 		in.queue(w)
 		return in.takeSendable(w)
@@ -419,9 +418,8 @@ func (in *instance) tickBody() *write {
 	}
 	in.forceWrite = false
 	in.lastWrite = tick
-	rec := in.rec
+	rec := in.rec.Capped() // appends to in.rec never touch what the write holds
 	rec.State = state
-	rec.Reqs = in.rec.Reqs[:len(in.rec.Reqs):len(in.rec.Reqs)] // appends never touch what a record holds
 	w := &write{rec: rec, answers: answers}
 	in.queue(w)
 	return in.takeSendable(w)
@@ -732,7 +730,7 @@ func (in *instance) revertLocked(answers []answer) []answer {
 		logic, err = in.kind.Restore(in.id, in.acked.State)
 	}
 	tick := in.rec.Tick
-	in.rec = in.acked
+	in.rec = in.acked.Capped() // what the acknowledged record holds stays as it is
 	in.rec.Tick, in.rec.Create = tick, nil
 	in.logic = logic
 	if err != nil { // cannot go back: take it out of service here, as a panicking instance is

@@ -113,8 +113,11 @@ func (r *Record) CheckSession(client string, seq, ack, tick, ttl uint64) (Sessio
 }
 
 // RememberSession records an applied command of a client and the client's ack, at instance
-// tick (ttl: ClientSessionTTL in ticks). It never modifies what the record held (records in
-// flight share it): the sessions are copied. CheckSession must have said the command is new.
+// tick (ttl: ClientSessionTTL in ticks). It never changes what a copy of the record holds: the
+// session list is copied, and a session's answers are appended past their length, as
+// RememberRequest appends requests. A copy that must keep what it holds while this record goes on
+// being remembered into (a write's snapshot) is taken with Capped. CheckSession must have said
+// the command is new.
 func (r *Record) RememberSession(client string, ack uint64, q SeqResult, tick, ttl uint64) {
 	out := make([]ClientSession, 0, len(r.Clients)+1)
 	var mine *ClientSession
@@ -150,13 +153,9 @@ func (r *Record) RememberSession(client string, ack uint64, q SeqResult, tick, t
 	}
 	mine.Seen = tick
 	mine.Ack = max(mine.Ack, ack)
-	done := make([]SeqResult, 0, len(mine.Done)+1)
-	for _, d := range mine.Done {
-		if d.Seq > mine.Ack {
-			done = append(done, d)
-		}
-	}
+	mine.Done = unacked(mine.Done, mine.Ack)
 	if q.Seq > mine.Ack {
+		done := mine.Done
 		i, _ := slices.BinarySearchFunc(done, q.Seq, func(d SeqResult, seq uint64) int {
 			switch {
 			case d.Seq < seq:
@@ -166,8 +165,50 @@ func (r *Record) RememberSession(client string, ack uint64, q SeqResult, tick, t
 			}
 			return 0
 		})
-		done = slices.Insert(done, i, q)
+		if i == len(done) {
+			done = append(done, q) // past the length of every copy's: theirs is capped
+		} else {
+			done = slices.Insert(slices.Clip(done), i, q) // a new array: a copy may hold this one
+		}
+		mine.Done = done
 	}
-	mine.Done = done
 	r.Clients = out
+}
+
+// unacked returns the answers of done above ack, done's own tail when they are one (ascending
+// by Seq, as a session keeps them), else a copy.
+func unacked(done []SeqResult, ack uint64) []SeqResult {
+	k := 0
+	for k < len(done) && done[k].Seq <= ack {
+		k++
+	}
+	for _, d := range done[k:] {
+		if d.Seq <= ack { // out of order (a record built by hand): keep only those above, in a copy
+			kept := make([]SeqResult, 0, len(done)-k)
+			for _, d := range done[k:] {
+				if d.Seq > ack {
+					kept = append(kept, d)
+				}
+			}
+			return kept
+		}
+	}
+	return done[k:]
+}
+
+// Capped returns r with the remembered requests and every session's answers capped at their
+// length (the session list is copied to hold them), so that RememberRequest and RememberSession
+// on r, or on the copy, never write into what the other holds. A write's snapshot of a record the
+// instance goes on changing is taken this way.
+func (r Record) Capped() Record {
+	r.Reqs = slices.Clip(r.Reqs)
+	if len(r.Clients) > 0 {
+		clients := make([]ClientSession, len(r.Clients))
+		for i, c := range r.Clients {
+			c.Done = slices.Clip(c.Done)
+			clients[i] = c
+		}
+		r.Clients = clients
+	}
+	return r
 }

@@ -1,6 +1,9 @@
 package store_test
 
 import (
+	"math/rand/v2"
+	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -119,5 +122,89 @@ func TestDecodeRefusesInconsistentSessions(t *testing.T) {
 		if _, err := store.DecodeRecord(b); err == nil {
 			t.Errorf("%s: decoded without error", name)
 		}
+	}
+}
+
+// A session's answers are appended in place past their length: a copy taken with Capped keeps
+// exactly what it held while the record goes on being remembered into, and the copy can itself be
+// remembered into (a revert to it) without touching the record's, whatever the order of seqs.
+func TestSessionsCappedCopiesKeepWhatTheyHold(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	type held struct {
+		rec  store.Record
+		want []store.ClientSession // deep copy at the time
+	}
+	deep := func(cs []store.ClientSession) []store.ClientSession {
+		out := make([]store.ClientSession, len(cs))
+		for i, c := range cs {
+			c.Done = slices.Clone(c.Done)
+			out[i] = c
+		}
+		return out
+	}
+	for round := range 200 {
+		var live store.Record
+		var snaps []held
+		next := map[string]uint64{}
+		acks := map[string]uint64{}
+		for step := range 300 {
+			client := "c" + strconv.Itoa(rng.IntN(3))
+			seq := next[client] + 1
+			if rng.IntN(5) == 0 && seq > 2 { // out of order: an earlier seq not yet applied
+				seq = next[client] + 1 + uint64(rng.IntN(3))
+			}
+			if rng.IntN(3) == 0 {
+				acks[client] = max(acks[client], min(next[client], acks[client]+uint64(rng.IntN(8))))
+			}
+			if st, _ := live.CheckSession(client, seq, acks[client], uint64(step), ttl); st == store.SessionNew {
+				live.RememberSession(client, acks[client], store.SeqResult{Seq: seq, Fingerprint: seq, Result: []byte(client)}, uint64(step), ttl)
+				next[client] = max(next[client], seq)
+			}
+			switch rng.IntN(10) {
+			case 0:
+				c := live.Capped()
+				snaps = append(snaps, held{c, deep(c.Clients)})
+			case 1: // revert to a copy: the record goes on from it
+				if len(snaps) > 0 {
+					live = snaps[rng.IntN(len(snaps))].rec.Capped()
+				}
+			}
+			for i, h := range snaps {
+				if !reflect.DeepEqual(deep(h.rec.Clients), h.want) {
+					t.Fatalf("round %d step %d: copy %d changed:\n%+v\nwant\n%+v", round, step, i, h.rec.Clients, h.want)
+				}
+			}
+		}
+	}
+}
+
+// The answers above the ack are kept in ascending order, each once, whatever order they came in.
+func TestSessionAnswersStayOrdered(t *testing.T) {
+	var r store.Record
+	for _, seq := range []uint64{1, 2, 5, 3, 4, 9, 6} {
+		r.RememberSession("a", 0, store.SeqResult{Seq: seq}, 1, ttl)
+	}
+	r.RememberSession("a", 3, store.SeqResult{Seq: 10}, 2, ttl)
+	var got []uint64
+	for _, d := range r.Clients[0].Done {
+		got = append(got, d.Seq)
+	}
+	if want := []uint64{4, 5, 6, 9, 10}; !slices.Equal(got, want) {
+		t.Fatalf("answers %v, want %v", got, want)
+	}
+}
+
+func BenchmarkRememberSessionFullWindow(b *testing.B) {
+	var r store.Record
+	seq := uint64(0)
+	res := []byte("answer of about forty bytes, as a demo attack's")
+	for range store.MaxClientInFlight - 1 {
+		seq++
+		r.RememberSession("gen", 0, store.SeqResult{Seq: seq, Result: res}, 1, ttl)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		seq++
+		r.RememberSession("gen", seq-store.MaxClientInFlight+1, store.SeqResult{Seq: seq, Result: res}, 2, ttl)
 	}
 }
