@@ -42,18 +42,20 @@ type overloadConfig struct {
 }
 
 type overloadStep struct {
-	Percent     float64       `json:"percent"` // of the capacity; 0 in calibration
-	Offered     float64       `json:"offered_per_s"`
-	OK          float64       `json:"ok_per_s"`
-	Busy        float64       `json:"busy_per_s"`
-	Other       float64       `json:"other_errors_per_s"`
-	TimedOut    float64       `json:"timed_out_per_s"` // no answer within the timeout
-	NotSent     int64         `json:"not_sent"`        // not sent: 64 attacks to that dungeon unanswered already (a session holds no more), or the publish failed
-	NotSentRate float64       `json:"not_sent_per_s"`
-	P50         time.Duration `json:"round_trip_p50_ns"`
-	P99         time.Duration `json:"round_trip_p99_ns"`
-	Max         time.Duration `json:"round_trip_max_ns"`
-	BusyP99     time.Duration `json:"busy_round_trip_p99_ns"` // of the attacks answered busy: is refusing quick?
+	Percent  float64 `json:"percent"` // of the capacity; 0 in calibration
+	Offered  float64 `json:"offered_per_s"`
+	OK       float64 `json:"ok_per_s"`
+	Busy     float64 `json:"busy_per_s"`
+	Other    float64 `json:"other_errors_per_s"`
+	TimedOut float64 `json:"timed_out_per_s"` // no answer within the timeout
+	// TimedOutBySecond: the attacks timed out, by the second of the step they were sent in.
+	TimedOutBySecond []int64       `json:"timed_out_by_second_sent,omitempty"`
+	NotSent          int64         `json:"not_sent"` // not sent: 64 attacks to that dungeon unanswered already (a session holds no more), or the publish failed
+	NotSentRate      float64       `json:"not_sent_per_s"`
+	P50              time.Duration `json:"round_trip_p50_ns"`
+	P99              time.Duration `json:"round_trip_p99_ns"`
+	Max              time.Duration `json:"round_trip_max_ns"`
+	BusyP99          time.Duration `json:"busy_round_trip_p99_ns"` // of the attacks answered busy: is refusing quick?
 	// NodeP99: the node's own view of a command, from its arrival (its queue wait included) to its
 	// answer (tickfence_command_seconds); round trips far over it waited outside the node.
 	NodeP99 time.Duration `json:"node_command_p99_ns"`
@@ -214,8 +216,12 @@ type overload struct {
 }
 
 func (s overloadStep) brief() string {
-	return fmt.Sprintf("offered %6.0f/s  ok %6.0f/s  busy %6.0f/s  timed out %5.0f/s  rtt p99 %6s ms (node %s ms)  ticks %5.1f%%  tick p99 %6s ms  write p99 %6s ms  record %5.0f B",
-		s.Offered, s.OK, s.Busy, s.TimedOut, ms(s.P99), ms(s.NodeP99), 100*s.TicksFrac, ms(s.LateP99), ms(s.WriteP99), s.RecordBytes)
+	var late string
+	if len(s.TimedOutBySecond) > 0 {
+		late = fmt.Sprintf("  timed out by second sent %v", s.TimedOutBySecond)
+	}
+	return fmt.Sprintf("offered %6.0f/s  ok %6.0f/s  busy %6.0f/s  timed out %5.0f/s  rtt p99 %6s ms (node %s ms)  ticks %5.1f%%  tick p99 %6s ms  write p99 %6s ms  record %5.0f B%s",
+		s.Offered, s.OK, s.Busy, s.TimedOut, ms(s.P99), ms(s.NodeP99), 100*s.TicksFrac, ms(s.LateP99), ms(s.WriteP99), s.RecordBytes, late)
 }
 
 // calibrate ramps the load by half each 5 s step until the node stops keeping up: under 98 % of
@@ -261,6 +267,7 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	a := o.a
 	a.counts() // what the previous step left is not this one's
 	a.clearReplyQueue()
+	a.begin(t0)
 	sctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	tick := time.NewTicker(time.Millisecond)
@@ -280,12 +287,14 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	a.drain() // every attack of the step answered or given up
 	ok, busy, other, timedOut, rtt, busyRTT, errs := a.counts()
 	replyQueue := a.replyQueue()
+	lateBySec := a.timedOutBySecond()
 	secs := time.Since(t0).Seconds()
 	after, _ := scrapeNode(n)
 	cpu1, srv1, gen1 := procCPU(n.Pid()), procCPU(o.b.Server.Pid()), procCPU(os.Getpid())
 	s := overloadStep{Offered: rate, OK: float64(ok) / secs, Busy: float64(busy) / secs,
 		Other: float64(other) / secs, TimedOut: float64(timedOut) / secs, NotSent: notSent, NotSentRate: float64(notSent) / secs,
-		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99), ReplyQueue: replyQueue}
+		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99), ReplyQueue: replyQueue,
+		TimedOutBySecond: lateBySec}
 	if cpu0 >= 0 && cpu1 >= 0 {
 		s.CPU = (cpu1 - cpu0) / secs
 	}

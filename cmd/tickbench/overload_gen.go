@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,11 +52,17 @@ type attacker struct {
 	head   int // sent[:head]: swept already
 
 	ok, busy, other, timedOut atomic.Int64
-	rtt, busyRTT              *hdr.Window
-	errMu                     sync.Mutex
-	errs                      map[string]int64
-	stop                      chan struct{}
-	swept                     chan struct{}
+	// stepStart (Unix ns) and lateBySec: the attacks given up, by the second of the step they
+	// were sent in (a burst at a step's start is admission reacting to the jump in load; one
+	// spread over the step is a steady tail).
+	stepStart    atomic.Int64
+	lateMu       sync.Mutex
+	lateBySec    []int64
+	rtt, busyRTT *hdr.Window
+	errMu        sync.Mutex
+	errs         map[string]int64
+	stop         chan struct{}
+	swept        chan struct{}
 }
 
 type attackTarget struct {
@@ -179,8 +186,7 @@ func (a *attacker) answer(m *nats.Msg) {
 	}
 	took := time.Since(pa.start)
 	if took > a.timeout { // answered, but after the give-up (sweep had not reached it yet)
-		a.timedOut.Add(1)
-		a.g.unknowN[pa.inst].Add(1)
+		a.gaveUp(pa)
 		return
 	}
 	a.rtt.Record(took)
@@ -205,6 +211,37 @@ func (a *attacker) answer(m *nats.Msg) {
 		a.countOther(r.Error.Code)
 		a.g.unknowN[pa.inst].Add(1) // conservatively: it may have had an effect
 	}
+}
+
+// gaveUp counts an attack not answered within the timeout: it may have had an effect.
+func (a *attacker) gaveUp(pa pendingAttack) {
+	a.timedOut.Add(1)
+	a.g.unknowN[pa.inst].Add(1)
+	sec := max(int(pa.start.Sub(time.Unix(0, a.stepStart.Load()))/time.Second), 0)
+	a.lateMu.Lock()
+	if sec < 1<<16 {
+		for len(a.lateBySec) <= sec {
+			a.lateBySec = append(a.lateBySec, 0)
+		}
+		a.lateBySec[sec]++
+	}
+	a.lateMu.Unlock()
+}
+
+// begin starts a step at t0: timeouts are counted by the second since.
+func (a *attacker) begin(t0 time.Time) {
+	a.stepStart.Store(t0.UnixNano())
+	a.lateMu.Lock()
+	a.lateBySec = nil
+	a.lateMu.Unlock()
+}
+
+// timedOutBySecond returns the attacks given up since begin, by the second of the step they were
+// sent in.
+func (a *attacker) timedOutBySecond() []int64 {
+	a.lateMu.Lock()
+	defer a.lateMu.Unlock()
+	return slices.Clone(a.lateBySec)
 }
 
 func (a *attacker) countOther(code string) {
@@ -241,8 +278,7 @@ func (a *attacker) sweep() {
 		a.sentMu.Unlock()
 		for _, e := range expired {
 			if pa, ok := a.take(e.seq); ok {
-				a.timedOut.Add(1)
-				a.g.unknowN[pa.inst].Add(1)
+				a.gaveUp(pa)
 			}
 		}
 	}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"math"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,5 +110,26 @@ func TestNodeLateCountsAnswersAfterTheGiveUp(t *testing.T) {
 		if got := proc.OverBoundUnder(c, tc.giveUp.Seconds()); got != tc.want {
 			t.Errorf("give-up %v, 100 answered after %v: node late %v, want %v", tc.giveUp, tc.answered, got, tc.want)
 		}
+	}
+}
+
+// Given-up attacks are counted by the second of the step they were sent in (one sent before the
+// step began, a previous step's, counts in its first second), and begin starts a new count.
+func TestTimedOutBySecondSent(t *testing.T) {
+	a := &attacker{g: &loadGen{unknowN: make([]atomic.Int64, 1)}, timeout: time.Second}
+	t0 := time.Now()
+	a.begin(t0)
+	for _, d := range []time.Duration{-time.Second, 500 * time.Millisecond, 2200 * time.Millisecond, 2900 * time.Millisecond} {
+		a.gaveUp(pendingAttack{start: t0.Add(d)})
+	}
+	if got, want := a.timedOutBySecond(), []int64{2, 0, 2}; !slices.Equal(got, want) {
+		t.Fatalf("by second %v, want %v", got, want)
+	}
+	if a.timedOut.Load() != 4 || a.g.unknowN[0].Load() != 4 {
+		t.Fatalf("timed out %d, unknown %d, want 4 and 4", a.timedOut.Load(), a.g.unknowN[0].Load())
+	}
+	a.begin(t0.Add(time.Minute))
+	if got := a.timedOutBySecond(); len(got) != 0 {
+		t.Fatalf("after begin: %v, want none", got)
 	}
 }
