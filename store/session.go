@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -156,15 +157,7 @@ func (r *Record) RememberSession(client string, ack uint64, q SeqResult, tick, t
 	mine.Done = unacked(mine.Done, mine.Ack)
 	if q.Seq > mine.Ack {
 		done := mine.Done
-		i, _ := slices.BinarySearchFunc(done, q.Seq, func(d SeqResult, seq uint64) int {
-			switch {
-			case d.Seq < seq:
-				return -1
-			case d.Seq > seq:
-				return 1
-			}
-			return 0
-		})
+		i, _ := slices.BinarySearchFunc(done, q.Seq, func(d SeqResult, seq uint64) int { return cmp.Compare(d.Seq, seq) })
 		if i == len(done) {
 			done = append(done, q) // past the length of every copy's: theirs is capped
 		} else {

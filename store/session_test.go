@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -170,15 +171,7 @@ func copyingRemember(r *store.Record, client string, ack uint64, q store.SeqResu
 		}
 	}
 	if q.Seq > mine.Ack {
-		i, _ := slices.BinarySearchFunc(done, q.Seq, func(d store.SeqResult, seq uint64) int {
-			switch {
-			case d.Seq < seq:
-				return -1
-			case d.Seq > seq:
-				return 1
-			}
-			return 0
-		})
+		i, _ := slices.BinarySearchFunc(done, q.Seq, func(d store.SeqResult, seq uint64) int { return cmp.Compare(d.Seq, seq) })
 		done = slices.Insert(done, i, q)
 	}
 	mine.Done = done
