@@ -49,13 +49,17 @@ type overloadStep struct {
 	Other    float64 `json:"other_errors_per_s"`
 	TimedOut float64 `json:"timed_out_per_s"` // no answer within the timeout
 	// TimedOutBySecond: the attacks timed out, by the second of the step they were sent in.
-	TimedOutBySecond []int64       `json:"timed_out_by_second_sent,omitempty"`
-	NotSent          int64         `json:"not_sent"` // not sent: 64 attacks to that dungeon unanswered already (a session holds no more), or the publish failed
-	NotSentRate      float64       `json:"not_sent_per_s"`
-	P50              time.Duration `json:"round_trip_p50_ns"`
-	P99              time.Duration `json:"round_trip_p99_ns"`
-	Max              time.Duration `json:"round_trip_max_ns"`
-	BusyP99          time.Duration `json:"busy_round_trip_p99_ns"` // of the attacks answered busy: is refusing quick?
+	TimedOutBySecond []int64 `json:"timed_out_by_second_sent,omitempty"`
+	// AnsweredLate: of the timed out, those answered after the give-up (the rest never were), and
+	// LateQueue the most answers waiting in the generator's reply queue behind one of them.
+	AnsweredLate float64       `json:"timed_out_answered_late_per_s"`
+	LateQueue    int64         `json:"generator_reply_queue_at_late_answer_max"`
+	NotSent      int64         `json:"not_sent"` // not sent: 64 attacks to that dungeon unanswered already (a session holds no more), or the publish failed
+	NotSentRate  float64       `json:"not_sent_per_s"`
+	P50          time.Duration `json:"round_trip_p50_ns"`
+	P99          time.Duration `json:"round_trip_p99_ns"`
+	Max          time.Duration `json:"round_trip_max_ns"`
+	BusyP99      time.Duration `json:"busy_round_trip_p99_ns"` // of the attacks answered busy: is refusing quick?
 	// NodeP99: the node's own view of a command, from its arrival (its queue wait included) to its
 	// answer (tickfence_command_seconds); round trips far over it waited outside the node.
 	NodeP99 time.Duration `json:"node_command_p99_ns"`
@@ -218,7 +222,7 @@ type overload struct {
 func (s overloadStep) brief() string {
 	var late string
 	if len(s.TimedOutBySecond) > 0 {
-		late = fmt.Sprintf("  timed out by second sent %v", s.TimedOutBySecond)
+		late = fmt.Sprintf("  timed out by second sent %v (answered late %.0f/s, reply queue behind them up to %d)", s.TimedOutBySecond, s.AnsweredLate, s.LateQueue)
 	}
 	return fmt.Sprintf("offered %6.0f/s  ok %6.0f/s  busy %6.0f/s  timed out %5.0f/s  rtt p99 %6s ms (node %s ms)  ticks %5.1f%%  tick p99 %6s ms  write p99 %6s ms  record %5.0f B%s",
 		s.Offered, s.OK, s.Busy, s.TimedOut, ms(s.P99), ms(s.NodeP99), 100*s.TicksFrac, ms(s.LateP99), ms(s.WriteP99), s.RecordBytes, late)
@@ -294,7 +298,7 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	s := overloadStep{Offered: rate, OK: float64(ok) / secs, Busy: float64(busy) / secs,
 		Other: float64(other) / secs, TimedOut: float64(timedOut) / secs, NotSent: notSent, NotSentRate: float64(notSent) / secs,
 		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99), ReplyQueue: replyQueue,
-		TimedOutBySecond: lateBySec}
+		TimedOutBySecond: lateBySec, AnsweredLate: float64(a.answeredLate.Load()) / secs, LateQueue: a.lateQueue.Load()}
 	if cpu0 >= 0 && cpu1 >= 0 {
 		s.CPU = (cpu1 - cpu0) / secs
 	}

@@ -55,14 +55,18 @@ type attacker struct {
 	// stepStart (Unix ns) and lateBySec: the attacks given up, by the second of the step they
 	// were sent in (a burst at a step's start is admission reacting to the jump in load; one
 	// spread over the step is a steady tail).
-	stepStart    atomic.Int64
-	lateMu       sync.Mutex
-	lateBySec    []int64
-	rtt, busyRTT *hdr.Window
-	errMu        sync.Mutex
-	errs         map[string]int64
-	stop         chan struct{}
-	swept        chan struct{}
+	stepStart atomic.Int64
+	lateMu    sync.Mutex
+	lateBySec []int64
+	// answeredLate: of the given up, those whose answer reached the handler after the give-up, and
+	// the most answers queued in the generator's own reply queue behind one of them: a deep queue
+	// there means the round trip was lost in the generator, not in the node or the server.
+	answeredLate, lateQueue atomic.Int64
+	rtt, busyRTT            *hdr.Window
+	errMu                   sync.Mutex
+	errs                    map[string]int64
+	stop                    chan struct{}
+	swept                   chan struct{}
 }
 
 type attackTarget struct {
@@ -187,6 +191,11 @@ func (a *attacker) answer(m *nats.Msg) {
 	took := time.Since(pa.start)
 	if took > a.timeout { // answered, but after the give-up (sweep had not reached it yet)
 		a.gaveUp(pa)
+		a.answeredLate.Add(1)
+		if n, _, err := m.Sub.Pending(); err == nil {
+			for q := a.lateQueue.Load(); int64(n) > q && !a.lateQueue.CompareAndSwap(q, int64(n)); q = a.lateQueue.Load() {
+			}
+		}
 		return
 	}
 	a.rtt.Record(took)
@@ -231,6 +240,8 @@ func (a *attacker) gaveUp(pa pendingAttack) {
 // begin starts a step at t0: timeouts are counted by the second since.
 func (a *attacker) begin(t0 time.Time) {
 	a.stepStart.Store(t0.UnixNano())
+	a.answeredLate.Store(0)
+	a.lateQueue.Store(0)
 	a.lateMu.Lock()
 	a.lateBySec = nil
 	a.lateMu.Unlock()

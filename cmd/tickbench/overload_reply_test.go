@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
@@ -131,5 +132,25 @@ func TestTimedOutBySecondSent(t *testing.T) {
 	a.begin(t0.Add(time.Minute))
 	if got := a.timedOutBySecond(); len(got) != 0 {
 		t.Fatalf("after begin: %v, want none", got)
+	}
+}
+
+// An answer that reaches the handler after the give-up counts as timed out and as answered late;
+// one already given up by the sweep counts nothing more.
+func TestAnswerAfterGiveUpCountsAnsweredLate(t *testing.T) {
+	a := &attacker{g: &loadGen{unknowN: make([]atomic.Int64, 1), acked: make([]atomic.Int64, 1)}, timeout: time.Second,
+		insts: make([]attackTarget, 1)}
+	for i := range a.pending {
+		a.pending[i].m = map[uint64]pendingAttack{}
+	}
+	a.begin(time.Now())
+	a.pending[7].m[7] = pendingAttack{start: time.Now().Add(-2 * time.Second)}
+	a.open.Add(1)
+	ok := wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"damage": 10}})
+	a.answer(&nats.Msg{Subject: "_INBOX.x.3.7", Data: ok})
+	a.answer(&nats.Msg{Subject: "_INBOX.x.3.7", Data: ok}) // settled already
+	if a.timedOut.Load() != 1 || a.answeredLate.Load() != 1 || a.ok.Load() != 0 || a.open.Load() != 0 {
+		t.Fatalf("timed out %d, answered late %d, ok %d, open %d; want 1, 1, 0, 0",
+			a.timedOut.Load(), a.answeredLate.Load(), a.ok.Load(), a.open.Load())
 	}
 }
