@@ -52,14 +52,17 @@ type overloadStep struct {
 	TimedOutBySecond []int64 `json:"timed_out_by_second_sent,omitempty"`
 	// AnsweredLate: of the timed out, those answered after the give-up (the rest never were), and
 	// LateQueue the most answers waiting in the generator's reply queue behind one of them.
-	AnsweredLate float64       `json:"timed_out_answered_late_per_s"`
-	LateQueue    int64         `json:"generator_reply_queue_at_late_answer_max"`
-	NotSent      int64         `json:"not_sent"` // not sent: 64 attacks to that dungeon unanswered already (a session holds no more), or the publish failed
-	NotSentRate  float64       `json:"not_sent_per_s"`
-	P50          time.Duration `json:"round_trip_p50_ns"`
-	P99          time.Duration `json:"round_trip_p99_ns"`
-	Max          time.Duration `json:"round_trip_max_ns"`
-	BusyP99      time.Duration `json:"busy_round_trip_p99_ns"` // of the attacks answered busy: is refusing quick?
+	AnsweredLate float64 `json:"timed_out_answered_late_per_s"`
+	LateQueue    int64   `json:"generator_reply_queue_at_late_answer_max"`
+	// Warnings: the node's and the server's log lines at WARN or above during the step, by process
+	// and message (a disconnection, a slow consumer, a refused write: what the figures may owe to).
+	Warnings    map[string]int `json:"warnings,omitempty"`
+	NotSent     int64          `json:"not_sent"` // not sent: 64 attacks to that dungeon unanswered already (a session holds no more), or the publish failed
+	NotSentRate float64        `json:"not_sent_per_s"`
+	P50         time.Duration  `json:"round_trip_p50_ns"`
+	P99         time.Duration  `json:"round_trip_p99_ns"`
+	Max         time.Duration  `json:"round_trip_max_ns"`
+	BusyP99     time.Duration  `json:"busy_round_trip_p99_ns"` // of the attacks answered busy: is refusing quick?
 	// NodeP99: the node's own view of a command, from its arrival (its queue wait included) to its
 	// answer (tickfence_command_seconds); round trips far over it waited outside the node.
 	NodeP99 time.Duration `json:"node_command_p99_ns"`
@@ -219,10 +222,35 @@ type overload struct {
 	p   *progress
 }
 
+// warningsSince counts the log lines at WARN or above of each process from its mark on, by
+// process and message; lines that are not JSON (a panic, the runtime's own) count as "text".
+func warningsSince(procs map[string]*proc.Proc, from map[string]int) map[string]int {
+	var out map[string]int
+	for name, p := range procs {
+		for _, l := range p.Lines(from[name]) {
+			level, _ := l["level"].(string)
+			msg, _ := l["msg"].(string)
+			if level == "" && len(l) == 1 { // not JSON: kept whole as msg
+				level, msg = "TEXT", "text"
+			}
+			if level == "WARN" || level == "ERROR" || level == "TEXT" {
+				if out == nil {
+					out = map[string]int{}
+				}
+				out[name+": "+msg]++
+			}
+		}
+	}
+	return out
+}
+
 func (s overloadStep) brief() string {
 	var late string
 	if len(s.TimedOutBySecond) > 0 {
 		late = fmt.Sprintf("  timed out by second sent %v (answered late %.0f/s, reply queue behind them up to %d)", s.TimedOutBySecond, s.AnsweredLate, s.LateQueue)
+	}
+	if len(s.Warnings) > 0 {
+		late += fmt.Sprintf("  warnings %v", s.Warnings)
 	}
 	return fmt.Sprintf("offered %6.0f/s  ok %6.0f/s  busy %6.0f/s  timed out %5.0f/s  rtt p99 %6s ms (node %s ms)  ticks %5.1f%%  tick p99 %6s ms  write p99 %6s ms  record %5.0f B%s",
 		s.Offered, s.OK, s.Busy, s.TimedOut, ms(s.P99), ms(s.NodeP99), 100*s.TicksFrac, ms(s.LateP99), ms(s.WriteP99), s.RecordBytes, late)
@@ -272,6 +300,7 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	a.counts() // what the previous step left is not this one's
 	a.clearReplyQueue()
 	a.begin(t0)
+	nodeLines, srvLines := n.LineCount(), o.b.Server.LineCount()
 	sctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	tick := time.NewTicker(time.Millisecond)
@@ -292,13 +321,15 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	ok, busy, other, timedOut, rtt, busyRTT, errs := a.counts()
 	replyQueue := a.replyQueue()
 	lateBySec := a.timedOutBySecond()
+	warnings := warningsSince(map[string]*proc.Proc{"node": n, "server": o.b.Server}, map[string]int{"node": nodeLines, "server": srvLines})
 	secs := time.Since(t0).Seconds()
 	after, _ := scrapeNode(n)
 	cpu1, srv1, gen1 := procCPU(n.Pid()), procCPU(o.b.Server.Pid()), procCPU(os.Getpid())
 	s := overloadStep{Offered: rate, OK: float64(ok) / secs, Busy: float64(busy) / secs,
 		Other: float64(other) / secs, TimedOut: float64(timedOut) / secs, NotSent: notSent, NotSentRate: float64(notSent) / secs,
 		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99), ReplyQueue: replyQueue,
-		TimedOutBySecond: lateBySec, AnsweredLate: float64(a.answeredLate.Load()) / secs, LateQueue: a.lateQueue.Load()}
+		TimedOutBySecond: lateBySec, AnsweredLate: float64(a.answeredLate.Load()) / secs, LateQueue: a.lateQueue.Load(),
+		Warnings: warnings}
 	if cpu0 >= 0 && cpu1 >= 0 {
 		s.CPU = (cpu1 - cpu0) / secs
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -152,5 +153,21 @@ func TestAnswerAfterGiveUpCountsAnsweredLate(t *testing.T) {
 	if a.timedOut.Load() != 1 || a.answeredLate.Load() != 1 || a.ok.Load() != 0 || a.open.Load() != 0 {
 		t.Fatalf("timed out %d, answered late %d, ok %d, open %d; want 1, 1, 0, 0",
 			a.timedOut.Load(), a.answeredLate.Load(), a.ok.Load(), a.open.Load())
+	}
+}
+
+// A step's warnings: the lines at WARN or above, and lines that are not JSON, from each process's
+// mark on, by process and message.
+func TestWarningsSinceCountsByProcessAndMessage(t *testing.T) {
+	p, err := proc.Start("/bin/sh", "n", nil, "-c",
+		`echo '{"level":"WARN","msg":"before"}' >&2; echo '{"level":"WARN","msg":"a"}' >&2; echo '{"level":"WARN","msg":"a"}' >&2; echo '{"level":"INFO","msg":"b"}' >&2; echo '{"level":"ERROR","msg":"c"}' >&2; echo 'panic: x' >&2`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Exited()
+	got := warningsSince(map[string]*proc.Proc{"node": p}, map[string]int{"node": 1})
+	want := map[string]int{"node: a": 2, "node: c": 1, "node: text": 1}
+	if !maps.Equal(got, want) {
+		t.Fatalf("warnings %v, want %v", got, want)
 	}
 }
