@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -113,7 +114,8 @@ func runOverload(args []string) error {
 	capacity := fs.Float64("capacity", 0, "the node's capacity in commands/s (0: find it first, ramping the load until answers slow down)")
 	timeout := fs.Duration("give-up", time.Second, "an attack with no answer after this long counts as timed out (it is never retried)")
 	opaque := fs.Bool("request-ids", false, "send opaque request IDs (Tickfence-Request-Id) instead of client sessions (needed for a tickd from before sessions)")
-	nodeArgs := fs.String("node-args", "", "extra tickd flags for the node, space-separated (e.g. \"--max-command-delay -1\" to see the node without admission control)")
+	nodeArgs := fs.String("node-args", "", "extra tickd flags for the node, space-separated (e.g. \"--max-command-delay -1\" to see the node without admission control;\n"+
+		"with \"--flight-trace DIR\" the node's execution trace is also asked for once 100 attacks of a step time out)")
 	bin := fs.String("tickd", "", "use this tickd binary instead of building one")
 	profile := fs.String("profile", "", "write a CPU profile of the node (go tool pprof) taken over the middle of the --profile-step step to this file (starts the node with --pprof)")
 	profileStep := fs.Float64("profile-step", 200, "the step (percent) --profile profiles")
@@ -301,6 +303,13 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	a.clearReplyQueue()
 	a.begin(t0)
 	nodeLines, srvLines := n.LineCount(), o.b.Server.LineCount()
+	if slices.ContainsFunc(o.cfg.NodeArgs, func(s string) bool {
+		return strings.HasPrefix(s, "--flight-trace") && !strings.HasPrefix(s, "--flight-trace-p99")
+	}) {
+		stop := make(chan struct{})
+		defer close(stop)
+		go o.traceOnTimeouts(n, stop)
+	}
 	sctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	tick := time.NewTicker(time.Millisecond)
@@ -362,6 +371,32 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		s.Errors = fmt.Sprint(errs)
 	}
 	return s
+}
+
+// traceOnTimeouts asks the node (started with --flight-trace) for its flight recorder's trace once
+// 100 attacks of the step have timed out, once per step: the seconds before hold what delayed them.
+func (o *overload) traceOnTimeouts(n *proc.Proc, stop <-chan struct{}) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if k := o.a.timedOut.Load(); k >= 100 {
+			u := strings.TrimSuffix(n.MetricsURL(), "/metrics") + "/debug/flight-trace"
+			resp, err := http.Post(u, "text/plain", nil)
+			if err != nil {
+				o.p.line("flight trace: %v", err)
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			o.p.line("flight trace of the node after %d timeouts in this step: %s (HTTP %d)", k, strings.TrimSpace(string(body)), resp.StatusCode)
+			return
+		}
+	}
 }
 
 // profile takes a CPU profile of the node over the middle half of a step of length d.

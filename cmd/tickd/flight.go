@@ -3,24 +3,33 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/trace"
+	"sync"
 	"time"
 )
 
 // flight keeps the last seconds of Go's execution trace in memory (runtime/trace's flight
 // recorder) and writes them to a file when a summary interval went wrong: ticks skipped, or a
 // tick p99 lateness over the threshold. A skip burst lasts milliseconds and comes minutes apart;
-// the trace of the seconds before it shows what held the workers (go tool trace FILE).
+// the trace of the seconds before it shows what held the workers (go tool trace FILE). A POST to
+// its handler writes one at once: for what only a client sees (commands answered late).
 type flight struct {
 	fr        *trace.FlightRecorder
 	dir       string
 	threshold time.Duration // 0: only skipped ticks
 	gap       time.Duration // at most one file per gap
-	last      time.Time
 	log       *slog.Logger
+
+	mu    sync.Mutex
+	last  time.Time // of the last file written for an interval
+	asked time.Time // of the last file written on request
 }
+
+// askGap: at most one trace on request per askGap (each is up to flightMaxBytes).
+const askGap = 5 * time.Second
 
 // flightMaxBytes caps the recorder's window: at 5 000 demo dungeons about 10 s of trace.
 const flightMaxBytes = 24 << 20
@@ -44,14 +53,50 @@ func (f *flight) check(now time.Time, skipped uint64, p99 time.Duration) bool {
 	if f == nil || (skipped == 0 && (f.threshold <= 0 || p99 <= f.threshold)) {
 		return false
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if !f.last.IsZero() && now.Sub(f.last) < f.gap {
 		return false
 	}
+	if _, err := f.write(now, "skipped_ticks", skipped, "p99_lateness", p99); err != nil {
+		return false // the next interval tries again: a failure does not use up the minute
+	}
+	f.last = now
+	return true
+}
+
+// handler writes the trace at once on a POST (at most one per askGap) and answers its path.
+func (f *flight) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "POST here to write the flight recorder's last seconds to a file now", http.StatusMethodNotAllowed)
+			return
+		}
+		now := time.Now()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if !f.asked.IsZero() && now.Sub(f.asked) < askGap {
+			http.Error(w, fmt.Sprintf("a trace was written on request %v ago: at most one per %v", now.Sub(f.asked).Round(time.Millisecond), askGap), http.StatusTooManyRequests)
+			return
+		}
+		path, err := f.write(now, "asked_by", r.RemoteAddr)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		f.asked = now
+		fmt.Fprintln(w, path)
+	})
+}
+
+// write writes the recorder's window to a new file in dir and logs it with attrs; under f.mu.
+func (f *flight) write(now time.Time, attrs ...any) (string, error) {
 	path := filepath.Join(f.dir, "tickd-"+now.UTC().Format("20060102T150405.000Z")+".trace")
-	file, err := os.Create(path)
+	file, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		f.log.Warn("flight trace not written", "err", err)
-		return false // the next interval tries again: a failure does not use up the minute
+		return "", err
 	}
 	n, err := f.fr.WriteTo(file)
 	if cerr := file.Close(); err == nil {
@@ -60,11 +105,10 @@ func (f *flight) check(now time.Time, skipped uint64, p99 time.Duration) bool {
 	if err != nil {
 		_ = os.Remove(path) // no partial trace
 		f.log.Warn("flight trace not written", "path", path, "err", err)
-		return false
+		return "", err
 	}
-	f.last = now
-	f.log.Warn("flight trace written", "path", path, "bytes", n, "skipped_ticks", skipped, "p99_lateness", p99)
-	return true
+	f.log.Warn("flight trace written", append([]any{"path", path, "bytes", n}, attrs...)...)
+	return path, nil
 }
 
 func (f *flight) stop() {

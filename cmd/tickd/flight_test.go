@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -62,5 +65,46 @@ func TestFlightTraceWrittenOnSkipsAndLateness(t *testing.T) {
 	var off *flight
 	if off.check(now, 100, time.Second) {
 		t.Error("a nil flight recorder wrote a trace")
+	}
+}
+
+// A POST to the handler writes the trace at once, whatever the intervals did, at most once per
+// askGap; any other method is refused and writes nothing.
+func TestFlightTraceWrittenOnRequest(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "traces")
+	fl, err := startFlight(dir, time.Second, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.stop()
+	time.Sleep(50 * time.Millisecond) // something to record
+	h := fl.handler()
+	do := func(method string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(method, "/debug/flight-trace", nil))
+		return rec
+	}
+	if rec := do(http.MethodGet); rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != http.MethodPost {
+		t.Fatalf("GET: %d, Allow %q; want 405, POST", rec.Code, rec.Header().Get("Allow"))
+	}
+	rec := do(http.MethodPost)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("POST: %d %s", rec.Code, rec.Body)
+	}
+	path := strings.TrimSpace(rec.Body.String())
+	b, err := os.ReadFile(path)
+	if err != nil || !bytes.HasPrefix(b, []byte("go 1.")) {
+		t.Fatalf("the answered path %q is not a trace (%v)", path, err)
+	}
+	if rec := do(http.MethodPost); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("a second POST at once: %d, want 429", rec.Code)
+	}
+	// An interval that skipped ticks still writes its own: requests do not use up its minute.
+	time.Sleep(2 * time.Millisecond) // another file name
+	if !fl.check(time.Now(), 1, 0) {
+		t.Fatal("an interval with skipped ticks wrote no trace after a request")
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Fatalf("%d files, want 2", len(entries))
 	}
 }

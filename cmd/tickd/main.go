@@ -139,7 +139,8 @@ func main() {
 		"reaches the listener can read goroutine stacks and the command line")
 	fs.StringVar(&o.flightDir, "flight-trace", "", "keep the last seconds of Go's execution trace in memory (up to 15 s or 24 MB) and write them to this directory when a\n"+
 		"summary interval skips ticks (or, with --flight-trace-p99, runs late): what held the tick workers, for\n"+
-		"go tool trace FILE; at most one file a minute; costs CPU while on, so for diagnosis (empty: off)")
+		"go tool trace FILE; at most one file a minute; a POST to /debug/flight-trace on the --metrics listener writes\n"+
+		"one at once (curl -X POST http://127.0.0.1:9464/debug/flight-trace); costs CPU while on, so for diagnosis (empty: off)")
 	fs.DurationVar(&o.flightP99, "flight-trace-p99", 0, "with --flight-trace, also write a trace when an interval's tick p99 lateness is over this (0: only on skipped ticks)")
 	fs.IntVar(&o.gcPercent, "gc-percent", 400, "the garbage collector's GOGC: heap growth (%) between collections; higher spends memory to save\n"+
 		"CPU and tick latency (at 2 500 demo dungeons 400 took the tick p99 from ~8 ms to ~2.5 ms for ~75 MB more heap).\n"+
@@ -352,7 +353,7 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.For(reg) // the metrics the node, engine and coordinator share, read by the summary
 	page := &playerPage{o: o}
-	stopMetrics, err := serveMetrics(o, reg, page, log)
+	stopMetrics, err := serveMetrics(o, reg, page, fl, log)
 	if err != nil {
 		return err
 	}
@@ -418,7 +419,7 @@ func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.L
 }
 
 // serveMetrics serves reg on --metrics (and the profiler with --pprof); stop closes it.
-func serveMetrics(o options, reg *prometheus.Registry, page *playerPage, log *slog.Logger) (stop func(), err error) {
+func serveMetrics(o options, reg *prometheus.Registry, page *playerPage, fl *flight, log *slog.Logger) (stop func(), err error) {
 	if o.metricsAddr == "" {
 		return func() {}, nil
 	}
@@ -432,6 +433,9 @@ func serveMetrics(o options, reg *prometheus.Registry, page *playerPage, log *sl
 	page.addr = ln.Addr().String()
 	if o.pprof {
 		servePprof(mux)
+	}
+	if fl != nil {
+		mux.Handle("/debug/flight-trace", fl.handler())
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
