@@ -168,23 +168,12 @@ func (r *Record) RememberSession(client string, ack uint64, q SeqResult, tick, t
 	r.Clients = out
 }
 
-// unacked returns the answers of done above ack, done's own tail when they are one (ascending
-// by Seq, as a session keeps them), else a copy.
+// unacked returns the answers of done above ack: a tail of done, which is ascending by Seq
+// (RememberSession keeps it so; DecodeRecord refuses a record that is not).
 func unacked(done []SeqResult, ack uint64) []SeqResult {
 	k := 0
 	for k < len(done) && done[k].Seq <= ack {
 		k++
-	}
-	for _, d := range done[k:] {
-		if d.Seq <= ack { // out of order (a record built by hand): keep only those above, in a copy
-			kept := make([]SeqResult, 0, len(done)-k)
-			for _, d := range done[k:] {
-				if d.Seq > ack {
-					kept = append(kept, d)
-				}
-			}
-			return kept
-		}
 	}
 	return done[k:]
 }

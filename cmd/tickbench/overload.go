@@ -168,7 +168,9 @@ func runOverload(args []string) error {
 		return err
 	}
 	defer a.close()
-	o := &overload{b: b, g: gen, a: a, cfg: cfg, p: p}
+	o := &overload{b: b, g: gen, a: a, cfg: cfg, p: p, flightTrace: slices.ContainsFunc(cfg.NodeArgs, func(s string) bool {
+		return strings.HasPrefix(s, "--flight-trace") && !strings.HasPrefix(s, "--flight-trace-p99")
+	})}
 	if cfg.Capacity == 0 {
 		rep.Calibration, cfg.Capacity = o.calibrate(ctx)
 		rep.Config.Capacity, rep.Config.Calibrated = cfg.Capacity, true
@@ -222,6 +224,9 @@ type overload struct {
 	a   *attacker
 	cfg overloadConfig
 	p   *progress
+	// flightTrace: the node keeps a flight recorder (--flight-trace in the node's flags), to ask
+	// for its trace when a step's attacks time out.
+	flightTrace bool
 }
 
 // warningsSince counts the log lines at WARN or above of each process from its mark on, by
@@ -303,9 +308,7 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	a.clearReplyQueue()
 	a.begin(t0)
 	nodeLines, srvLines := n.LineCount(), o.b.Server.LineCount()
-	if slices.ContainsFunc(o.cfg.NodeArgs, func(s string) bool {
-		return strings.HasPrefix(s, "--flight-trace") && !strings.HasPrefix(s, "--flight-trace-p99")
-	}) {
+	if o.flightTrace {
 		stop := make(chan struct{})
 		defer close(stop)
 		go o.traceOnTimeouts(n, stop)

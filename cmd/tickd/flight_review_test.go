@@ -1,10 +1,7 @@
 package main
 
 import (
-	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -13,12 +10,7 @@ import (
 // "the last file" for the one-a-minute limit: the skip burst that follows within the minute gets
 // no trace, although none was ever written.
 func TestFailedFlightWriteDoesNotUseUpTheMinute(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "traces")
-	fl, err := startFlight(dir, time.Second, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fl.stop()
+	dir, fl := testFlight(t, 0)
 	time.Sleep(20 * time.Millisecond)
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)

@@ -16,12 +16,7 @@ import (
 // The flight recorder writes its trace when an interval skipped ticks or went over the p99
 // threshold, at most once per gap, and the file is a Go execution trace.
 func TestFlightTraceWrittenOnSkipsAndLateness(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "traces")
-	fl, err := startFlight(dir, time.Second, 10*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fl.stop()
+	dir, fl := testFlight(t, 10*time.Millisecond)
 	time.Sleep(50 * time.Millisecond) // something to record
 	now := time.Now()
 	steps := []struct {
@@ -71,12 +66,7 @@ func TestFlightTraceWrittenOnSkipsAndLateness(t *testing.T) {
 // A POST to the handler writes the trace at once, whatever the intervals did, at most once per
 // askGap; any other method is refused and writes nothing.
 func TestFlightTraceWrittenOnRequest(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "traces")
-	fl, err := startFlight(dir, time.Second, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fl.stop()
+	dir, fl := testFlight(t, 0)
 	time.Sleep(50 * time.Millisecond) // something to record
 	h := fl.handler()
 	do := func(method string) *httptest.ResponseRecorder {
@@ -107,4 +97,17 @@ func TestFlightTraceWrittenOnRequest(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Fatalf("%d files, want 2", len(entries))
 	}
+}
+
+// testFlight starts a flight recorder of a second's window writing into a new directory, stopped
+// when the test ends.
+func testFlight(t *testing.T, threshold time.Duration) (string, *flight) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "traces")
+	fl, err := startFlight(dir, time.Second, threshold, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fl.stop)
+	return dir, fl
 }

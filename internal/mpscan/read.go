@@ -71,8 +71,14 @@ func Int(b []byte) (int64, bool) {
 	if b[0] <= 0xcf { // unsigned
 		return int64(u), u <= math.MaxInt64
 	}
+	return Signed(u, w), true
+}
+
+// Signed is the payload of a signed integer w bytes wide (IntPayload's) as an int64: the sign
+// of its width extended.
+func Signed(u uint64, w int) int64 {
 	sh := 64 - 8*uint(w)
-	return int64(u<<sh) >> sh, true // signed: extend the sign of its width
+	return int64(u<<sh) >> sh
 }
 
 // IntPayload reads the payload of an integer with one (codes 0xcc–0xd3: unsigned and signed, 1,

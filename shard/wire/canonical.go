@@ -66,9 +66,7 @@ func canonicalValue(b []byte, depth int) (int, bool) {
 		return 1 + w, v > [...]uint64{1: math.MaxInt8, 2: math.MaxUint8, 4: math.MaxUint16, 8: math.MaxUint32}[w]
 	}
 	// Signed: canonical only for negative values below the next narrower range.
-	sh := 64 - 8*uint(w)
-	s := int64(v<<sh) >> sh // the sign of its width, extended
-	return 1 + w, s < [...]int64{1: -32, 2: math.MinInt8, 4: math.MinInt16, 8: math.MinInt32}[w]
+	return 1 + w, mpscan.Signed(v, w) < [...]int64{1: -32, 2: math.MinInt8, 4: math.MinInt16, 8: math.MinInt32}[w]
 }
 
 // canonicalMap returns the length of the canonical map at the start of b, nested depth deep:
