@@ -159,18 +159,20 @@ type Options struct {
 
 // Node is a running tickfence node. Stop it with Stop.
 type Node struct {
-	opt     Options
-	log     *slog.Logger
-	srv     *natsserver.Server
-	frames  *natscmd.FramePublisher
-	effects *natscmd.EffectPublisher
-	connsMu sync.Mutex
-	conns   []*nats.Conn // every connection opened, closed by Close
-	st      *natskv.Store
-	cluster store.Cluster
-	engine  *actor.Engine
-	node    *node.Node
-	connect func(purpose string) (*nats.Conn, error)
+	opt Options
+	log *slog.Logger
+	srv *natsserver.Server
+	// srvMetrics: the embedded server's collector, registered on Options.Registerer (nil: none).
+	srvMetrics prometheus.Collector
+	frames     *natscmd.FramePublisher
+	effects    *natscmd.EffectPublisher
+	connsMu    sync.Mutex
+	conns      []*nats.Conn // every connection opened, closed by Close
+	st         *natskv.Store
+	cluster    store.Cluster
+	engine     *actor.Engine
+	node       *node.Node
+	connect    func(purpose string) (*nats.Conn, error)
 
 	stopRun context.CancelFunc
 	wg      sync.WaitGroup
@@ -391,6 +393,14 @@ func (n *Node) openNATS() error {
 			return err
 		}
 		n.srv = srv
+		if o.Registerer != nil {
+			// The server's own counters (tickfence_nats_*); a second node on the same registry keeps the first's.
+			if c := srv.Collector(); o.Registerer.Register(c) != nil {
+				n.log.Warn("the embedded server's metrics are not registered: the registry has them from another server")
+			} else {
+				n.srvMetrics = c
+			}
+		}
 		attrs := []any{"data", dir, "sync_every_write", o.Sync}
 		if o.Listen != "" {
 			attrs = append(attrs, "listen", srv.ClientURL())
@@ -541,6 +551,9 @@ func (n *Node) Close() {
 		n.connsMu.Unlock()
 		if n.srv != nil {
 			n.srv.Stop()
+		}
+		if n.srvMetrics != nil {
+			n.opt.Registerer.Unregister(n.srvMetrics)
 		}
 	})
 }

@@ -19,6 +19,7 @@ import (
 type flight struct {
 	fr        *trace.FlightRecorder
 	dir       string
+	name      string        // of the files: NAME-TIME.trace
 	threshold time.Duration // 0: only skipped ticks
 	gap       time.Duration // at most one file per gap
 	log       *slog.Logger
@@ -34,8 +35,9 @@ const askGap = 5 * time.Second
 // flightMaxBytes caps the recorder's window: at 5 000 demo dungeons about 10 s of trace.
 const flightMaxBytes = 24 << 20
 
-// startFlight starts the recorder, keeping window of trace if flightMaxBytes hold it.
-func startFlight(dir string, window, threshold time.Duration, log *slog.Logger) (*flight, error) {
+// startFlight starts the recorder, keeping window of trace if flightMaxBytes hold it; its files
+// are named name-TIME.trace.
+func startFlight(dir, name string, window, threshold time.Duration, log *slog.Logger) (*flight, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("--flight-trace: %w", err)
 	}
@@ -43,8 +45,12 @@ func startFlight(dir string, window, threshold time.Duration, log *slog.Logger) 
 	if err := fr.Start(); err != nil {
 		return nil, fmt.Errorf("--flight-trace: start the flight recorder: %w", err)
 	}
-	log.Info("flight recorder on", "dir", dir, "window", window, "p99_threshold", threshold)
-	return &flight{fr: fr, dir: dir, threshold: threshold, gap: time.Minute, log: log}, nil
+	attrs := []any{"dir", dir, "window", window}
+	if threshold > 0 {
+		attrs = append(attrs, "p99_threshold", threshold)
+	}
+	log.Info("flight recorder on", attrs...)
+	return &flight{fr: fr, dir: dir, name: name, threshold: threshold, gap: time.Minute, log: log}, nil
 }
 
 // check writes the trace if the interval that just ended skipped ticks or was late; it says
@@ -92,7 +98,7 @@ func (f *flight) handler() http.Handler {
 
 // write writes the recorder's window to a new file in dir and logs it with attrs; under f.mu.
 func (f *flight) write(now time.Time, attrs ...any) (string, error) {
-	path := filepath.Join(f.dir, "tickd-"+now.UTC().Format("20060102T150405.000Z")+".trace")
+	path := filepath.Join(f.dir, f.name+"-"+now.UTC().Format("20060102T150405.000Z")+".trace")
 	file, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		f.log.Warn("flight trace not written", "err", err)

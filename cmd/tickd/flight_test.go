@@ -104,7 +104,7 @@ func TestFlightTraceWrittenOnRequest(t *testing.T) {
 func testFlight(t *testing.T, threshold time.Duration) (string, *flight) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "traces")
-	fl, err := startFlight(dir, time.Second, threshold, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	fl, err := startFlight(dir, "tickd", time.Second, threshold, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

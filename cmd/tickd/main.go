@@ -330,7 +330,7 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	var fl *flight
 	if o.flightDir != "" {
 		var err error
-		if fl, err = startFlight(o.flightDir, 15*time.Second, o.flightP99, log); err != nil {
+		if fl, err = startFlight(o.flightDir, "tickd", 15*time.Second, o.flightP99, log); err != nil {
 			return err
 		}
 		defer fl.stop()
@@ -423,28 +423,39 @@ func serveMetrics(o options, reg *prometheus.Registry, page *playerPage, fl *fli
 	if o.metricsAddr == "" {
 		return func() {}, nil
 	}
-	ln, err := net.Listen("tcp", o.metricsAddr)
+	return serveHTTP(o.metricsAddr, reg, o.pprof, fl, log, func(mux *http.ServeMux, addr string) {
+		mux.Handle(playerPath, page.handler())
+		page.addr = addr
+		if o.natsWebSocket != "" || o.demoPageNATS != "" {
+			log.Info("player demo page", "url", "http://"+addr+playerPath)
+		}
+	})
+}
+
+// serveHTTP serves reg's metrics on addr, the profiler with pprof, the flight recorder's POST
+// with fl, and what each of more adds; stop closes it.
+func serveHTTP(addr string, reg *prometheus.Registry, pprof bool, fl *flight, log *slog.Logger, more ...func(mux *http.ServeMux, addr string)) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics: %w", err)
 	}
+	addr = ln.Addr().String()
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.Handle(playerPath, page.handler())
-	page.addr = ln.Addr().String()
-	if o.pprof {
+	if pprof {
 		servePprof(mux)
 	}
 	if fl != nil {
 		mux.Handle("/debug/flight-trace", fl.handler())
 	}
+	for _, m := range more {
+		m(mux, addr)
+	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
-	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
-	if o.natsWebSocket != "" || o.demoPageNATS != "" {
-		log.Info("player demo page", "url", "http://"+ln.Addr().String()+playerPath)
-	}
-	if o.pprof {
-		log.Info("pprof", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
+	log.Info("metrics", "url", "http://"+addr+"/metrics")
+	if pprof {
+		log.Info("pprof", "url", "http://"+addr+"/debug/pprof/")
 	}
 	return func() { _ = hs.Close() }, nil
 }
@@ -545,6 +556,12 @@ func serverMain(args []string) int {
 		"tickd --demo-page-nats ws://HOST:PORT); wss with --tls-cert; loopback only without --auth, unless --insecure")
 	wsOrigins := fs.String("websocket-origin", "", "comma-separated origins (http://HOST:PORT) of the web pages allowed to use --websocket, * for\n"+
 		"any; required without --auth (any page a browser visits could open the socket otherwise)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on HOST:PORT/metrics: the server's messages and bytes in and out, bytes queued\n"+
+		"to slow readers, connections, JetStream's usage, and Go's runtime (empty: off; e.g. 127.0.0.1:9470)")
+	pprofOn := fs.Bool("pprof", false, "also serve Go's profiler (net/http/pprof) under /debug/pprof/ on the --metrics listener")
+	flightDir := fs.String("flight-trace", "", "keep the last seconds of Go's execution trace in memory (up to 15 s or 24 MB); a POST to\n"+
+		"/debug/flight-trace on the --metrics listener writes them to a file in this directory (at most one per 5 s;\n"+
+		"go tool trace FILE): what the server was doing when clients saw a stall; costs CPU while on (empty: off)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tickd server runs only the embedded NATS JetStream server that tickd nodes share: on its own, or
 as one server of a JetStream cluster (--cluster), for replicated buckets (tickd --replicas 3).
@@ -614,10 +631,33 @@ Examples:
 			}
 		}
 	}
+	if (*pprofOn || *flightDir != "") && *metricsAddr == "" {
+		log.Error("tickd server: --pprof and --flight-trace are served on the --metrics listener: give --metrics an address")
+		return 2
+	}
+	var fl *flight
+	if *flightDir != "" {
+		if fl, err = startFlight(*flightDir, "tickd-server", 15*time.Second, 0, log); err != nil {
+			log.Error("tickd server", "err", err)
+			return 1
+		}
+		defer fl.stop()
+	}
 	srv, err := natsserver.Start(cfg)
 	if err != nil {
 		log.Error("tickd server", "err", err)
 		return 1
+	}
+	if *metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), srv.Collector())
+		stop, err := serveHTTP(*metricsAddr, reg, *pprofOn, fl, log)
+		if err != nil {
+			srv.Stop()
+			log.Error("tickd server", "err", err)
+			return 1
+		}
+		defer stop()
 	}
 	attrs := []any{"name", srv.Name(), "url", srv.ClientURL(), "data", cfg.DataDir, "sync_every_write", *sync, "auth", *authDir != "", "tls", *tlsCert != ""}
 	if *webSocket != "" {

@@ -91,6 +91,11 @@ func runTickd(t *testing.T, tickd, tickctl, data string, atLeast uint64) uint64 
 			t.Errorf("metrics: %s = %v (present %v), want %v", sample, got, ok, want)
 		}
 	}
+	// The embedded server's own: the node's connections to it, and the messages through it.
+	if m["tickfence_nats_connections"] < 3 || m["tickfence_nats_in_msgs_total"] == 0 {
+		t.Errorf("metrics: the embedded server's connections %v and messages in %v; want at least the node's 3 and some",
+			m["tickfence_nats_connections"], m["tickfence_nats_in_msgs_total"])
+	}
 	// --pprof: the profiler is on the metrics listener.
 	pprofURL := strings.TrimSuffix(metricsURL, "/metrics") + "/debug/pprof/goroutine?debug=1"
 	resp, err := http.Get(pprofURL)
@@ -163,6 +168,8 @@ func TestTickdRefusesBadFlags(t *testing.T) {
 		{[]string{"--replicas", "3"}, "--replicas 3 needs a JetStream cluster of at least 3 servers, not the embedded server"},
 		{[]string{"server", "--cluster", "127.0.0.1:0"}, "--cluster needs --server-name"},
 		{[]string{"server", "--routes", "nats-route://127.0.0.1:1"}, "--routes needs --cluster"},
+		{[]string{"server", "--pprof"}, "--pprof and --flight-trace are served on the --metrics listener"},
+		{[]string{"server", "--flight-trace", dir}, "--pprof and --flight-trace are served on the --metrics listener"},
 		{[]string{"server", "--cluster", "127.0.0.1:0", "--server-name", "a", "--routes", "127.0.0.1:1"}, "want nats-route://HOST:PORT"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
