@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,9 +88,16 @@ type overloadStep struct {
 	RecordBytes float64       `json:"record_bytes"`
 	BytesPerCmd float64       `json:"bytes_written_per_command"`
 	CPU         float64       `json:"node_cpu_cores"`
-	ServerCPU   float64       `json:"server_cpu_cores"`    // the tickd server process (NATS)
-	LoadCPU     float64       `json:"generator_cpu_cores"` // tickbench itself: the load is made on the same machine
-	Errors      string        `json:"errors,omitempty"`
+	ServerCPU   float64       `json:"server_cpu_cores"` // the tickd server process (NATS)
+	// ServerPendingMax: the most bytes the server held queued for one client (sampled every 100
+	// ms); ServerScrapeMax its slowest answer to those samples; ServerSlowOut the longest stretch
+	// in which it sent under a quarter of the step's mean rate. A server that paused delivering
+	// shows in the last two; a client (the node, the generator) reading too slowly in the first.
+	ServerPendingMax float64       `json:"server_pending_bytes_max,omitempty"`
+	ServerScrapeMax  time.Duration `json:"server_metrics_answer_max_ns,omitempty"`
+	ServerSlowOut    time.Duration `json:"server_slow_delivery_max_ns,omitempty"`
+	LoadCPU          float64       `json:"generator_cpu_cores"` // tickbench itself: the load is made on the same machine
+	Errors           string        `json:"errors,omitempty"`
 }
 
 type overloadReport struct {
@@ -116,6 +125,9 @@ func runOverload(args []string) error {
 	opaque := fs.Bool("request-ids", false, "send opaque request IDs (Tickfence-Request-Id) instead of client sessions (needed for a tickd from before sessions)")
 	nodeArgs := fs.String("node-args", "", "extra tickd flags for the node, space-separated (e.g. \"--max-command-delay -1\" to see the node without admission control;\n"+
 		"with \"--flight-trace DIR\" the node's execution trace is also asked for once 100 attacks of a step time out)")
+	flightDir := fs.String("flight-trace", "", "keep Go's flight recorder on in the node, the server and tickbench, and write all three's last\n"+
+		"seconds of execution trace to this directory once 100 attacks of a step time out (once per step): what each\n"+
+		"process did while commands were late (go tool trace FILE); costs CPU")
 	bin := fs.String("tickd", "", "use this tickd binary instead of building one")
 	profile := fs.String("profile", "", "write a CPU profile of the node (go tool pprof) taken over the middle of the --profile-step step to this file (starts the node with --pprof)")
 	profileStep := fs.Float64("profile-step", 200, "the step (percent) --profile profiles")
@@ -142,6 +154,26 @@ func runOverload(args []string) error {
 	if *profile != "" {
 		cfg.NodeArgs = append(cfg.NodeArgs, "--pprof")
 	}
+	var serverArgs []string
+	if *bin == "" || serverHasMetrics(*bin) {
+		serverArgs = []string{"--metrics", "127.0.0.1:0", "--log-json"} // watched during each step (its address from the JSON log)
+	}
+	var fr *trace.FlightRecorder
+	if *flightDir != "" {
+		if len(serverArgs) == 0 {
+			return fmt.Errorf("--flight-trace: %s server has no --metrics (a tickd from before it)", *bin)
+		}
+		if err := os.MkdirAll(*flightDir, 0o755); err != nil {
+			return fmt.Errorf("--flight-trace: %w", err)
+		}
+		cfg.NodeArgs = append(cfg.NodeArgs, "--flight-trace", *flightDir)
+		serverArgs = append(serverArgs, "--flight-trace", *flightDir)
+		fr = trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: 15 * time.Second, MaxBytes: 24 << 20})
+		if err := fr.Start(); err != nil {
+			return fmt.Errorf("--flight-trace: %w", err)
+		}
+		defer fr.Stop()
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -150,7 +182,7 @@ func runOverload(args []string) error {
 	fmt.Printf("1 node + tickd server, %d dungeons on %d shards at %g Hz, checkpoint every %d ticks, steps of %v, answer timeout %v\n\n",
 		cfg.Instances, cfg.Shards, cfg.TickRate, cfg.CheckpointEvery, cfg.Step, cfg.Timeout)
 	p := newProgress()
-	b, err := startBenchCluster(ctx, p, *bin, proc.ClusterConfig{Lease: 2 * time.Second, Shards: *shards, NodeArgs: cfg.NodeArgs}, []string{"n1"})
+	b, err := startBenchCluster(ctx, p, *bin, proc.ClusterConfig{Lease: 2 * time.Second, Shards: *shards, NodeArgs: cfg.NodeArgs, ServerArgs: serverArgs}, []string{"n1"})
 	if err != nil {
 		return err
 	}
@@ -168,7 +200,7 @@ func runOverload(args []string) error {
 		return err
 	}
 	defer a.close()
-	o := &overload{b: b, g: gen, a: a, cfg: cfg, p: p, flightTrace: slices.ContainsFunc(cfg.NodeArgs, func(s string) bool {
+	o := &overload{b: b, g: gen, a: a, cfg: cfg, p: p, fr: fr, traceDir: *flightDir, flightTrace: slices.ContainsFunc(cfg.NodeArgs, func(s string) bool {
 		return strings.HasPrefix(s, "--flight-trace") && !strings.HasPrefix(s, "--flight-trace-p99")
 	})}
 	if cfg.Capacity == 0 {
@@ -227,6 +259,10 @@ type overload struct {
 	// flightTrace: the node keeps a flight recorder (--flight-trace in the node's flags), to ask
 	// for its trace when a step's attacks time out.
 	flightTrace bool
+	// fr: tickbench's own flight recorder (--flight-trace, nil: off), written to traceDir with the
+	// node's and the server's.
+	fr       *trace.FlightRecorder
+	traceDir string
 }
 
 // warningsSince counts the log lines at WARN or above of each process from its mark on, by
@@ -255,6 +291,8 @@ func (s overloadStep) brief() string {
 	var late string
 	if len(s.TimedOutBySecond) > 0 {
 		late = fmt.Sprintf("  timed out by second sent %v (answered late %.0f/s, reply queue behind them up to %d)", s.TimedOutBySecond, s.AnsweredLate, s.LateQueue)
+		late += fmt.Sprintf("  server: queued for one client up to %.1f MB, slowest metrics answer %s ms, slow delivery up to %s ms",
+			s.ServerPendingMax/1e6, ms(s.ServerScrapeMax), ms(s.ServerSlowOut))
 	}
 	if len(s.Warnings) > 0 {
 		late += fmt.Sprintf("  warnings %v", s.Warnings)
@@ -313,6 +351,9 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		defer close(stop)
 		go o.traceOnTimeouts(n, stop)
 	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	watched := watchServer(wctx, o.b.Server)
 	sctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	tick := time.NewTicker(time.Millisecond)
@@ -330,6 +371,8 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	}
 	tick.Stop()
 	a.drain() // every attack of the step answered or given up
+	wcancel()
+	srvWatch := <-watched
 	ok, busy, other, timedOut, rtt, busyRTT, errs := a.counts()
 	replyQueue := a.replyQueue()
 	lateBySec := a.timedOutBySecond()
@@ -342,6 +385,9 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99), ReplyQueue: replyQueue,
 		TimedOutBySecond: lateBySec, AnsweredLate: float64(a.answeredLate.Load()) / secs, LateQueue: a.lateQueue.Load(),
 		Warnings: warnings}
+	if srvWatch != nil {
+		s.ServerPendingMax, s.ServerScrapeMax, s.ServerSlowOut = srvWatch.PendingMax, srvWatch.ScrapeMax, srvWatch.SlowOutMax
+	}
 	if cpu0 >= 0 && cpu1 >= 0 {
 		s.CPU = (cpu1 - cpu0) / secs
 	}
@@ -377,7 +423,8 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 }
 
 // traceOnTimeouts asks the node (started with --flight-trace) for its flight recorder's trace once
-// 100 attacks of the step have timed out, once per step: the seconds before hold what delayed them.
+// 100 attacks of the step have timed out, once per step, and with tickbench's own --flight-trace
+// the server's and tickbench's too: the seconds before hold what delayed them.
 func (o *overload) traceOnTimeouts(n *proc.Proc, stop <-chan struct{}) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
@@ -387,19 +434,49 @@ func (o *overload) traceOnTimeouts(n *proc.Proc, stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		if k := o.a.timedOut.Load(); k >= 100 {
-			u := strings.TrimSuffix(n.MetricsURL(), "/metrics") + "/debug/flight-trace"
+		k := o.a.timedOut.Load()
+		if k < 100 {
+			continue
+		}
+		procs := []*proc.Proc{n}
+		if o.fr != nil {
+			procs = append(procs, o.b.Server)
+			path := filepath.Join(o.traceDir, "tickbench-"+time.Now().UTC().Format("20060102T150405.000Z")+".trace")
+			if err := writeFlight(o.fr, path); err != nil {
+				o.p.line("flight trace of tickbench: %v", err)
+			} else {
+				o.p.line("flight trace of tickbench after %d timeouts in this step: %s", k, path)
+			}
+		}
+		for _, pr := range procs {
+			u := strings.TrimSuffix(pr.MetricsURL(), "/metrics") + "/debug/flight-trace"
 			resp, err := http.Post(u, "text/plain", nil)
 			if err != nil {
-				o.p.line("flight trace: %v", err)
-				return
+				o.p.line("flight trace of %s: %v", pr.Name, err)
+				continue
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			o.p.line("flight trace of the node after %d timeouts in this step: %s (HTTP %d)", k, strings.TrimSpace(string(body)), resp.StatusCode)
-			return
+			o.p.line("flight trace of %s after %d timeouts in this step: %s (HTTP %d)", pr.Name, k, strings.TrimSpace(string(body)), resp.StatusCode)
 		}
+		return
 	}
+}
+
+// writeFlight writes the recorder's window to a new file at path.
+func writeFlight(fr *trace.FlightRecorder, path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fr.WriteTo(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
 }
 
 // profile takes a CPU profile of the node over the middle half of a step of length d.
