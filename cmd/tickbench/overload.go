@@ -57,6 +57,10 @@ type overloadStep struct {
 	// LateQueue the most answers waiting in the generator's reply queue behind one of them.
 	AnsweredLate float64 `json:"timed_out_answered_late_per_s"`
 	LateQueue    int64   `json:"generator_reply_queue_at_late_answer_max"`
+	// LateP50, LateMax: the round trips of those answered late (counted until one more give-up
+	// after the step's last attack): a near miss, or seconds.
+	LateP50 time.Duration `json:"timed_out_answered_round_trip_p50_ns,omitempty"`
+	LateMax time.Duration `json:"timed_out_answered_round_trip_max_ns,omitempty"`
 	// Warnings: the node's and the server's log lines at WARN or above during the step, by process
 	// and message (a disconnection, a slow consumer, a refused write: what the figures may owe to).
 	Warnings    map[string]int `json:"warnings,omitempty"`
@@ -290,7 +294,8 @@ func warningsSince(procs map[string]*proc.Proc, from map[string]int) map[string]
 func (s overloadStep) brief() string {
 	var late string
 	if len(s.TimedOutBySecond) > 0 {
-		late = fmt.Sprintf("  timed out by second sent %v (answered late %.0f/s, reply queue behind them up to %d)", s.TimedOutBySecond, s.AnsweredLate, s.LateQueue)
+		late = fmt.Sprintf("  timed out by second sent %v (answered late %.0f/s, round trip p50 %s ms, max %s ms; reply queue behind them up to %d)",
+			s.TimedOutBySecond, s.AnsweredLate, ms(s.LateP50), ms(s.LateMax), s.LateQueue)
 		late += fmt.Sprintf("  server: queued for one client up to %.1f MB, slowest metrics answer %s ms, slow delivery up to %s ms",
 			s.ServerPendingMax/1e6, ms(s.ServerScrapeMax), ms(s.ServerSlowOut))
 	}
@@ -371,11 +376,15 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	}
 	tick.Stop()
 	a.drain() // every attack of the step answered or given up
+	if a.timedOut.Load() > 0 {
+		time.Sleep(o.cfg.Timeout) // answers to the last ones given up, if they come
+	}
 	wcancel()
 	srvWatch := <-watched
 	ok, busy, other, timedOut, rtt, busyRTT, errs := a.counts()
 	replyQueue := a.replyQueue()
 	lateBySec := a.timedOutBySecond()
+	lateRTT := a.lateRTT.Take()
 	warnings := warningsSince(map[string]*proc.Proc{"node": n, "server": o.b.Server}, map[string]int{"node": nodeLines, "server": srvLines})
 	secs := time.Since(t0).Seconds()
 	after, _ := scrapeNode(n)
@@ -384,6 +393,7 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		Other: float64(other) / secs, TimedOut: float64(timedOut) / secs, NotSent: notSent, NotSentRate: float64(notSent) / secs,
 		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99), ReplyQueue: replyQueue,
 		TimedOutBySecond: lateBySec, AnsweredLate: float64(a.answeredLate.Load()) / secs, LateQueue: a.lateQueue.Load(),
+		LateP50: lateRTT.Quantile(0.5), LateMax: lateRTT.Max(),
 		Warnings: warnings}
 	if srvWatch != nil {
 		s.ServerPendingMax, s.ServerScrapeMax, s.ServerSlowOut = srvWatch.PendingMax, srvWatch.ScrapeMax, srvWatch.SlowOutMax

@@ -58,11 +58,15 @@ type attacker struct {
 	stepStart atomic.Int64
 	lateMu    sync.Mutex
 	lateBySec []int64
+	// gone: the attacks of this step given up, by number, with when they were sent: an answer
+	// that comes later still is matched to its attack (and timed).
+	gone map[uint64]time.Time
 	// answeredLate: of the given up, those whose answer reached the handler after the give-up, and
 	// the most answers queued in the generator's own reply queue behind one of them: a deep queue
 	// there means the round trip was lost in the generator, not in the node or the server.
+	// lateRTT: their round trips (a near miss, or an answer seconds late).
 	answeredLate, lateQueue atomic.Int64
-	rtt, busyRTT            *hdr.Window
+	rtt, busyRTT, lateRTT   *hdr.Window
 	errMu                   sync.Mutex
 	errs                    map[string]int64
 	stop                    chan struct{}
@@ -95,7 +99,7 @@ func newAttacker(g *loadGen, shards uint32, timeout time.Duration, opaque bool) 
 	if err != nil {
 		return nil, err
 	}
-	a := &attacker{g: g, nc: g.nc, id: "tb-" + g.runID, timeout: timeout, body: body, opaque: opaque, rtt: hdr.NewWindow(7), busyRTT: hdr.NewWindow(7),
+	a := &attacker{g: g, nc: g.nc, id: "tb-" + g.runID, timeout: timeout, body: body, opaque: opaque, rtt: hdr.NewWindow(7), busyRTT: hdr.NewWindow(7), lateRTT: hdr.NewWindow(7), gone: map[uint64]time.Time{},
 		insts: make([]attackTarget, len(g.ids)), errs: map[string]int64{}, stop: make(chan struct{}), swept: make(chan struct{})}
 	a.prefix = g.nc.NewInbox() + "."
 	for i := range a.pending {
@@ -185,17 +189,23 @@ func (a *attacker) answer(m *nats.Msg) {
 		return
 	}
 	pa, ok := a.take(seq)
-	if !ok {
-		return // counted as timed out already
+	if !ok { // given up already: answered late, or a duplicate answer
+		a.lateMu.Lock()
+		start, gone := a.gone[seq]
+		delete(a.gone, seq)
+		a.lateMu.Unlock()
+		if gone {
+			a.answeredAfterGiveUp(m, time.Since(start))
+		}
+		return
 	}
 	took := time.Since(pa.start)
 	if took > a.timeout { // answered, but after the give-up (sweep had not reached it yet)
-		a.gaveUp(pa)
-		a.answeredLate.Add(1)
-		if n, _, err := m.Sub.Pending(); err == nil {
-			for q := a.lateQueue.Load(); int64(n) > q && !a.lateQueue.CompareAndSwap(q, int64(n)); q = a.lateQueue.Load() {
-			}
-		}
+		a.gaveUp(seq, pa)
+		a.lateMu.Lock()
+		delete(a.gone, seq)
+		a.lateMu.Unlock()
+		a.answeredAfterGiveUp(m, took)
 		return
 	}
 	a.rtt.Record(took)
@@ -222,12 +232,23 @@ func (a *attacker) answer(m *nats.Msg) {
 	}
 }
 
-// gaveUp counts an attack not answered within the timeout: it may have had an effect.
-func (a *attacker) gaveUp(pa pendingAttack) {
+// answeredAfterGiveUp counts an answer to an attack given up already, which took rtt.
+func (a *attacker) answeredAfterGiveUp(m *nats.Msg, rtt time.Duration) {
+	a.answeredLate.Add(1)
+	a.lateRTT.Record(rtt)
+	if n, _, err := m.Sub.Pending(); err == nil {
+		for q := a.lateQueue.Load(); int64(n) > q && !a.lateQueue.CompareAndSwap(q, int64(n)); q = a.lateQueue.Load() {
+		}
+	}
+}
+
+// gaveUp counts attack seq not answered within the timeout: it may have had an effect.
+func (a *attacker) gaveUp(seq uint64, pa pendingAttack) {
 	a.timedOut.Add(1)
 	a.g.unknowN[pa.inst].Add(1)
 	sec := max(int(pa.start.Sub(time.Unix(0, a.stepStart.Load()))/time.Second), 0)
 	a.lateMu.Lock()
+	a.gone[seq] = pa.start
 	if sec < 1<<16 {
 		for len(a.lateBySec) <= sec {
 			a.lateBySec = append(a.lateBySec, 0)
@@ -242,8 +263,10 @@ func (a *attacker) begin(t0 time.Time) {
 	a.stepStart.Store(t0.UnixNano())
 	a.answeredLate.Store(0)
 	a.lateQueue.Store(0)
+	a.lateRTT.Take()
 	a.lateMu.Lock()
 	a.lateBySec = nil
+	clear(a.gone)
 	a.lateMu.Unlock()
 }
 
@@ -289,7 +312,7 @@ func (a *attacker) sweep() {
 		a.sentMu.Unlock()
 		for _, e := range expired {
 			if pa, ok := a.take(e.seq); ok {
-				a.gaveUp(pa)
+				a.gaveUp(e.seq, pa)
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tickfence/tickfence/internal/metrics"
 
+	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/shard/wire"
 )
@@ -118,11 +119,11 @@ func TestNodeLateCountsAnswersAfterTheGiveUp(t *testing.T) {
 // Given-up attacks are counted by the second of the step they were sent in (one sent before the
 // step began, a previous step's, counts in its first second), and begin starts a new count.
 func TestTimedOutBySecondSent(t *testing.T) {
-	a := &attacker{g: &loadGen{unknowN: make([]atomic.Int64, 1)}, timeout: time.Second}
+	a := &attacker{g: &loadGen{unknowN: make([]atomic.Int64, 1)}, timeout: time.Second, gone: map[uint64]time.Time{}, lateRTT: hdr.NewWindow(7)}
 	t0 := time.Now()
 	a.begin(t0)
-	for _, d := range []time.Duration{-time.Second, 500 * time.Millisecond, 2200 * time.Millisecond, 2900 * time.Millisecond} {
-		a.gaveUp(pendingAttack{start: t0.Add(d)})
+	for i, d := range []time.Duration{-time.Second, 500 * time.Millisecond, 2200 * time.Millisecond, 2900 * time.Millisecond} {
+		a.gaveUp(uint64(i), pendingAttack{start: t0.Add(d)})
 	}
 	if got, want := a.timedOutBySecond(), []int64{2, 0, 2}; !slices.Equal(got, want) {
 		t.Fatalf("by second %v, want %v", got, want)
@@ -136,23 +137,39 @@ func TestTimedOutBySecondSent(t *testing.T) {
 	}
 }
 
-// An answer that reaches the handler after the give-up counts as timed out and as answered late;
-// one already given up by the sweep counts nothing more.
+// An answer that reaches the handler after the give-up counts as timed out and as answered late,
+// whether the sweep gave it up first or not, with its round trip; a second answer to it counts
+// nothing more.
 func TestAnswerAfterGiveUpCountsAnsweredLate(t *testing.T) {
 	a := &attacker{g: &loadGen{unknowN: make([]atomic.Int64, 1), acked: make([]atomic.Int64, 1)}, timeout: time.Second,
-		insts: make([]attackTarget, 1)}
+		insts: make([]attackTarget, 1), gone: map[uint64]time.Time{}, lateRTT: hdr.NewWindow(7)}
 	for i := range a.pending {
 		a.pending[i].m = map[uint64]pendingAttack{}
 	}
 	a.begin(time.Now())
 	a.pending[7].m[7] = pendingAttack{start: time.Now().Add(-2 * time.Second)}
-	a.open.Add(1)
+	a.pending[8].m[8] = pendingAttack{start: time.Now().Add(-3 * time.Second)}
+	a.open.Add(2)
+	a.sent = []sentAttack{{8, time.Now().Add(-3 * time.Second)}}
+	a.stop = make(chan struct{})
+	a.swept = make(chan struct{})
+	go a.sweep()
+	for a.timedOut.Load() == 0 { // the sweep gives 8 up (7 is not in its list)
+		time.Sleep(time.Millisecond)
+	}
+	close(a.stop)
+	<-a.swept
 	ok := wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"damage": 10}})
-	a.answer(&nats.Msg{Subject: "_INBOX.x.3.7", Data: ok})
-	a.answer(&nats.Msg{Subject: "_INBOX.x.3.7", Data: ok}) // settled already
-	if a.timedOut.Load() != 1 || a.answeredLate.Load() != 1 || a.ok.Load() != 0 || a.open.Load() != 0 {
-		t.Fatalf("timed out %d, answered late %d, ok %d, open %d; want 1, 1, 0, 0",
+	a.answer(&nats.Msg{Subject: "_INBOX.x.3.7", Data: ok}) // reaches the handler before any sweep did
+	a.answer(&nats.Msg{Subject: "_INBOX.x.3.7", Data: ok}) // a second answer
+	a.answer(&nats.Msg{Subject: "_INBOX.x.0.8", Data: ok}) // given up by the sweep, answered since
+	a.answer(&nats.Msg{Subject: "_INBOX.x.0.8", Data: ok})
+	if a.timedOut.Load() != 2 || a.answeredLate.Load() != 2 || a.ok.Load() != 0 || a.open.Load() != 0 {
+		t.Fatalf("timed out %d, answered late %d, ok %d, open %d; want 2, 2, 0, 0",
 			a.timedOut.Load(), a.answeredLate.Load(), a.ok.Load(), a.open.Load())
+	}
+	if h := a.lateRTT.Take(); h.Count() != 2 || h.Quantile(0.01) < 2*time.Second || h.Max() < 3*time.Second {
+		t.Fatalf("late round trips: %d, lowest %v, max %v; want 2, over 2 s and 3 s", h.Count(), h.Quantile(0.01), h.Max())
 	}
 }
 
