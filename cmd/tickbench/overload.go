@@ -375,12 +375,12 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		}
 	}
 	tick.Stop()
+	wcancel() // the server is watched while the load is offered, not while it drains
+	srvWatch := <-watched
 	a.drain() // every attack of the step answered or given up
 	if a.timedOut.Load() > 0 {
 		time.Sleep(o.cfg.Timeout) // answers to the last ones given up, if they come
 	}
-	wcancel()
-	srvWatch := <-watched
 	ok, busy, other, timedOut, rtt, busyRTT, errs := a.counts()
 	replyQueue := a.replyQueue()
 	lateBySec := a.timedOutBySecond()
