@@ -73,6 +73,7 @@ type overloadStep struct {
 	// NodeP99: the node's own view of a command, from its arrival (its queue wait included) to its
 	// answer (tickfence_command_seconds); round trips far over it waited outside the node.
 	NodeP99 time.Duration `json:"node_command_p99_ns"`
+	NodeP50 time.Duration `json:"node_command_p50_ns"`
 	// NodeLate: commands per second the node itself answered later than the give-up after their
 	// arrival, as tickfence_command_seconds tells: over its largest bucket bound at or under the
 	// give-up (exact at the default 1 s; over 1 s for a longer give-up, the histogram's last
@@ -416,7 +417,7 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		w := proc.Delta(before.Histogram("tickfence_state_write_seconds"), after.Histogram("tickfence_state_write_seconds"))
 		s.WriteP50, s.WriteP99 = secs2(proc.Quantile(w, 0.5)), secs2(proc.Quantile(w, 0.99))
 		c := proc.Delta(before.Histogram("tickfence_command_seconds"), after.Histogram("tickfence_command_seconds"))
-		s.NodeP99 = secs2(proc.Quantile(c, 0.99))
+		s.NodeP50, s.NodeP99 = secs2(proc.Quantile(c, 0.5)), secs2(proc.Quantile(c, 0.99))
 		s.NodeLate = proc.OverBoundUnder(c, o.cfg.Timeout.Seconds()) / secs
 		q := proc.Delta(before.Histogram("tickfence_command_queue_seconds"), after.Histogram("tickfence_command_queue_seconds"))
 		s.QueueP99 = secs2(proc.Quantile(q, 0.99))
