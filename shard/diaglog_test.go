@@ -93,8 +93,9 @@ func TestDiagnosticLogKeys(t *testing.T) {
 	<-frozen // a2 applied in memory, its write held: the one command admission lets be pending
 
 	busyBody := mustBody(t, map[string]any{"type": "add", "by": 5})
-	if r := decodeReply(t, <-a.submit(id, "a3", busyBody)); r.OK || r.Error.Code != wire.CodeBusy {
-		t.Fatalf("a3 with one command pending of at most 1: %+v; want busy", r)
+	if r := decodeReply(t, <-a.submit(id, "a3", busyBody)); r.OK || r.Error.Code != wire.CodeBusy ||
+		!strings.Contains(r.Error.Message, "node A is past its capacity") {
+		t.Fatalf("a3 with one command pending of at most 1: %+v; want busy, saying node A is past its capacity", r)
 	}
 
 	bn := newNode(t, b.open(t), "B", nodeOpt{checkpointEvery: 1 << 30})

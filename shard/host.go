@@ -152,6 +152,8 @@ type Host struct {
 	released     map[uint32]handedOn
 	reconcileNow chan struct{}
 	adm          *admission
+	busyOnce     sync.Once
+	busyReply    []byte   // admission's refusal, the same for every command
 	fence        sync.Map // shard → *fenceView, for the diagnostic logs (diaglog.go)
 	diagLimit    logkey.Limiter
 
@@ -531,8 +533,14 @@ func (h *Host) admit(c *Command) bool {
 		c.admitted = true
 		return true
 	}
-	h.answerErr(*c, wire.CodeBusy, "node %s is past its capacity: commands wait over %v to be committed or ticks run late; retry with the same request after a backoff",
-		h.cfg.Node, h.cfg.MaxCommandDelay)
+	// The same words for every command: built once (formatting them for each took 15 % of a
+	// node's CPU while it refused 128 k commands/s).
+	h.busyOnce.Do(func() {
+		h.busyReply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy,
+			"node %s is past its capacity: commands wait over %v to be committed or ticks run late; retry with the same request after a backoff",
+			h.cfg.Node, h.cfg.MaxCommandDelay)})
+	})
+	h.answer(*c, h.busyReply, wire.CodeBusy)
 	return false
 }
 
