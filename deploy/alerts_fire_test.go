@@ -147,6 +147,12 @@ func TestAlertsFire(t *testing.T) {
 			 tickfence_effects_published_total{instance="n1"} 7x10`,
 			`tickfence_effects_pending{instance="n1"} 5x10
 			 tickfence_effects_published_total{instance="n1"} 0+30x10`},
+		{"TickfenceNATSSlowConsumer", // a client cut off in the last minutes, or one long ago
+			`tickfence_nats_slow_consumers_total{instance="s1"} 0x8 1 1`,
+			`tickfence_nats_slow_consumers_total{instance="s1"} 1x10`},
+		{"TickfenceNATSClientBacklog", // 40 MiB held for one client, or 2 MiB
+			`tickfence_nats_pending_bytes_max{instance="s1"} 41943040x10`,
+			`tickfence_nats_pending_bytes_max{instance="s1"} 2097152x10`},
 	}
 	engine := promqlengine.NewEngine(promqlengine.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute})
 	defer engine.Close()
