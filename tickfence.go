@@ -394,7 +394,9 @@ func (n *Node) openNATS() error {
 		}
 		n.srv = srv
 		if o.Registerer != nil {
-			// The server's own counters (tickfence_nats_*); a second node on the same registry keeps the first's.
+			// The server's own counters (tickfence_nats_*). A second node with an embedded server on
+			// the same registry keeps the first's (and has none once the first closes): one node per
+			// registry, as in tickd.
 			if c := srv.Collector(); o.Registerer.Register(c) != nil {
 				n.log.Warn("the embedded server's metrics are not registered: the registry has them from another server")
 			} else {

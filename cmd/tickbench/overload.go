@@ -379,17 +379,19 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	wcancel() // the server is watched while the load is offered, not while it drains
 	srvWatch := <-watched
 	a.drain() // every attack of the step answered or given up
-	if a.timedOut.Load() > 0 {
-		time.Sleep(o.cfg.Timeout) // answers to the last ones given up, if they come
-	}
 	ok, busy, other, timedOut, rtt, busyRTT, errs := a.counts()
 	replyQueue := a.replyQueue()
 	lateBySec := a.timedOutBySecond()
-	lateRTT := a.lateRTT.Take()
 	warnings := warningsSince(map[string]*proc.Proc{"node": n, "server": o.b.Server}, map[string]int{"node": nodeLines, "server": srvLines})
 	secs := time.Since(t0).Seconds()
 	after, _ := scrapeNode(n)
 	cpu1, srv1, gen1 := procCPU(n.Pid()), procCPU(o.b.Server.Pid()), procCPU(os.Getpid())
+	if timedOut > 0 {
+		// Answers to the last ones given up, if they come; after every rate above is taken (no
+		// load is offered meanwhile).
+		time.Sleep(o.cfg.Timeout)
+	}
+	lateRTT := a.lateRTT.Take()
 	s := overloadStep{Offered: rate, OK: float64(ok) / secs, Busy: float64(busy) / secs,
 		Other: float64(other) / secs, TimedOut: float64(timedOut) / secs, NotSent: notSent, NotSentRate: float64(notSent) / secs,
 		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99), ReplyQueue: replyQueue,

@@ -189,7 +189,7 @@ func (a *attacker) answer(m *nats.Msg) {
 		return
 	}
 	pa, ok := a.take(seq)
-	if !ok { // given up already: answered late, or a duplicate answer
+	if !ok { // given up already (the sweep puts it in gone as it takes it): answered late, or a second answer
 		a.lateMu.Lock()
 		start, gone := a.gone[seq]
 		delete(a.gone, seq)
@@ -201,10 +201,7 @@ func (a *attacker) answer(m *nats.Msg) {
 	}
 	took := time.Since(pa.start)
 	if took > a.timeout { // answered, but after the give-up (sweep had not reached it yet)
-		a.gaveUp(seq, pa)
-		a.lateMu.Lock()
-		delete(a.gone, seq)
-		a.lateMu.Unlock()
+		a.gaveUp(pa)
 		a.answeredAfterGiveUp(m, took)
 		return
 	}
@@ -242,13 +239,12 @@ func (a *attacker) answeredAfterGiveUp(m *nats.Msg, rtt time.Duration) {
 	}
 }
 
-// gaveUp counts attack seq not answered within the timeout: it may have had an effect.
-func (a *attacker) gaveUp(seq uint64, pa pendingAttack) {
+// gaveUp counts an attack not answered within the timeout: it may have had an effect.
+func (a *attacker) gaveUp(pa pendingAttack) {
 	a.timedOut.Add(1)
 	a.g.unknowN[pa.inst].Add(1)
 	sec := max(int(pa.start.Sub(time.Unix(0, a.stepStart.Load()))/time.Second), 0)
 	a.lateMu.Lock()
-	a.gone[seq] = pa.start
 	if sec < 1<<16 {
 		for len(a.lateBySec) <= sec {
 			a.lateBySec = append(a.lateBySec, 0)
@@ -311,8 +307,16 @@ func (a *attacker) sweep() {
 		}
 		a.sentMu.Unlock()
 		for _, e := range expired {
-			if pa, ok := a.take(e.seq); ok {
-				a.gaveUp(e.seq, pa)
+			// Taken from pending and put in gone at once (under lateMu): an answer that finds
+			// it in neither would be counted nowhere.
+			a.lateMu.Lock()
+			pa, ok := a.take(e.seq)
+			if ok {
+				a.gone[e.seq] = pa.start
+			}
+			a.lateMu.Unlock()
+			if ok {
+				a.gaveUp(pa)
 			}
 		}
 	}

@@ -4,7 +4,9 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,8 +124,8 @@ func TestTimedOutBySecondSent(t *testing.T) {
 	a := &attacker{g: &loadGen{unknowN: make([]atomic.Int64, 1)}, timeout: time.Second, gone: map[uint64]time.Time{}, lateRTT: hdr.NewWindow(7)}
 	t0 := time.Now()
 	a.begin(t0)
-	for i, d := range []time.Duration{-time.Second, 500 * time.Millisecond, 2200 * time.Millisecond, 2900 * time.Millisecond} {
-		a.gaveUp(uint64(i), pendingAttack{start: t0.Add(d)})
+	for _, d := range []time.Duration{-time.Second, 500 * time.Millisecond, 2200 * time.Millisecond, 2900 * time.Millisecond} {
+		a.gaveUp(pendingAttack{start: t0.Add(d)})
 	}
 	if got, want := a.timedOutBySecond(), []int64{2, 0, 2}; !slices.Equal(got, want) {
 		t.Fatalf("by second %v, want %v", got, want)
@@ -186,5 +188,47 @@ func TestWarningsSinceCountsByProcessAndMessage(t *testing.T) {
 	want := map[string]int{"node: a": 2, "node: c": 1, "node: text": 1}
 	if !maps.Equal(got, want) {
 		t.Fatalf("warnings %v, want %v", got, want)
+	}
+}
+
+// Every answer to a given-up attack counts as answered late, once, even one that arrives while
+// the sweep gives it up (between its take from pending and its entry in gone there was a gap
+// where an answer counted nowhere: a review found 21–768 lost of 200 000).
+func TestLateAnswerRacingTheSweepIsCounted(t *testing.T) {
+	const n = 200000
+	a := &attacker{g: &loadGen{unknowN: make([]atomic.Int64, 1), acked: make([]atomic.Int64, 1)}, timeout: time.Second,
+		insts: make([]attackTarget, 1), gone: map[uint64]time.Time{}, lateRTT: hdr.NewWindow(7), stop: make(chan struct{}), swept: make(chan struct{})}
+	for i := range a.pending {
+		a.pending[i].m = map[uint64]pendingAttack{}
+	}
+	a.begin(time.Now())
+	old := time.Now().Add(-900 * time.Millisecond) // all expire within ~100 ms: one sweep takes them all
+	for seq := uint64(1); seq <= n; seq++ {
+		a.pending[seq%64].m[seq] = pendingAttack{start: old}
+		a.sent = append(a.sent, sentAttack{seq, old})
+	}
+	a.open.Add(n)
+	ok := wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"damage": 10}})
+	go a.sweep()
+	time.Sleep(95 * time.Millisecond) // the answers come just behind the sweep, in its order
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Go(func() {
+			for seq := uint64(1 + g); seq <= n; seq += 2 {
+				a.answer(&nats.Msg{Subject: "_INBOX.x.0." + strconv.FormatUint(seq, 10), Data: ok})
+			}
+		})
+	}
+	wg.Wait()
+	for a.open.Load() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(a.stop)
+	<-a.swept
+	if got := a.timedOut.Load() + a.ok.Load(); got != n {
+		t.Fatalf("timed out %d + ok %d = %d, want %d", a.timedOut.Load(), a.ok.Load(), got, n)
+	}
+	if a.answeredLate.Load() != a.timedOut.Load() {
+		t.Fatalf("%d given up, all answered, but %d counted answered late", a.timedOut.Load(), a.answeredLate.Load())
 	}
 }

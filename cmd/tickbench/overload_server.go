@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"os/exec"
-	"strings"
+	"regexp"
 	"time"
 
 	"github.com/tickfence/tickfence/internal/proc"
@@ -27,6 +27,9 @@ type serverSample struct {
 	outMsgs float64
 }
 
+// scrapeLimit bounds one scrape of the server's metrics.
+const scrapeLimit = 2 * time.Second
+
 // watchServer samples srv until ctx ends and returns what it saw (nil if srv serves no metrics).
 func watchServer(ctx context.Context, srv *proc.Proc) <-chan *serverWatch {
 	out := make(chan *serverWatch, 1)
@@ -40,9 +43,13 @@ func watchServer(ctx context.Context, srv *proc.Proc) <-chan *serverWatch {
 		defer t.Stop()
 		for ctx.Err() == nil {
 			start := time.Now()
-			m, err := srv.Scrape(context.WithoutCancel(ctx)) // an answer begun is waited for: its delay is the figure
+			// An answer begun is waited for (its delay is the figure), up to scrapeLimit: a server
+			// that does not answer must not hold the step.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), scrapeLimit)
+			m, err := srv.Scrape(sctx)
+			cancel()
+			w.ScrapeMax = max(w.ScrapeMax, time.Since(start)) // an unanswered one counts too
 			if err == nil {
-				w.ScrapeMax = max(w.ScrapeMax, time.Since(start))
 				w.PendingMax = max(w.PendingMax, m["tickfence_nats_pending_bytes_max"])
 				w.samples = append(w.samples, serverSample{time.Now(), m["tickfence_nats_out_msgs_total"]})
 			}
@@ -83,8 +90,11 @@ func slowestStretch(s []serverSample) time.Duration {
 }
 
 // serverHasMetrics reports whether the tickd binary's server mode takes --metrics (a tickd from
-// before it, given with --tickd, does not).
+// before it, given with --tickd, does not): its help lists the flag on a line of its own (the
+// help of one before mentions a node's --metrics in an example).
 func serverHasMetrics(bin string) bool {
 	out, _ := exec.Command(bin, "server", "--help").CombinedOutput()
-	return strings.Contains(string(out), "-metrics")
+	return metricsFlagLine.Match(out)
 }
+
+var metricsFlagLine = regexp.MustCompile(`(?m)^\s+-metrics\b`)
