@@ -559,7 +559,8 @@ func serverMain(args []string) int {
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on HOST:PORT/metrics: the server's messages and bytes in and out, bytes queued\n"+
 		"to slow readers, connections, JetStream's usage, and Go's runtime (empty: off; e.g. 127.0.0.1:9470)")
 	pprofOn := fs.Bool("pprof", false, "also serve Go's profiler (net/http/pprof) under /debug/pprof/ on the --metrics listener, and sample\n"+
-		"mutex contention and blocking for its mutex and block profiles (a little CPU)")
+		"lock contention and blocking for its mutex and block profiles (costs a little CPU); for diagnosis: whoever\n"+
+		"reaches the listener can read goroutine stacks and the command line")
 	flightDir := fs.String("flight-trace", "", "keep the last seconds of Go's execution trace in memory (up to 15 s or 24 MB); a POST to\n"+
 		"/debug/flight-trace on the --metrics listener writes them to a file in this directory (at most one per 5 s;\n"+
 		"go tool trace FILE): what the server was doing when clients saw a stall; costs CPU while on (empty: off)")
