@@ -67,3 +67,45 @@ func TestPoisonedInstanceStillDeliversAcknowledgedEffects(t *testing.T) {
 		t.Fatalf("effect %s of an acknowledged command is stored but never published (instance poisoned, shard still held)", rec.Fx[0].Key)
 	}
 }
+
+// TestPoisonedInstanceRetriesAFailedEffectPublish: a poisoned instance no longer ticks, and a
+// failed publish was retried only from a tick: the effect of an acknowledged command then waited,
+// stored, until the shard moved to another node. It is retried on its own now.
+func TestPoisonedInstanceRetriesAFailedEffectPublish(t *testing.T) {
+	mem := memstore.New()
+	pub := newSink()
+	n := effectsNode(t, mem, "n1", pub)
+	const s = 3
+	n.grant(s)
+	id := idIn(s, 12)
+	mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "fxbomb"}), "create")
+	pub.fail(true) // the effects stream is down
+	frozen := n.freeze.arm(id)
+	emitted := n.submit(id, "e1", mustBody(t, map[string]any{"type": "emit", "what": "30 gold"}))
+	<-frozen
+	boom := n.submit(id, "b1", mustBody(t, map[string]any{"type": "boom"}))
+	select {
+	case <-boom:
+	case <-time.After(5 * time.Second):
+		t.Fatal("boom not answered")
+	}
+	n.freeze.release()
+	select {
+	case <-emitted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("emit not answered")
+	}
+	time.Sleep(300 * time.Millisecond) // the first publish fails
+	if got := pub.keys(); len(got) != 0 {
+		t.Fatalf("published %v while the stream was down", got)
+	}
+	pub.fail(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(pub.keys()) == 0 {
+		if time.Now().After(deadline) {
+			rec, _ := load(t, mem, id)
+			t.Fatalf("the stream is back, but the stored effect (%d in the record) was not published again by the poisoned instance", len(rec.Fx))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

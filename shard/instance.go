@@ -58,6 +58,7 @@ type instance struct {
 	pauseSeen  bool      // the hand-off pause was reported
 	failed     error     // the last write failed: its outcome may be unknown, so no more writes under this token
 	poisoned   bool      // the game's code panicked in it: what it holds in memory is never stored
+	fxRetrying bool      // poisoned: a retry of failed effect publishes is scheduled
 	taking     []Command // during a tick: the commands not applied yet (see tickBody)
 	collected  []answer  // during a tick: the answers waiting for its write
 	// fx is the state of the stored effects this owner published: fxSending while the stream
@@ -337,6 +338,19 @@ func (in *instance) effectSent(key string, err error) {
 		delete(in.fx, key)
 		in.fxRetry = time.Now().Add(time.Second)
 		in.sh.h.cfg.metrics.EffectsFailed.Inc()
+		if in.poisoned && !in.fxRetrying {
+			// A poisoned instance no longer ticks, and ticks retry failed publishes: it retries
+			// on its own while its shard runs here (a new owner would send what it loads).
+			in.fxRetrying = true
+			time.AfterFunc(time.Second, func() {
+				in.mu.Lock()
+				in.fxRetrying = false
+				in.mu.Unlock()
+				if in.sh.ctx.Err() == nil {
+					in.sh.h.spawn(in.sendEffects)
+				}
+			})
+		}
 		return
 	}
 	in.fx[key] = fxDelivered
