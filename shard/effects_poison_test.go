@@ -1,12 +1,15 @@
 package shard_test
 
 import (
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/memstore"
 )
 
@@ -108,4 +111,65 @@ func TestPoisonedInstanceRetriesAFailedEffectPublish(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// staggered fails each publish while failing is set, answering the n-th failure of a round 30 ms
+// after the one before (the failures of one instance's effects arrive a moment apart).
+type staggered struct {
+	*sink
+	n atomic.Int64
+}
+
+func (s *staggered) Publish(inst string, e store.Effect, done func(error)) {
+	s.mu.Lock()
+	failing := s.failing
+	s.mu.Unlock()
+	if !failing {
+		s.sink.Publish(inst, e, done)
+		return
+	}
+	delay := time.Duration(s.n.Add(1)%2) * 30 * time.Millisecond
+	time.AfterFunc(delay, func() { done(errors.New("effects stream unavailable")) })
+}
+
+// TestPoisonedInstanceRetriesEveryFailedEffect: two effects whose publishes fail a moment apart
+// (the second moves the retry time later than the retry the first scheduled) are both retried
+// until the stream takes them.
+func TestPoisonedInstanceRetriesEveryFailedEffect(t *testing.T) {
+	mem := memstore.New()
+	pub := &staggered{sink: newSink()}
+	n := effectsNode(t, mem, "n1", pub)
+	const s = 3
+	n.grant(s)
+	id := idIn(s, 13)
+	mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "fxbomb"}), "create")
+	pub.fail(true)
+	frozen := n.freeze.arm(id)
+	e1 := n.submit(id, "e1", mustBody(t, map[string]any{"type": "emit", "what": "30 gold"}))
+	e2 := n.submit(id, "e2", mustBody(t, map[string]any{"type": "emit", "what": "a sword"})) // the same tick: one write
+	<-frozen
+	boom := n.submit(id, "b1", mustBody(t, map[string]any{"type": "boom"}))
+	<-boom
+	n.freeze.release()
+	for _, c := range []<-chan []byte{e1, e2} {
+		select {
+		case <-c:
+		case <-time.After(5 * time.Second):
+			t.Fatal("emit not answered")
+		}
+	}
+	rec, _ := load(t, mem, id)
+	if len(rec.Fx) != 2 {
+		t.Fatalf("%d effects stored, want 2 (both emits in one write)", len(rec.Fx))
+	}
+	time.Sleep(1500 * time.Millisecond) // a retry or two fail too
+	pub.fail(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(pub.keys()) < len(rec.Fx) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream is back; %d of the %d stored effects published", len(pub.keys()), len(rec.Fx))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("%d stored effects, all published", len(rec.Fx))
 }

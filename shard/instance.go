@@ -331,6 +331,30 @@ func (in *instance) sendEffects() {
 	}
 }
 
+// retryEffectsLocked schedules sendEffects for in.fxRetry: a poisoned instance no longer ticks,
+// and ticks retry failed publishes, so it retries on its own while its shard runs here (a new
+// owner would send what it loads). One retry is scheduled at a time; a failure after it was
+// scheduled moves in.fxRetry later, and the retry then waits for that. Under in.mu.
+func (in *instance) retryEffectsLocked() {
+	if in.fxRetrying {
+		return
+	}
+	in.fxRetrying = true
+	time.AfterFunc(time.Until(in.fxRetry), func() {
+		in.mu.Lock()
+		in.fxRetrying = false
+		if time.Now().Before(in.fxRetry) { // moved by a later failure: sendEffects would not send yet
+			in.retryEffectsLocked()
+			in.mu.Unlock()
+			return
+		}
+		in.mu.Unlock()
+		if in.sh.ctx.Err() == nil {
+			in.sh.h.spawn(in.sendEffects)
+		}
+	})
+}
+
 func (in *instance) effectSent(key string, err error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -338,18 +362,8 @@ func (in *instance) effectSent(key string, err error) {
 		delete(in.fx, key)
 		in.fxRetry = time.Now().Add(time.Second)
 		in.sh.h.cfg.metrics.EffectsFailed.Inc()
-		if in.poisoned && !in.fxRetrying {
-			// A poisoned instance no longer ticks, and ticks retry failed publishes: it retries
-			// on its own while its shard runs here (a new owner would send what it loads).
-			in.fxRetrying = true
-			time.AfterFunc(time.Second, func() {
-				in.mu.Lock()
-				in.fxRetrying = false
-				in.mu.Unlock()
-				if in.sh.ctx.Err() == nil {
-					in.sh.h.spawn(in.sendEffects)
-				}
-			})
+		if in.poisoned {
+			in.retryEffectsLocked()
 		}
 		return
 	}
