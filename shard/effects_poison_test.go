@@ -173,3 +173,32 @@ func TestPoisonedInstanceRetriesEveryFailedEffect(t *testing.T) {
 	}
 	t.Logf("%d stored effects, all published", len(rec.Fx))
 }
+
+// TestPoisonedInstanceRetriesAPublishThatFailedBeforeIt: a publish that failed while the instance
+// was healthy waits for a tick's retry a second later; the instance panicked within that second
+// and never ticked again, so nothing retried it (a review found it).
+func TestPoisonedInstanceRetriesAPublishThatFailedBeforeIt(t *testing.T) {
+	mem := memstore.New()
+	pub := newSink()
+	n := effectsNode(t, mem, "n1", pub)
+	const s = 3
+	n.grant(s)
+	id := idIn(s, 14)
+	mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "fxbomb"}), "create")
+	pub.fail(true)
+	mustOK(t, n.send(id, "e1", map[string]any{"type": "emit", "what": "30 gold"}), "emit")
+	time.Sleep(100 * time.Millisecond) // its publish fails; a tick would retry it a second later
+	select {
+	case <-n.submit(id, "b1", mustBody(t, map[string]any{"type": "boom"})):
+	case <-time.After(5 * time.Second):
+		t.Fatal("boom not answered")
+	}
+	pub.fail(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(pub.keys()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream is back, but the effect whose publish failed before the panic was not published")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

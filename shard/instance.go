@@ -311,7 +311,14 @@ func (in *instance) sendEffects() {
 	in.mu.Lock()
 	// Not even a retired or poisoned instance holds them back: what its acknowledged record holds
 	// was accepted, and publishing it from anyone is safe (the stream removes repeats).
-	if len(in.acked.Fx) == 0 || time.Now().Before(in.fxRetry) {
+	if len(in.acked.Fx) == 0 {
+		in.mu.Unlock()
+		return
+	}
+	if time.Now().Before(in.fxRetry) {
+		if in.poisoned { // its publish failed before the panic: no tick will come to retry it
+			in.retryEffectsLocked()
+		}
 		in.mu.Unlock()
 		return
 	}
