@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,6 +72,53 @@ func TestPoisonedInstanceStillDeliversAcknowledgedEffects(t *testing.T) {
 	}
 }
 
+// poisonedWithEffects creates an fxbomb instance on n with the effects stream down (pub failing),
+// has it emit one effect per what in one write that the store holds back, makes its code panic
+// while the write is on its way, then lets the write land: the emits are acknowledged, their
+// effects stored, their publishes failing, and the instance poisoned. It returns the stored record.
+func poisonedWithEffects(t *testing.T, n *node, mem *memstore.Store, pub interface{ fail(bool) }, id string, whats ...string) store.Record {
+	t.Helper()
+	mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "fxbomb"}), "create")
+	pub.fail(true)
+	frozen := n.freeze.arm(id)
+	var emitted []<-chan []byte
+	for i, what := range whats { // submitted at once: applied in the same tick, stored in one write
+		emitted = append(emitted, n.submit(id, fmt.Sprintf("e%d", i), mustBody(t, map[string]any{"type": "emit", "what": what})))
+	}
+	<-frozen
+	answered(t, n.submit(id, "b1", mustBody(t, map[string]any{"type": "boom"})), "boom")
+	n.freeze.release()
+	for _, c := range emitted {
+		answered(t, c, "emit")
+	}
+	rec, _ := load(t, mem, id)
+	if len(rec.Fx) != len(whats) {
+		t.Fatalf("%d effects stored, want %d", len(rec.Fx), len(whats))
+	}
+	return rec
+}
+
+func answered(t *testing.T, c <-chan []byte, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s not answered", what)
+	}
+}
+
+// allPublished waits until pub has want effects, failing after 5 s.
+func allPublished(t *testing.T, pub *sink, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(pub.keys()) < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream is back, but %d of the %d stored effects were published again by the poisoned instance", len(pub.keys()), want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestPoisonedInstanceRetriesAFailedEffectPublish: a poisoned instance no longer ticks, and a
 // failed publish was retried only from a tick: the effect of an acknowledged command then waited,
 // stored, until the shard moved to another node. It is retried on its own now.
@@ -78,43 +126,18 @@ func TestPoisonedInstanceRetriesAFailedEffectPublish(t *testing.T) {
 	mem := memstore.New()
 	pub := newSink()
 	n := effectsNode(t, mem, "n1", pub)
-	const s = 3
-	n.grant(s)
-	id := idIn(s, 12)
-	mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "fxbomb"}), "create")
-	pub.fail(true) // the effects stream is down
-	frozen := n.freeze.arm(id)
-	emitted := n.submit(id, "e1", mustBody(t, map[string]any{"type": "emit", "what": "30 gold"}))
-	<-frozen
-	boom := n.submit(id, "b1", mustBody(t, map[string]any{"type": "boom"}))
-	select {
-	case <-boom:
-	case <-time.After(5 * time.Second):
-		t.Fatal("boom not answered")
-	}
-	n.freeze.release()
-	select {
-	case <-emitted:
-	case <-time.After(5 * time.Second):
-		t.Fatal("emit not answered")
-	}
+	n.grant(3)
+	poisonedWithEffects(t, n, mem, pub, idIn(3, 12), "30 gold")
 	time.Sleep(300 * time.Millisecond) // the first publish fails
 	if got := pub.keys(); len(got) != 0 {
 		t.Fatalf("published %v while the stream was down", got)
 	}
 	pub.fail(false)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(pub.keys()) == 0 {
-		if time.Now().After(deadline) {
-			rec, _ := load(t, mem, id)
-			t.Fatalf("the stream is back, but the stored effect (%d in the record) was not published again by the poisoned instance", len(rec.Fx))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	allPublished(t, pub, 1)
 }
 
-// staggered fails each publish while failing is set, answering the n-th failure of a round 30 ms
-// after the one before (the failures of one instance's effects arrive a moment apart).
+// staggered fails each publish while failing is set, answering every second failure 30 ms after
+// the one before (the failures of one instance's effects arrive a moment apart).
 type staggered struct {
 	*sink
 	n atomic.Int64
@@ -139,39 +162,11 @@ func TestPoisonedInstanceRetriesEveryFailedEffect(t *testing.T) {
 	mem := memstore.New()
 	pub := &staggered{sink: newSink()}
 	n := effectsNode(t, mem, "n1", pub)
-	const s = 3
-	n.grant(s)
-	id := idIn(s, 13)
-	mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "fxbomb"}), "create")
-	pub.fail(true)
-	frozen := n.freeze.arm(id)
-	e1 := n.submit(id, "e1", mustBody(t, map[string]any{"type": "emit", "what": "30 gold"}))
-	e2 := n.submit(id, "e2", mustBody(t, map[string]any{"type": "emit", "what": "a sword"})) // the same tick: one write
-	<-frozen
-	boom := n.submit(id, "b1", mustBody(t, map[string]any{"type": "boom"}))
-	<-boom
-	n.freeze.release()
-	for _, c := range []<-chan []byte{e1, e2} {
-		select {
-		case <-c:
-		case <-time.After(5 * time.Second):
-			t.Fatal("emit not answered")
-		}
-	}
-	rec, _ := load(t, mem, id)
-	if len(rec.Fx) != 2 {
-		t.Fatalf("%d effects stored, want 2 (both emits in one write)", len(rec.Fx))
-	}
+	n.grant(3)
+	poisonedWithEffects(t, n, mem, pub, idIn(3, 13), "30 gold", "a sword")
 	time.Sleep(1500 * time.Millisecond) // a retry or two fail too
 	pub.fail(false)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(pub.keys()) < len(rec.Fx) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the stream is back; %d of the %d stored effects published", len(pub.keys()), len(rec.Fx))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("%d stored effects, all published", len(rec.Fx))
+	allPublished(t, pub.sink, 2)
 }
 
 // TestPoisonedInstanceRetriesAPublishThatFailedBeforeIt: a publish that failed while the instance
@@ -181,24 +176,13 @@ func TestPoisonedInstanceRetriesAPublishThatFailedBeforeIt(t *testing.T) {
 	mem := memstore.New()
 	pub := newSink()
 	n := effectsNode(t, mem, "n1", pub)
-	const s = 3
-	n.grant(s)
-	id := idIn(s, 14)
+	n.grant(3)
+	id := idIn(3, 14)
 	mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "fxbomb"}), "create")
 	pub.fail(true)
 	mustOK(t, n.send(id, "e1", map[string]any{"type": "emit", "what": "30 gold"}), "emit")
 	time.Sleep(100 * time.Millisecond) // its publish fails; a tick would retry it a second later
-	select {
-	case <-n.submit(id, "b1", mustBody(t, map[string]any{"type": "boom"})):
-	case <-time.After(5 * time.Second):
-		t.Fatal("boom not answered")
-	}
+	answered(t, n.submit(id, "b1", mustBody(t, map[string]any{"type": "boom"})), "boom")
 	pub.fail(false)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(pub.keys()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the stream is back, but the effect whose publish failed before the panic was not published")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	allPublished(t, pub, 1)
 }
