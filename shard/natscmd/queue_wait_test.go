@@ -69,6 +69,11 @@ func runQueued(t *testing.T, work time.Duration, plan []time.Duration) queueRun 
 		t.Fatal(err)
 	}
 	defer stop()
+	// The subscription is at the server before the first command: one published before it was
+	// answered "no responders" (an empty status message: a malformed reply here, once in a CI run).
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 
 	client, err := natskv.Connect("", srv.ConnectOption())
 	if err != nil {
