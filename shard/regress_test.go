@@ -41,7 +41,9 @@ func TestTooLargeFirstWriteAfterPlaceholderReverts(t *testing.T) {
 	t.Logf("grow answer: %+v", r)
 	wantCode(t, r, wire.CodeTooLarge, "grow")
 	mustOK(t, sendRetrying(n, id, "c1", map[string]any{"type": "create", "kind": "counter"}), "create retransmitted")
-	mustOK(t, n.send(id, "a1", map[string]any{"type": "add", "by": 1}), "add after revert")
+	// Busy is a fair answer here: the 16 MiB revert can take admission control past its target
+	// (seen once in CI); the add must go through once it is retried, as a client would.
+	mustOK(t, sendRetrying(n, id, "a1", map[string]any{"type": "add", "by": 1}), "add after revert")
 }
 
 // A value of shard.<S> at a revision this session produced itself (its own rotation, whose watch
