@@ -12,13 +12,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/trace"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/tickfence/tickfence/internal/flightrec"
 	"github.com/tickfence/tickfence/internal/proc"
 	"github.com/tickfence/tickfence/store"
 )
@@ -128,8 +128,7 @@ func runOverload(args []string) error {
 	capacity := fs.Float64("capacity", 0, "the node's capacity in commands/s (0: find it first, ramping the load until answers slow down)")
 	timeout := fs.Duration("give-up", time.Second, "an attack with no answer after this long counts as timed out (it is never retried)")
 	opaque := fs.Bool("request-ids", false, "send opaque request IDs (Tickfence-Request-Id) instead of client sessions (needed for a tickd from before sessions)")
-	nodeArgs := fs.String("node-args", "", "extra tickd flags for the node, space-separated (e.g. \"--max-command-delay -1\" to see the node without admission control;\n"+
-		"with \"--flight-trace DIR\" the node's execution trace is also asked for once 100 attacks of a step time out)")
+	nodeArgs := fs.String("node-args", "", "extra tickd flags for the node, space-separated (e.g. \"--max-command-delay -1\" to see the node without admission control)")
 	flightDir := fs.String("flight-trace", "", "keep Go's flight recorder on in the node, the server and tickbench, and write all three's last\n"+
 		"seconds of execution trace to this directory once 100 attacks of a step time out (once per step): what each\n"+
 		"process did while commands were late (go tool trace FILE); costs CPU")
@@ -173,8 +172,8 @@ func runOverload(args []string) error {
 		}
 		cfg.NodeArgs = append(cfg.NodeArgs, "--flight-trace", *flightDir)
 		serverArgs = append(serverArgs, "--flight-trace", *flightDir)
-		fr = trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: 15 * time.Second, MaxBytes: 24 << 20})
-		if err := fr.Start(); err != nil {
+		var err error
+		if fr, err = flightrec.Start(15 * time.Second); err != nil {
 			return fmt.Errorf("--flight-trace: %w", err)
 		}
 		defer fr.Stop()
@@ -205,9 +204,7 @@ func runOverload(args []string) error {
 		return err
 	}
 	defer a.close()
-	o := &overload{b: b, g: gen, a: a, cfg: cfg, p: p, fr: fr, traceDir: *flightDir, flightTrace: slices.ContainsFunc(cfg.NodeArgs, func(s string) bool {
-		return strings.HasPrefix(s, "--flight-trace") && !strings.HasPrefix(s, "--flight-trace-p99")
-	})}
+	o := &overload{b: b, g: gen, a: a, cfg: cfg, p: p, fr: fr, traceDir: *flightDir}
 	if cfg.Capacity == 0 {
 		rep.Calibration, cfg.Capacity = o.calibrate(ctx)
 		rep.Config.Capacity, rep.Config.Calibrated = cfg.Capacity, true
@@ -261,11 +258,8 @@ type overload struct {
 	a   *attacker
 	cfg overloadConfig
 	p   *progress
-	// flightTrace: the node keeps a flight recorder (--flight-trace in the node's flags), to ask
-	// for its trace when a step's attacks time out.
-	flightTrace bool
 	// fr: tickbench's own flight recorder (--flight-trace, nil: off), written to traceDir with the
-	// node's and the server's.
+	// node's and the server's when a step's attacks time out.
 	fr       *trace.FlightRecorder
 	traceDir string
 }
@@ -352,7 +346,7 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	a.clearReplyQueue()
 	a.begin(t0)
 	nodeLines, srvLines := n.LineCount(), o.b.Server.LineCount()
-	if o.flightTrace {
+	if o.fr != nil {
 		stop := make(chan struct{})
 		defer close(stop)
 		go o.traceOnTimeouts(n, stop)
@@ -435,9 +429,9 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	return s
 }
 
-// traceOnTimeouts asks the node (started with --flight-trace) for its flight recorder's trace once
-// 100 attacks of the step have timed out, once per step, and with tickbench's own --flight-trace
-// the server's and tickbench's too: the seconds before hold what delayed them.
+// traceOnTimeouts writes tickbench's flight trace and asks the node and the server (started with
+// --flight-trace) for theirs once 100 attacks of the step have timed out, once per step: the
+// seconds before hold what delayed them.
 func (o *overload) traceOnTimeouts(n *proc.Proc, stop <-chan struct{}) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
@@ -451,17 +445,13 @@ func (o *overload) traceOnTimeouts(n *proc.Proc, stop <-chan struct{}) {
 		if k < 100 {
 			continue
 		}
-		procs := []*proc.Proc{n}
-		if o.fr != nil {
-			procs = append(procs, o.b.Server)
-			path := filepath.Join(o.traceDir, "tickbench-"+time.Now().UTC().Format("20060102T150405.000Z")+".trace")
-			if err := writeFlight(o.fr, path); err != nil {
-				o.p.line("flight trace of tickbench: %v", err)
-			} else {
-				o.p.line("flight trace of tickbench after %d timeouts in this step: %s", k, path)
-			}
+		path := filepath.Join(o.traceDir, "tickbench-"+time.Now().UTC().Format("20060102T150405.000Z")+".trace")
+		if _, err := flightrec.Write(o.fr, path); err != nil {
+			o.p.line("flight trace of tickbench: %v", err)
+		} else {
+			o.p.line("flight trace of tickbench after %d timeouts in this step: %s", k, path)
 		}
-		for _, pr := range procs {
+		for _, pr := range []*proc.Proc{n, o.b.Server} {
 			u := strings.TrimSuffix(pr.MetricsURL(), "/metrics") + "/debug/flight-trace"
 			resp, err := http.Post(u, "text/plain", nil)
 			if err != nil {
@@ -474,22 +464,6 @@ func (o *overload) traceOnTimeouts(n *proc.Proc, stop <-chan struct{}) {
 		}
 		return
 	}
-}
-
-// writeFlight writes the recorder's window to a new file at path.
-func writeFlight(fr *trace.FlightRecorder, path string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = fr.WriteTo(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
-	}
-	return err
 }
 
 // profile takes a CPU profile of the node over the middle half of a step of length d.

@@ -9,6 +9,8 @@ import (
 	"runtime/trace"
 	"sync"
 	"time"
+
+	"github.com/tickfence/tickfence/internal/flightrec"
 )
 
 // flight keeps the last seconds of Go's execution trace in memory (runtime/trace's flight
@@ -29,20 +31,17 @@ type flight struct {
 	asked time.Time // of the last file written on request
 }
 
-// askGap: at most one trace on request per askGap (each is up to flightMaxBytes).
+// askGap: at most one trace on request per askGap (each is up to flightrec.MaxBytes).
 const askGap = 5 * time.Second
 
-// flightMaxBytes caps the recorder's window: at 5 000 demo dungeons about 10 s of trace.
-const flightMaxBytes = 24 << 20
-
-// startFlight starts the recorder, keeping window of trace if flightMaxBytes hold it; its files
+// startFlight starts the recorder, keeping window of trace if flightrec.MaxBytes hold it; its files
 // are named name-TIME.trace.
 func startFlight(dir, name string, window, threshold time.Duration, log *slog.Logger) (*flight, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("--flight-trace: %w", err)
 	}
-	fr := trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: window, MaxBytes: flightMaxBytes})
-	if err := fr.Start(); err != nil {
+	fr, err := flightrec.Start(window)
+	if err != nil {
 		return nil, fmt.Errorf("--flight-trace: start the flight recorder: %w", err)
 	}
 	attrs := []any{"dir", dir, "window", window}
@@ -99,17 +98,8 @@ func (f *flight) handler() http.Handler {
 // write writes the recorder's window to a new file in dir and logs it with attrs; under f.mu.
 func (f *flight) write(now time.Time, attrs ...any) (string, error) {
 	path := filepath.Join(f.dir, f.name+"-"+now.UTC().Format("20060102T150405.000Z")+".trace")
-	file, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	n, err := flightrec.Write(f.fr, path)
 	if err != nil {
-		f.log.Warn("flight trace not written", "err", err)
-		return "", err
-	}
-	n, err := f.fr.WriteTo(file)
-	if cerr := file.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(path) // no partial trace
 		f.log.Warn("flight trace not written", "path", path, "err", err)
 		return "", err
 	}

@@ -349,8 +349,7 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 		os.Exit(1)
 	}()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := runtimeRegistry()
 	m := metrics.For(reg) // the metrics the node, engine and coordinator share, read by the summary
 	page := &playerPage{o: o}
 	stopMetrics, err := serveMetrics(o, reg, page, fl, log)
@@ -430,6 +429,13 @@ func serveMetrics(o options, reg *prometheus.Registry, page *playerPage, fl *fli
 			log.Info("player demo page", "url", "http://"+addr+playerPath)
 		}
 	})
+}
+
+// runtimeRegistry is a registry with Go's and the process's collectors, as every tickd serves.
+func runtimeRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // serveHTTP serves reg's metrics on addr, the profiler with pprof, the flight recorder's POST
@@ -651,8 +657,8 @@ Examples:
 		return 1
 	}
 	if *metricsAddr != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), srv.Collector())
+		reg := runtimeRegistry()
+		reg.MustRegister(srv.Collector())
 		stop, err := serveHTTP(*metricsAddr, reg, *pprofOn, fl, log)
 		if err != nil {
 			srv.Stop()
