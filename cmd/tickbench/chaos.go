@@ -269,9 +269,8 @@ func parseFaultKinds(list string) ([]string, error) {
 // runNemesis runs the load and the sampler while it injects faults for the configured duration,
 // then heals the cluster and makes the final write; an interrupt stops it with ctx's error.
 func (c *chaos) runNemesis(ctx context.Context, gen *loadGen) error {
-	loadCtx, stopLoad := context.WithCancel(ctx)
+	stopLoad := gen.start(ctx)
 	defer stopLoad()
-	go gen.run(loadCtx)
 	c.scrapeAll()
 	samCtx, stopSam := context.WithCancel(ctx)
 	defer stopSam()

@@ -410,9 +410,8 @@ func describeFault(cfg clusterConfig) string {
 // fault (if any) at the middle of the window; it returns once the commands in flight are answered.
 func measureWindow(ctx context.Context, p *progress, b *benchCluster, gen *loadGen, cfg clusterConfig, fl clusterFlags) (*sampler, *faultResult, error) {
 	// Load, warm-up, then the window: one scrape of every node at its start and every second.
-	loadCtx, stopLoad := context.WithCancel(ctx)
+	stopLoad := gen.start(ctx)
 	defer stopLoad()
-	go func(g *loadGen, c context.Context) { g.run(c) }(gen, loadCtx) // arguments evaluated here, not read later from this frame
 	if err := sleepCtx(ctx, cfg.Warmup); err != nil {
 		return nil, nil, err
 	}

@@ -66,10 +66,15 @@ type overloadStep struct {
 	Warnings    map[string]int `json:"warnings,omitempty"`
 	NotSent     int64          `json:"not_sent"` // not sent: 64 attacks to that dungeon unanswered already (a session holds no more), or the publish failed
 	NotSentRate float64        `json:"not_sent_per_s"`
-	P50         time.Duration  `json:"round_trip_p50_ns"`
-	P99         time.Duration  `json:"round_trip_p99_ns"`
-	Max         time.Duration  `json:"round_trip_max_ns"`
-	BusyP99     time.Duration  `json:"busy_round_trip_p99_ns"` // of the attacks answered busy: is refusing quick?
+	// InFlight: attacks sent and not yet answered or given up, the mean over the step's samples
+	// (one per millisecond of offered load) and the most. Once the sessions' windows bind (not
+	// sent > 0), the mean round trip is about this over the answers per second (Little's law).
+	InFlight    float64       `json:"in_flight_mean"`
+	InFlightMax int64         `json:"in_flight_max"`
+	P50         time.Duration `json:"round_trip_p50_ns"`
+	P99         time.Duration `json:"round_trip_p99_ns"`
+	Max         time.Duration `json:"round_trip_max_ns"`
+	BusyP99     time.Duration `json:"busy_round_trip_p99_ns"` // of the attacks answered busy: is refusing quick?
 	// NodeP99: the node's own view of a command, from its arrival (its queue wait included) to its
 	// answer (tickfence_command_seconds); round trips far over it waited outside the node.
 	NodeP99 time.Duration `json:"node_command_p99_ns"`
@@ -358,8 +363,11 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 	defer cancel()
 	tick := time.NewTicker(time.Millisecond)
 	issued := 0
+	var flightSum, flightN, flightMax int64
 	for sctx.Err() == nil {
 		<-tick.C
+		f := a.inflight()
+		flightSum, flightN, flightMax = flightSum+f, flightN+1, max(flightMax, f)
 		due := int(time.Since(t0).Seconds() * rate)
 		for ; issued < due; issued++ {
 			// The only bound on what is in flight: a session's 64 unanswered attacks per dungeon
@@ -391,7 +399,10 @@ func (o *overload) step(ctx context.Context, rate float64, d time.Duration) over
 		P50: rtt.Quantile(0.5), P99: rtt.Quantile(0.99), Max: rtt.Max(), BusyP99: busyRTT.Quantile(0.99), ReplyQueue: replyQueue,
 		TimedOutBySecond: lateBySec, AnsweredLate: float64(a.answeredLate.Load()) / secs, LateQueue: a.lateQueue.Load(),
 		LateP50: lateRTT.Quantile(0.5), LateMax: lateRTT.Max(),
-		Warnings: warnings}
+		Warnings: warnings, InFlightMax: flightMax}
+	if flightN > 0 {
+		s.InFlight = float64(flightSum) / float64(flightN)
+	}
 	if srvWatch != nil {
 		s.ServerPendingMax, s.ServerScrapeMax, s.ServerSlowOut = srvWatch.PendingMax, srvWatch.ScrapeMax, srvWatch.SlowOutMax
 	}
@@ -563,12 +574,14 @@ func printOverload(rep overloadReport) {
 	for _, s := range rep.Steps {
 		peak = max(peak, s.OK)
 	}
-	fmt.Printf("peak %.0f ok/s (the most acknowledged in a step, or the capacity if higher); not sent: the dungeon had %d attacks unanswered\n\n", peak, store.MaxClientInFlight)
+	fmt.Printf("peak %.0f ok/s (the most acknowledged in a step, or the capacity if higher); not sent: the dungeon had %d attacks unanswered\n", peak, store.MaxClientInFlight)
+	fmt.Printf("in flight: attacks sent and not answered (mean over the step), at most %d in all; while not sent > 0 the mean round trip\n"+
+		"is about in flight / answered per second, so it says what the answer rate allows, whatever the node's policy\n\n", store.MaxClientInFlight*c.Instances)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "load\toffered/s\tok/s\tok vs peak\tbusy/s\ttimed out/s\tnot sent/s\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tnode p99 ms\tnode late/s\tnode queue p99 ms\treply queue\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
+	fmt.Fprintln(w, "load\toffered/s\tok/s\tok vs peak\tbusy/s\ttimed out/s\tnot sent/s\tin flight\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tnode p99 ms\tnode late/s\tnode queue p99 ms\treply queue\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
 	for _, s := range rep.Steps {
-		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.1f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%d\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
-			s.Percent, s.Offered, s.OK, 100*s.OK/peak, s.Busy, s.TimedOut, s.NotSentRate, s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), ms(s.NodeP99), s.NodeLate, ms(s.QueueP99), s.ReplyQueue, 100*s.TicksFrac, s.Skipped,
+		fmt.Fprintf(w, "%.0f%%\t%.0f\t%.0f\t%.1f%%\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%d\t%.1f%%\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f / %.2f / %.2f\t\n",
+			s.Percent, s.Offered, s.OK, 100*s.OK/peak, s.Busy, s.TimedOut, s.NotSentRate, s.InFlight, s.Other, ms(s.P50), ms(s.P99), ms(s.BusyP99), ms(s.NodeP99), s.NodeLate, ms(s.QueueP99), s.ReplyQueue, 100*s.TicksFrac, s.Skipped,
 			ms(s.LateP99), ms(s.WriteP50), ms(s.WriteP99), s.RecordBytes, s.BytesPerCmd, s.CPU, s.ServerCPU, s.LoadCPU)
 	}
 	w.Flush()
