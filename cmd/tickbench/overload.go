@@ -130,7 +130,8 @@ func runOverload(args []string) error {
 	checkpoint := fs.Int("checkpoint-every", 20, "the node's --checkpoint-every")
 	step := fs.Duration("step", 15*time.Second, "length of each load step")
 	percents := fs.String("steps", "10,25,50,75,100,125,150,200", "load steps, in percent of the capacity")
-	capacity := fs.Float64("capacity", 0, "the node's capacity in commands/s (0: find it first, ramping the load until answers slow down)")
+	capacity := fs.Float64("capacity", 0, "the node's capacity in commands/s (0: find it first: 5 s steps, each half again the last, until answers slow down,\n"+
+		"then two more that bisect between the last rate kept up with and the first not)")
 	timeout := fs.Duration("give-up", time.Second, "an attack with no answer after this long counts as timed out (it is never retried)")
 	opaque := fs.Bool("request-ids", false, "send opaque request IDs (Tickfence-Request-Id) instead of client sessions (needed for a tickd from before sessions)")
 	nodeArgs := fs.String("node-args", "", "extra tickd flags for the node, space-separated (e.g. \"--max-command-delay -1\" to see the node without admission control)")
@@ -308,28 +309,69 @@ func (s overloadStep) brief() string {
 
 // calibrate ramps the load by half each 5 s step until the node stops keeping up: under 98 % of
 // the offered load acknowledged, a round trip p99 over 250 ms, or under 99 % of the scheduled
-// ticks run. The capacity is the most commands/s acknowledged in a step that kept up.
+// ticks run. Then two more steps bisect (geometrically) between the last rate kept up with and the
+// first not, so the capacity found is within about 10 % of the knee, not anywhere up to a third
+// below it (where a 1.5× ramp's rungs happen to fall decided the 200 % step's load). The capacity
+// is the most commands/s acknowledged in a step that kept up.
 func (o *overload) calibrate(ctx context.Context) ([]overloadStep, float64) {
 	var steps []overloadStep
 	best := 0.0
-	for rate := 500.0; ctx.Err() == nil && rate < 1e6; rate *= 1.5 {
+	try := func(rate float64) (bool, bool) {
 		s := o.step(ctx, rate, 5*time.Second)
 		steps = append(steps, s)
 		o.p.line("calibrating: %s", s.brief())
 		if s.Other > 0.5*s.Offered {
 			o.p.line("calibration stopped: most attacks were refused (%s)", s.Errors)
-			break
+			return false, true
 		}
 		kept := s.OK >= 0.98*s.Offered && s.P99 < 250*time.Millisecond && s.TicksFrac >= 0.99 && s.NotSent == 0
-		if !kept {
-			break
+		if kept {
+			best = max(best, s.OK)
 		}
-		best = max(best, s.OK)
+		return kept, false
 	}
+	searchCapacity(ctx, try, func(good, bad, mid float64) {
+		o.p.line("calibrating: between %.0f/s (kept up) and %.0f/s (did not): %.0f/s", good, bad, mid)
+	})
 	if best == 0 {
 		best = 500
 	}
 	return steps, best
+}
+
+// searchCapacity ramps rate from 500/s by half each try until one does not keep up, then bisects
+// (geometrically) twice between the last kept and the first not; it returns the highest rate kept
+// up with (0: none). stop from try ends it at once.
+func searchCapacity(ctx context.Context, try func(rate float64) (kept, stop bool), bisecting func(good, bad, mid float64)) float64 {
+	good, bad := 0.0, 0.0
+	for rate := 500.0; ctx.Err() == nil && rate < 1e6; rate *= 1.5 {
+		kept, stop := try(rate)
+		if stop {
+			return good
+		}
+		if !kept {
+			bad = rate
+			break
+		}
+		good = rate
+	}
+	for range 2 {
+		if good == 0 || bad == 0 || ctx.Err() != nil {
+			break
+		}
+		mid := math.Sqrt(good * bad)
+		bisecting(good, bad, mid)
+		kept, stop := try(mid)
+		if stop {
+			break
+		}
+		if kept {
+			good = mid
+		} else {
+			bad = mid
+		}
+	}
+	return good
 }
 
 // step offers rate attacks/s for d and measures.
