@@ -139,8 +139,6 @@ func (g *loadGen) markWindow(t time.Time) { g.window0.Store(t.UnixNano()) }
 
 func (g *loadGen) attempts() int64 { return int64(g.nc.Stats().OutMsgs) }
 
-// run schedules attacks at the rate until ctx ends (open loop: a slow answer never slows the
-// schedule; past maxInflight commands in flight, scheduled ones are counted as not sent).
 // start runs the load until the stop it returns is called or ctx ends. stop returns once run has:
 // no attack starts after it, so wait may follow (an Add racing wait's Wait, and the generator
 // outliving its caller's frame, were both possible when run was left to end on its own).
@@ -151,6 +149,8 @@ func (g *loadGen) start(ctx context.Context) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
+// run schedules attacks at the rate until ctx ends (open loop: a slow answer never slows the
+// schedule; past maxInflight commands in flight, scheduled ones are counted as not sent).
 func (g *loadGen) run(ctx context.Context) {
 	g.attempts0.CompareAndSwap(0, g.attempts())
 	start := time.Now()

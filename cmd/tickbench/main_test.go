@@ -128,15 +128,15 @@ func TestChaosSmoke(t *testing.T) {
 }
 
 // A small overload run end to end with real processes: a tickd server and a node, 20 dungeons, a
-// step below the given capacity and one far past it. The first is answered in full; past it every
-// attack is accounted for (answered, given up or not sent), the sessions' windows bound what is in
-// flight, and no acknowledged attack is lost or applied twice. It checks the plumbing, never
-// timings.
+// step below the given capacity and one far past it. The first is answered in full, nearly all ok
+// (rates compared with one another, never with the clock: a stall of the machine must not fail it); past
+// it the sessions' windows bound what is in flight; no acknowledged attack is lost or applied
+// twice; the JSON and the plot are written.
 func TestOverloadSmoke(t *testing.T) {
 	dir := t.TempDir()
 	js, plot := filepath.Join(dir, "o.json"), filepath.Join(dir, "o.html")
 	err := runOverload([]string{"--instances", "20", "--shards", "8", "--capacity", "200", "--steps", "50,5000",
-		"--step", "2s", "--json", js, "--plot", plot})
+		"--step", "2s", "--give-up", "10s", "--json", js, "--plot", plot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,12 +152,12 @@ func TestOverloadSmoke(t *testing.T) {
 		t.Fatalf("got %d steps, want 2", len(rep.Steps))
 	}
 	low, high := rep.Steps[0], rep.Steps[1]
-	if low.OK < 0.9*low.Offered || low.TimedOut != 0 || low.NotSent != 0 || low.InFlight <= 0 {
-		t.Errorf("50 %%: ok %.0f/s of %.0f offered, timed out %.0f/s, not sent %d, in flight %.1f; want all answered",
-			low.OK, low.Offered, low.TimedOut, low.NotSent, low.InFlight)
+	if low.OK < 0.9*(low.OK+low.Busy+low.Other+low.TimedOut) || low.TimedOut > 0 || low.NotSent != 0 || low.InFlight <= 0 {
+		t.Errorf("50 %%: ok %.1f/s, busy %.1f/s, other %.1f/s, timed out %.1f/s, not sent %d, in flight %.1f; want every attack sent and answered, nearly all ok",
+			low.OK, low.Busy, low.Other, low.TimedOut, low.NotSent, low.InFlight)
 	}
-	if high.OK <= 0 || high.InFlightMax > int64(20*64) || high.InFlight > float64(high.InFlightMax) {
-		t.Errorf("5000 %%: ok %.0f/s, in flight mean %.1f max %d; want some acknowledged, at most 64 per dungeon",
+	if high.OK <= 0 || high.InFlight <= 0 || high.InFlightMax > int64(20*64) {
+		t.Errorf("5000 %%: ok %.0f/s, in flight mean %.1f, most %d; want some acknowledged and in flight, at most 64 per dungeon",
 			high.OK, high.InFlight, high.InFlightMax)
 	}
 	if d := rep.Damage; d.Instances != 20 || d.AckedDamage == 0 || d.Lost != 0 || d.Duplicates != 0 || d.Unreadable != 0 {

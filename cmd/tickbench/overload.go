@@ -67,8 +67,10 @@ type overloadStep struct {
 	NotSent     int64          `json:"not_sent"` // not sent: 64 attacks to that dungeon unanswered already (a session holds no more), or the publish failed
 	NotSentRate float64        `json:"not_sent_per_s"`
 	// InFlight: attacks sent and not yet answered or given up, the mean over the step's samples
-	// (one per millisecond of offered load) and the most. Once the sessions' windows bind (not
-	// sent > 0), the mean round trip is about this over the answers per second (Little's law).
+	// (one per pass of the send loop, about one a millisecond) and the most. Over the attacks
+	// settled per second (answered or given up) it is their mean time in flight (Little's law);
+	// once the sessions' windows bind (not sent > 0) it is the clients' bound, and that time
+	// follows from the answer rate.
 	InFlight    float64       `json:"in_flight_mean"`
 	InFlightMax int64         `json:"in_flight_max"`
 	P50         time.Duration `json:"round_trip_p50_ns"`
@@ -617,8 +619,9 @@ func printOverload(rep overloadReport) {
 		peak = max(peak, s.OK)
 	}
 	fmt.Printf("peak %.0f ok/s (the most acknowledged in a step, or the capacity if higher); not sent: the dungeon had %d attacks unanswered\n", peak, store.MaxClientInFlight)
-	fmt.Printf("in flight: attacks sent and not answered (mean over the step), at most %d in all; while not sent > 0 the mean round trip\n"+
-		"is about in flight / answered per second, so it says what the answer rate allows, whatever the node's policy\n\n", store.MaxClientInFlight*c.Instances)
+	fmt.Printf("in flight: attacks sent and neither answered nor given up yet (mean over the step), at most %d in all; divided by\n"+
+		"those settled per second (ok + busy + other + timed out) it is their mean time in flight (Little's law). Once the sessions'\n"+
+		"windows fill (not sent > 0), in flight is the clients' bound and that time follows from the answer rate, whatever the node does\n\n", store.MaxClientInFlight*c.Instances)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "load\toffered/s\tok/s\tok vs peak\tbusy/s\ttimed out/s\tnot sent/s\tin flight\tother/s\trtt p50 ms\trtt p99 ms\tbusy p99 ms\tnode p99 ms\tnode late/s\tnode queue p99 ms\treply queue\tticks vs sched\tskipped\ttick p99 ms\twrite p50 ms\twrite p99 ms\trecord B\tB/cmd\tCPU node / server / load\t")
 	for _, s := range rep.Steps {

