@@ -18,13 +18,7 @@ func TestTicksSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rep ticksReport
-	b, err := os.ReadFile(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	readReport(t, js, &rep)
 	if len(rep.Results) != 3 {
 		t.Fatalf("got %d results, want 3 (raw, engine, ticker)", len(rep.Results))
 	}
@@ -53,13 +47,7 @@ func TestClusterSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rep clusterReport
-	b, err := os.ReadFile(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	readReport(t, js, &rep)
 	c := rep.Commands
 	if c.Sent == 0 || c.OK != c.Sent || c.Unknown != 0 || c.P50 <= 0 {
 		t.Fatalf("commands: sent %d, ok %d, unknown %d, p50 %v; want all answered ok", c.Sent, c.OK, c.Unknown, c.P50)
@@ -96,13 +84,7 @@ func TestChaosSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rep chaosReport
-	b, err := os.ReadFile(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	readReport(t, js, &rep)
 	faults := 0
 	for _, n := range rep.Faults {
 		faults += n
@@ -141,13 +123,7 @@ func TestOverloadSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rep overloadReport
-	b, err := os.ReadFile(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	readReport(t, js, &rep)
 	if len(rep.Steps) != 2 {
 		t.Fatalf("got %d steps, want 2", len(rep.Steps))
 	}
@@ -165,5 +141,17 @@ func TestOverloadSmoke(t *testing.T) {
 	}
 	if fi, err := os.Stat(plot); err != nil || fi.Size() == 0 {
 		t.Fatalf("plot: %v", err)
+	}
+}
+
+// readReport reads a scenario's --json file into v.
+func readReport(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
 	}
 }
