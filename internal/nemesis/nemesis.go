@@ -165,6 +165,9 @@ type Result struct {
 	Violations []string
 	Counts     map[string]uint64
 	Events     []string // the tail of the event log, on failure
+	// Story: on failure, the nemesis's own events (faults it injected, the restore episode's
+	// steps) from the whole log, which a tail filled by one repeated warning no longer shows.
+	Story []string
 	Sent       int      // adds sent
 	Acked      int      // adds acknowledged
 	Actions    int      // nemesis actions
@@ -186,6 +189,12 @@ func (r Result) String() string {
 		r.Seed, r.Sent, r.Acked, r.Actions, r.Restore, r.Restores, r.Epoch, r.Effects, faultstore.FormatCounts(r.Counts))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
+	}
+	if len(r.Story) > 0 {
+		fmt.Fprintf(&b, "the nemesis's own events, %d:\n", len(r.Story))
+		for _, e := range r.Story {
+			b.WriteString("  " + e + "\n")
+		}
 	}
 	if len(r.Events) > 0 {
 		fmt.Fprintf(&b, "last %d events:\n", len(r.Events))
@@ -451,8 +460,24 @@ func Run(seed uint64, cfg Config) Result {
 	}
 	if !res.OK() || cfg.LogAlways {
 		res.Events = net.Events(cfg.LogTail)
+		res.Story = story(net.Events(0), cfg.LogTail)
 	}
 	return res
+}
+
+// story picks the nemesis's own events, and what the restorers' attempts report, out of the whole
+// log (at most max, the last ones).
+func story(events []string, max int) []string {
+	var out []string
+	for _, e := range events {
+		if strings.Contains(e, " nemesis: ") || strings.Contains(e, " restore-") {
+			out = append(out, e)
+		}
+	}
+	if len(out) > max {
+		out = out[len(out)-max:]
+	}
+	return out
 }
 
 // varyFaults gives some seeds (chosen by the seed alone) a harsher store: may-lag reads that reach

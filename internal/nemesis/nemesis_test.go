@@ -18,6 +18,7 @@ var (
 	long    = flag.Duration("nemesis.long", 0, "run seeds from 1 until this much wall time has passed (e.g. 10m)")
 	chaos   = flag.Duration("nemesis.chaos", 0, "fault phase of each run, in fake time (default 12s)")
 	tail    = flag.Int("nemesis.tail", 300, "how many events of the log a failing seed prints")
+	repeat  = flag.Int("nemesis.repeat", 1, "with -nemesis.seed: run it this many times, four at once (a failure that needs an interleaving)")
 	// With the restore claim reverted, the nemesis must find issue 9.4 (a second or retried
 	// restore clobbering the live epoch) by itself.
 	restoreSkipClaim = flag.Bool("nemesis.restore-skip-claim", false, "restore without the restore claim (store.RestoreOptions.SkipClaim): issue 9.4 reverted")
@@ -64,6 +65,20 @@ func TestNemesis(t *testing.T) {
 		})
 	}
 	switch {
+	case *oneSeed != 0 && *repeat > 1:
+		cfg.LogAlways = false
+		sem := make(chan struct{}, 4)
+		var wg sync.WaitGroup
+		for i := range *repeat {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				t.Run(fmt.Sprintf("%d#%d", *oneSeed, i), func(t *testing.T) { run(t, *oneSeed) })
+			}()
+		}
+		wg.Wait()
 	case *oneSeed != 0:
 		t.Run(fmt.Sprint(*oneSeed), func(t *testing.T) { run(t, *oneSeed) })
 	case *long > 0:
