@@ -167,14 +167,14 @@ type Result struct {
 	Events     []string // the tail of the event log, on failure
 	// Story: on failure, the nemesis's own events (faults it injected, the restore episode's
 	// steps) from the whole log, which a tail filled by one repeated warning no longer shows.
-	Story []string
-	Sent       int      // adds sent
-	Acked      int      // adds acknowledged
-	Actions    int      // nemesis actions
-	Restore    string   // the run's restore episode ("" none; single, race or crash)
-	Restores   int      // restores that succeeded
-	Epoch      uint64   // the final epoch
-	Effects    EffectCounts
+	Story    []string
+	Sent     int    // adds sent
+	Acked    int    // adds acknowledged
+	Actions  int    // nemesis actions
+	Restore  string // the run's restore episode ("" none; single, race or crash)
+	Restores int    // restores that succeeded
+	Epoch    uint64 // the final epoch
+	Effects  EffectCounts
 	// MaxUnserved is the longest a shard stayed assigned to a live, unfrozen session that did
 	// not run it, outside a hand-off.
 	MaxUnserved time.Duration
