@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -119,7 +120,11 @@ type RestoreOptions struct {
 	FromEpoch uint64
 	// Takeover replaces the claim of another restore that crashed (or was abandoned) and finishes
 	// the restore into the epoch after the one it claimed, from this backup. A claim whose epoch is
-	// already live is finished and needs no takeover.
+	// already live is finished and needs no takeover: a takeover that finds one returns the live
+	// cluster record and changes nothing (the restore it was to finish committed), and so does a
+	// restore by the claim's own operator (a retry after its commit landed but its answer was
+	// lost) or by one the claim took over. Only another operator's new restore replaces it and
+	// restores again.
 	Takeover bool
 	// Step, if set, runs before each destructive step ("seal", "buckets" once per partition,
 	// "records" before every 100th record put, shard keys included, "shards", "epoch"), just
@@ -200,6 +205,9 @@ func Restore(ctx context.Context, s EpochStore, b Backup, opt RestoreOptions) (C
 	if !opt.SkipClaim {
 		r.claimRev, r.next.Epoch, err = claimRestore(ctx, s, RestoreClaim{FromEpoch: cur.Epoch, Epoch: r.next.Epoch,
 			Operator: opt.Operator, Entries: len(b.Entries)}, opt.Takeover)
+		if errors.Is(err, errRestoreDone) {
+			return cur, nil // this restore (or the one taken over) committed: the live epoch is its
+		}
 		if err != nil {
 			return Cluster{}, err
 		}
@@ -413,6 +421,10 @@ func partitionOf(key string, partitions uint32) (uint32, error) {
 	return uint32(sh) % partitions, nil
 }
 
+// errRestoreDone: the claim found names the live epoch and is this restore's own (or the one it
+// takes over): that restore committed, so Restore succeeds without restoring again.
+var errRestoreDone = errors.New("the restore committed already")
+
 // claimRestore takes the restore key for a restore (CAS). A claim whose target epoch is already
 // live (or older) belongs to a restore that finished: it is replaced. A live claim of another
 // restore is refused unless takeover, which replaces it and restores into the epoch after it.
@@ -433,6 +445,13 @@ func claimRestore(ctx context.Context, s Control, want RestoreClaim, takeover bo
 	var held RestoreClaim
 	bad := json.Unmarshal(e.Value, &held) != nil
 	switch {
+	case !bad && held.Epoch == want.FromEpoch && (takeover || held.Operator == want.Operator || slices.Contains(held.TakenOver, want.Operator)):
+		// The live epoch is the one this claim restored into, and the claim is this operator's (a
+		// retry after its commit landed unanswered), or one it was taken over from, or the one a
+		// takeover was asked to finish: that restore is done. Restoring again would seal the live
+		// epoch and throw away what was acknowledged in it since; release the claim instead.
+		_ = s.ControlDelete(ctx, RestoreKey, e.Revision)
+		return 0, 0, errRestoreDone
 	case !bad && held.Epoch <= want.FromEpoch:
 		// Its epoch is live already: that restore finished, only its claim was left behind.
 	case takeover && (bad || held.Epoch >= want.Epoch):

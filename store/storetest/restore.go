@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tickfence/tickfence/store"
 )
@@ -30,6 +31,7 @@ func RunRestore(t *testing.T, b Backend) {
 		{"CrashedRestoreIsTakenOver", testCrashedTakenOver},
 		{"CrashedRestoreIsAbandoned", testCrashedAbandoned},
 		{"ClaimOfAFinishedRestore", testFinishedClaim},
+		{"RestoreRetriedAfterItsCommitLandedChangesNothing", testRetryAfterLostCommit},
 		{"RestoreThatReadTheOldEpochLeavesTheLiveOneAlone", testLateRestore},
 		{"BackupHoldsTheBlobsItsRecordsPointAt", testBackupBlobs},
 	}
@@ -580,6 +582,71 @@ func testFinishedClaim(t *testing.T, f *restoreFixture) {
 		t.Fatalf("AbandonRestore of a finished restore's claim = %+v, %v", held, err)
 	}
 	f.wantRestored(t, f.op1, 3)
+}
+
+// lostCommit loses the answer to the first update of the cluster record that lands: a restore's
+// commit went through, and the restorer was told its outcome is unknown.
+type lostCommit struct {
+	store.EpochStore
+	once sync.Once
+}
+
+func (l *lostCommit) ControlUpdate(ctx context.Context, key string, v []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	r, err := l.EpochStore.ControlUpdate(ctx, key, v, rev, ttl)
+	lost := false
+	if key == store.ClusterKey && err == nil {
+		l.once.Do(func() { lost = true })
+	}
+	if lost {
+		return 0, fmt.Errorf("answer lost: %w", store.ErrUnknownOutcome)
+	}
+	return r, err
+}
+
+// testRetryAfterLostCommit: a restore's commit (the epoch CAS) lands but its answer is lost, so it
+// fails with ErrUnknownOutcome and leaves its claim. Epoch 2 is live and acknowledges writes. A
+// retry by the same operator (without FromEpoch), a takeover of it, or a retry by the operator it
+// was taken over from, must see that the restore committed: success at epoch 2, the claim
+// released, epoch 2 neither sealed nor refilled. Restoring again would seal the live epoch and
+// drop what it acknowledged (and leave it sealed if the redo then stopped).
+func testRetryAfterLostCommit(t *testing.T, f *restoreFixture) {
+	for _, tc := range []struct {
+		name string
+		opt  store.RestoreOptions
+	}{
+		{"same operator", store.RestoreOptions{Operator: "op1"}},
+		{"takeover", store.RestoreOptions{Operator: "op2", Takeover: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newRestoreFixture(t, f.be)
+			ctx := context.Background()
+			_, err := store.Restore(ctx, &lostCommit{EpochStore: f.op1}, f.backup, store.RestoreOptions{Operator: "op1"})
+			if !errors.Is(err, store.ErrUnknownOutcome) {
+				t.Fatalf("restore whose commit answer was lost: %v; want ErrUnknownOutcome", err)
+			}
+			g := f.goLive(t, f.op1)
+			if g.Epoch != 2 {
+				t.Fatalf("the lost commit landed: live epoch %d, want 2", g.Epoch)
+			}
+			cl, err := store.Restore(ctx, f.op2, f.backup, tc.opt)
+			if err != nil || cl.Epoch != 2 {
+				t.Fatalf("%s after the lost commit = epoch %d, %v; want epoch 2, nil (it committed)", tc.name, cl.Epoch, err)
+			}
+			f.wantLive(t, f.op2, g)
+			for p := uint32(0); p < f.cl.Partitions; p++ {
+				if sealed, err := f.op2.PartitionSealed(ctx, 2, p); err != nil || sealed {
+					t.Fatalf("live epoch 2 partition %d sealed = %v, %v", p, sealed, err)
+				}
+			}
+			if e, err := f.op2.LatestControl(ctx, store.RestoreKey); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("claim after the retry: %s, %v; want released", e.Value, err)
+			}
+			// A new restore by another operator still restores again, into epoch 3.
+			if cl, err := store.Restore(ctx, f.op2, f.backup, store.RestoreOptions{Operator: "op3"}); err != nil || cl.Epoch != 3 {
+				t.Fatalf("a new restore after it = epoch %d, %v; want 3", cl.Epoch, err)
+			}
+		})
+	}
 }
 
 // pauseAfterClusterRead holds the first restore that runs on it right after it read the cluster
