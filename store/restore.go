@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Backup and restore (DESIGN 6), written once against Store and the few whole-bucket steps a
@@ -76,6 +77,10 @@ type RestoreClaim struct {
 	Entries   int    `json:"entries"`
 	// TakenOver names the operators whose claim this one replaced.
 	TakenOver []string `json:"taken_over,omitempty"`
+	// ID is the restore's RestoreOptions.ID, and TakenOverIDs those of the claims this one
+	// replaced (empty: none given); the commit records them in Cluster.RestoredBy.
+	ID           string   `json:"id,omitempty"`
+	TakenOverIDs []string `json:"taken_over_ids,omitempty"`
 }
 
 // Restore errors.
@@ -120,12 +125,17 @@ type RestoreOptions struct {
 	FromEpoch uint64
 	// Takeover replaces the claim of another restore that crashed (or was abandoned) and finishes
 	// the restore into the epoch after the one it claimed, from this backup. A claim whose epoch is
-	// already live is finished and needs no takeover: a takeover that finds one returns the live
-	// cluster record and changes nothing (the restore it was to finish committed), and so does a
-	// restore by the claim's own operator (a retry after its commit landed but its answer was
-	// lost) or by one the claim took over. Only another operator's new restore replaces it and
-	// restores again.
+	// already live is finished and needs no takeover.
 	Takeover bool
+	// ID, if set, names this restore across the caller's retries of it: unique to the restore, the
+	// same in every call that retries it, without spaces (at most 128 bytes). The epoch it commits
+	// records it (Cluster.RestoredBy, with the IDs of the restores it took over), so a retry after
+	// its commit landed but its answer was lost (ErrUnknownOutcome), or a retry of a restore that
+	// another took over and finished, returns that epoch's cluster record and changes nothing,
+	// instead of sealing the live epoch and restoring again over what it acknowledged since. It is
+	// checked before FromEpoch. Without an ID every call is a new restore (FromEpoch guards a
+	// retry then).
+	ID string
 	// Step, if set, runs before each destructive step ("seal", "buckets" once per partition,
 	// "records" before every 100th record put, shard keys included, "shards", "epoch"), just
 	// before the claim is checked; an error stops the restore there as a crash would (fault
@@ -196,21 +206,30 @@ func backUpBlobs(ctx context.Context, s EpochStore, b *Backup) error {
 // A restore that stops half way (an error, a crash, a lost answer) leaves its claim: a takeover
 // finishes it, AbandonRestore undoes it if it sealed nothing.
 func Restore(ctx context.Context, s EpochStore, b Backup, opt RestoreOptions) (Cluster, error) {
+	if len(opt.ID) > 128 || strings.ContainsFunc(opt.ID, unicode.IsSpace) {
+		return Cluster{}, fmt.Errorf("restore ID %.40q: want at most 128 bytes without spaces", opt.ID)
+	}
 	ce, cur, err := restoreSource(ctx, s, b, opt)
+	if errors.Is(err, errRestoreDone) {
+		releaseDone(ctx, s, opt.ID, cur)
+		return cur, nil
+	}
 	if err != nil {
 		return Cluster{}, err
 	}
 	r := &restoreRun{s: s, opt: opt, cur: cur, next: cur, clusterRev: ce.Revision, total: len(b.Entries), blobs: b.Blobs}
 	r.next.Epoch++
 	if !opt.SkipClaim {
-		r.claimRev, r.next.Epoch, err = claimRestore(ctx, s, RestoreClaim{FromEpoch: cur.Epoch, Epoch: r.next.Epoch,
-			Operator: opt.Operator, Entries: len(b.Entries)}, opt.Takeover)
-		if errors.Is(err, errRestoreDone) {
-			return cur, nil // this restore (or the one taken over) committed: the live epoch is its
-		}
+		var claimed RestoreClaim
+		claimed, r.claimRev, err = claimRestore(ctx, s, RestoreClaim{FromEpoch: cur.Epoch, Epoch: r.next.Epoch,
+			Operator: opt.Operator, Entries: len(b.Entries), ID: opt.ID}, opt.Takeover)
 		if err != nil {
 			return Cluster{}, err
 		}
+		r.next.Epoch = claimed.Epoch
+		r.next.RestoredBy = strings.Join(slices.DeleteFunc(append([]string{opt.ID}, claimed.TakenOverIDs...), func(id string) bool { return id == "" }), " ")
+	} else {
+		r.next.RestoredBy = opt.ID
 	}
 	if err := r.run(ctx, b.Entries); err != nil {
 		return Cluster{}, err
@@ -233,6 +252,9 @@ func restoreSource(ctx context.Context, s EpochStore, b Backup, opt RestoreOptio
 		return Entry{}, Cluster{}, fmt.Errorf("backup of a cluster with %d shards/%d partitions/%d replicas; this one has %d/%d/%d "+
 			"(a backup restores only into a cluster of its shape)",
 			b.Cluster.Shards, b.Cluster.Partitions, b.Cluster.ReplicasOr1(), cur.Shards, cur.Partitions, cur.ReplicasOr1())
+	}
+	if opt.ID != "" && slices.Contains(strings.Fields(cur.RestoredBy), opt.ID) {
+		return ce, cur, errRestoreDone // this restore committed this epoch (or one that took it over did)
 	}
 	if opt.FromEpoch != 0 && cur.Epoch != opt.FromEpoch {
 		return Entry{}, Cluster{}, fmt.Errorf("%w: it is at epoch %d, the restore was to replace epoch %d (did another restore finish?)",
@@ -421,37 +443,46 @@ func partitionOf(key string, partitions uint32) (uint32, error) {
 	return uint32(sh) % partitions, nil
 }
 
-// errRestoreDone: the claim found names the live epoch and is this restore's own (or the one it
-// takes over): that restore committed, so Restore succeeds without restoring again.
+// errRestoreDone: the cluster record names the restore's ID: it committed already.
 var errRestoreDone = errors.New("the restore committed already")
+
+// releaseDone releases, after a retry found its restore committed, the claim that restore left if
+// its commit's release was lost (the claim of this ID, or of one that took it over, naming the
+// live epoch; compare-on-revision, so a newer claim is left alone).
+func releaseDone(ctx context.Context, s Control, id string, cur Cluster) {
+	e, err := s.LatestControl(ctx, RestoreKey)
+	if err != nil {
+		return
+	}
+	var held RestoreClaim
+	if json.Unmarshal(e.Value, &held) != nil || held.Epoch != cur.Epoch {
+		return
+	}
+	if held.ID == id || slices.Contains(held.TakenOverIDs, id) {
+		_ = s.ControlDelete(ctx, RestoreKey, e.Revision)
+	}
+}
 
 // claimRestore takes the restore key for a restore (CAS). A claim whose target epoch is already
 // live (or older) belongs to a restore that finished: it is replaced. A live claim of another
 // restore is refused unless takeover, which replaces it and restores into the epoch after it.
-func claimRestore(ctx context.Context, s Control, want RestoreClaim, takeover bool) (uint64, uint64, error) {
+func claimRestore(ctx context.Context, s Control, want RestoreClaim, takeover bool) (RestoreClaim, uint64, error) {
 	b, _ := json.Marshal(want)
 	rev, err := s.ControlCreate(ctx, RestoreKey, b, 0)
 	if !errors.Is(err, ErrConflict) {
-		return rev, want.Epoch, err
+		return want, rev, err
 	}
 	e, gerr := s.LatestControl(ctx, RestoreKey)
 	if errors.Is(gerr, ErrNotFound) {
 		rev, err := s.ControlCreate(ctx, RestoreKey, b, 0) // released meanwhile: one more try
-		return rev, want.Epoch, err
+		return want, rev, err
 	}
 	if gerr != nil {
-		return 0, 0, gerr
+		return RestoreClaim{}, 0, gerr
 	}
 	var held RestoreClaim
 	bad := json.Unmarshal(e.Value, &held) != nil
 	switch {
-	case !bad && held.Epoch == want.FromEpoch && (takeover || held.Operator == want.Operator || slices.Contains(held.TakenOver, want.Operator)):
-		// The live epoch is the one this claim restored into, and the claim is this operator's (a
-		// retry after its commit landed unanswered), or one it was taken over from, or the one a
-		// takeover was asked to finish: that restore is done. Restoring again would seal the live
-		// epoch and throw away what was acknowledged in it since; release the claim instead.
-		_ = s.ControlDelete(ctx, RestoreKey, e.Revision)
-		return 0, 0, errRestoreDone
 	case !bad && held.Epoch <= want.FromEpoch:
 		// Its epoch is live already: that restore finished, only its claim was left behind.
 	case takeover && (bad || held.Epoch >= want.Epoch):
@@ -465,16 +496,20 @@ func claimRestore(ctx context.Context, s Control, want RestoreClaim, takeover bo
 			want.Epoch++
 		}
 		want.TakenOver = append(held.TakenOver, held.Operator)
+		want.TakenOverIDs = slices.Clone(held.TakenOverIDs)
+		if held.ID != "" {
+			want.TakenOverIDs = append(want.TakenOverIDs, held.ID)
+		}
 		b, _ = json.Marshal(want)
 	default:
-		return 0, 0, &RestoreClaimedError{Claim: held, Revision: e.Revision}
+		return RestoreClaim{}, 0, &RestoreClaimedError{Claim: held, Revision: e.Revision}
 	}
 	// Finished (its epoch is live), or taken over: replace it, compare-on-revision.
 	rev, err = s.ControlUpdate(ctx, RestoreKey, b, e.Revision, 0)
 	if errors.Is(err, ErrConflict) {
-		return 0, 0, fmt.Errorf("%w: the claim changed while it was being taken", ErrRestoreClaimed)
+		return RestoreClaim{}, 0, fmt.Errorf("%w: the claim changed while it was being taken", ErrRestoreClaimed)
 	}
-	return rev, want.Epoch, err
+	return want, rev, err
 }
 
 // checkRestoreClaim: the restore key still holds our claim and the cluster record has not moved

@@ -66,6 +66,10 @@ type Cluster struct {
 	// bucket, blobs, effects): 1, or 3 or 5 on a JetStream cluster (DESIGN 10). A record written
 	// before replicas were recorded has none: read it with ReplicasOr1.
 	Replicas uint32 `json:"replicas,omitempty"`
+	// RestoredBy: the RestoreOptions.ID of the restore that committed this epoch, then those of
+	// the restores it took over, space-separated (empty: not a restore's, or none gave an ID). A
+	// retry of one of them then knows it committed.
+	RestoredBy string `json:"restored_by,omitempty"`
 }
 
 // MaxReplicas is JetStream's limit on the replicas of a stream.

@@ -603,49 +603,121 @@ func (l *lostCommit) ControlUpdate(ctx context.Context, key string, v []byte, re
 	return r, err
 }
 
+// lostRelease fails the first release of the restore key (nothing deleted): a restore that
+// committed and answered leaves its claim behind.
+type lostRelease struct {
+	store.EpochStore
+	once sync.Once
+}
+
+func (l *lostRelease) ControlDelete(ctx context.Context, key string, rev uint64) error {
+	lost := false
+	if key == store.RestoreKey {
+		l.once.Do(func() { lost = true })
+	}
+	if lost {
+		return fmt.Errorf("delete %s: connection reset", key)
+	}
+	return l.EpochStore.ControlDelete(ctx, key, rev)
+}
+
 // testRetryAfterLostCommit: a restore's commit (the epoch CAS) lands but its answer is lost, so it
-// fails with ErrUnknownOutcome and leaves its claim. Epoch 2 is live and acknowledges writes. A
-// retry by the same operator (without FromEpoch), a takeover of it, or a retry by the operator it
-// was taken over from, must see that the restore committed: success at epoch 2, the claim
-// released, epoch 2 neither sealed nor refilled. Restoring again would seal the live epoch and
-// drop what it acknowledged (and leave it sealed if the redo then stopped).
+// fails with ErrUnknownOutcome and leaves its claim; epoch 2 then acknowledges writes. A retry
+// with the same RestoreOptions.ID must see that its restore committed: success at epoch 2, the
+// claim released, epoch 2 neither sealed nor refilled (restoring again would seal the live epoch,
+// drop what it acknowledged, and leave it sealed if that redo stopped half way). So must a retry
+// of a restore that crashed and was taken over, once the takeover committed. A restore with
+// another ID or none is a new one and restores again (into epoch 3), a claim left behind by a
+// restore that committed notwithstanding.
 func testRetryAfterLostCommit(t *testing.T, f *restoreFixture) {
-	for _, tc := range []struct {
-		name string
-		opt  store.RestoreOptions
-	}{
-		{"same operator", store.RestoreOptions{Operator: "op1"}},
-		{"takeover", store.RestoreOptions{Operator: "op2", Takeover: true}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newRestoreFixture(t, f.be)
-			ctx := context.Background()
-			_, err := store.Restore(ctx, &lostCommit{EpochStore: f.op1}, f.backup, store.RestoreOptions{Operator: "op1"})
-			if !errors.Is(err, store.ErrUnknownOutcome) {
-				t.Fatalf("restore whose commit answer was lost: %v; want ErrUnknownOutcome", err)
+	ctx := context.Background()
+	lostCommitThenLive := func(t *testing.T, opt store.RestoreOptions) (*restoreFixture, store.Grant) {
+		f := newRestoreFixture(t, f.be)
+		if _, err := store.Restore(ctx, &lostCommit{EpochStore: f.op1}, f.backup, opt); !errors.Is(err, store.ErrUnknownOutcome) {
+			t.Fatalf("restore whose commit answer was lost: %v; want ErrUnknownOutcome", err)
+		}
+		g := f.goLive(t, f.op1)
+		if g.Epoch != 2 {
+			t.Fatalf("the lost commit landed: live epoch %d, want 2", g.Epoch)
+		}
+		return f, g
+	}
+	unchanged := func(t *testing.T, f *restoreFixture, g store.Grant) {
+		t.Helper()
+		f.wantLive(t, f.op2, g)
+		for p := uint32(0); p < f.cl.Partitions; p++ {
+			if sealed, err := f.op2.PartitionSealed(ctx, g.Epoch, p); err != nil || sealed {
+				t.Fatalf("live epoch %d partition %d sealed = %v, %v", g.Epoch, p, sealed, err)
 			}
-			g := f.goLive(t, f.op1)
-			if g.Epoch != 2 {
-				t.Fatalf("the lost commit landed: live epoch %d, want 2", g.Epoch)
+		}
+		if e, err := f.op2.LatestControl(ctx, store.RestoreKey); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("claim after the retry: %s, %v; want released", e.Value, err)
+		}
+	}
+	t.Run("same ID", func(t *testing.T) {
+		f, g := lostCommitThenLive(t, store.RestoreOptions{Operator: "op1", ID: "r1", FromEpoch: 1})
+		// The caller pinned epoch 1 as well; its ID is checked first.
+		cl, err := store.Restore(ctx, f.op2, f.backup, store.RestoreOptions{Operator: "op1", ID: "r1", FromEpoch: 1})
+		if err != nil || cl.Epoch != 2 || cl.RestoredBy != "r1" {
+			t.Fatalf("retry after the lost commit = %+v, %v; want epoch 2 restored by r1, nil (it committed)", cl, err)
+		}
+		unchanged(t, f, g)
+		if cl, err := store.Restore(ctx, f.op2, f.backup, store.RestoreOptions{Operator: "op1", ID: "r2"}); err != nil || cl.Epoch != 3 {
+			t.Fatalf("a new restore after it = %+v, %v; want epoch 3", cl, err)
+		}
+		f.wantRestored(t, f.op2, 3)
+	})
+	for _, other := range []store.RestoreOptions{{Operator: "op1", ID: "r2"}, {Operator: "op1"}, {}} {
+		t.Run(fmt.Sprintf("new restore ID %q operator %q", other.ID, other.Operator), func(t *testing.T) {
+			f, _ := lostCommitThenLive(t, store.RestoreOptions{Operator: "op1", ID: "r1"})
+			if cl, err := store.Restore(ctx, f.op2, f.backup, other); err != nil || cl.Epoch != 3 {
+				t.Fatalf("= %+v, %v; want epoch 3 (a new restore)", cl, err)
 			}
-			cl, err := store.Restore(ctx, f.op2, f.backup, tc.opt)
-			if err != nil || cl.Epoch != 2 {
-				t.Fatalf("%s after the lost commit = epoch %d, %v; want epoch 2, nil (it committed)", tc.name, cl.Epoch, err)
-			}
-			f.wantLive(t, f.op2, g)
-			for p := uint32(0); p < f.cl.Partitions; p++ {
-				if sealed, err := f.op2.PartitionSealed(ctx, 2, p); err != nil || sealed {
-					t.Fatalf("live epoch 2 partition %d sealed = %v, %v", p, sealed, err)
-				}
-			}
-			if e, err := f.op2.LatestControl(ctx, store.RestoreKey); !errors.Is(err, store.ErrNotFound) {
-				t.Fatalf("claim after the retry: %s, %v; want released", e.Value, err)
-			}
-			// A new restore by another operator still restores again, into epoch 3.
-			if cl, err := store.Restore(ctx, f.op2, f.backup, store.RestoreOptions{Operator: "op3"}); err != nil || cl.Epoch != 3 {
-				t.Fatalf("a new restore after it = epoch %d, %v; want 3", cl.Epoch, err)
-			}
+			f.wantRestored(t, f.op2, 3)
 		})
+	}
+	for _, opt := range []store.RestoreOptions{{Operator: "op1", FromEpoch: 2}, {Operator: "op2", Takeover: true, FromEpoch: 2}} {
+		t.Run(fmt.Sprintf("claim left by a committed restore, then one by %s takeover %v", opt.Operator, opt.Takeover), func(t *testing.T) {
+			f := newRestoreFixture(t, f.be)
+			if cl, err := store.Restore(ctx, &lostRelease{EpochStore: f.op1}, f.backup, store.RestoreOptions{Operator: "op1", ID: "r1"}); err != nil || cl.Epoch != 2 {
+				t.Fatalf("first restore = %+v, %v", cl, err)
+			}
+			if c := claim(t, f.op2); c.ID != "r1" || c.Epoch != 2 {
+				t.Fatalf("claim left behind = %+v; want r1's into epoch 2", c)
+			}
+			f.goLive(t, f.op1)
+			if cl, err := store.Restore(ctx, f.op2, f.backup, opt); err != nil || cl.Epoch != 3 {
+				t.Fatalf("new restore over it = %+v, %v; want epoch 3", cl, err)
+			}
+			f.wantRestored(t, f.op2, 3)
+		})
+	}
+	t.Run("taken over", func(t *testing.T) {
+		f := newRestoreFixture(t, f.be)
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		_, err := store.Restore(cctx, f.op1, f.backup, store.RestoreOptions{Operator: "op1", ID: "a", Step: crashAt(cancel, "records", 1)})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("restore that died: %v", err)
+		}
+		_, err = store.Restore(ctx, &lostCommit{EpochStore: f.op2}, f.backup, store.RestoreOptions{Operator: "op2", ID: "t", Takeover: true})
+		if !errors.Is(err, store.ErrUnknownOutcome) {
+			t.Fatalf("takeover whose commit answer was lost: %v; want ErrUnknownOutcome", err)
+		}
+		g := f.goLive(t, f.op1)
+		if g.Epoch != 3 {
+			t.Fatalf("the takeover's lost commit landed: live epoch %d, want 3", g.Epoch)
+		}
+		for _, id := range []string{"a", "t"} {
+			cl, err := store.Restore(ctx, f.op2, f.backup, store.RestoreOptions{Operator: "x", ID: id, Takeover: id == "t"})
+			if err != nil || cl.Epoch != 3 || cl.RestoredBy != "t a" {
+				t.Fatalf("retry of %s = %+v, %v; want epoch 3 restored by \"t a\", nil", id, cl, err)
+			}
+			unchanged(t, f, g)
+		}
+	})
+	if _, err := store.Restore(ctx, f.op1, f.backup, store.RestoreOptions{ID: "two words"}); err == nil {
+		t.Fatal("a restore ID with a space was accepted")
 	}
 }
 
