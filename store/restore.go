@@ -127,14 +127,17 @@ type RestoreOptions struct {
 	// the restore into the epoch after the one it claimed, from this backup. A claim whose epoch is
 	// already live is finished and needs no takeover.
 	Takeover bool
-	// ID, if set, names this restore across the caller's retries of it: unique to the restore, the
-	// same in every call that retries it, without spaces (at most 128 bytes). The epoch it commits
-	// records it (Cluster.RestoredBy, with the IDs of the restores it took over), so a retry after
+	// ID, if set, names this restore across the caller's retries of it: unique to the restore (a
+	// random one per restore; not an operator's name), the same in every call that retries it,
+	// without spaces or @ (at most 128 bytes). The epoch it commits records it (Cluster.RestoredBy,
+	// with the IDs of the restores it took over, and of the last restores before), so a retry after
 	// its commit landed but its answer was lost (ErrUnknownOutcome), or a retry of a restore that
-	// another took over and finished, returns that epoch's cluster record and changes nothing,
-	// instead of sealing the live epoch and restoring again over what it acknowledged since. It is
-	// checked before FromEpoch. Without an ID every call is a new restore (FromEpoch guards a
-	// retry then).
+	// another took over and finished, returns the live cluster record and changes nothing, instead
+	// of sealing the live epoch and restoring again over what it acknowledged since. If another
+	// restore has replaced that epoch since, the retry fails with ErrEpochMoved, changing nothing.
+	// It is checked before FromEpoch; a FromEpoch naming the epoch this ID committed is an ID
+	// reused for a new restore, refused. Without an ID every call is a new restore (FromEpoch
+	// guards a retry then).
 	ID string
 	// Step, if set, runs before each destructive step ("seal", "buckets" once per partition,
 	// "records" before every 100th record put, shard keys included, "shards", "epoch"), just
@@ -206,8 +209,8 @@ func backUpBlobs(ctx context.Context, s EpochStore, b *Backup) error {
 // A restore that stops half way (an error, a crash, a lost answer) leaves its claim: a takeover
 // finishes it, AbandonRestore undoes it if it sealed nothing.
 func Restore(ctx context.Context, s EpochStore, b Backup, opt RestoreOptions) (Cluster, error) {
-	if len(opt.ID) > 128 || strings.ContainsFunc(opt.ID, unicode.IsSpace) {
-		return Cluster{}, fmt.Errorf("restore ID %.40q: want at most 128 bytes without spaces", opt.ID)
+	if len(opt.ID) > 128 || strings.ContainsFunc(opt.ID, unicode.IsSpace) || strings.Contains(opt.ID, "@") {
+		return Cluster{}, fmt.Errorf("restore ID %.40q: want at most 128 bytes without spaces or @", opt.ID)
 	}
 	ce, cur, err := restoreSource(ctx, s, b, opt)
 	if errors.Is(err, errRestoreDone) {
@@ -227,9 +230,9 @@ func Restore(ctx context.Context, s EpochStore, b Backup, opt RestoreOptions) (C
 			return Cluster{}, err
 		}
 		r.next.Epoch = claimed.Epoch
-		r.next.RestoredBy = strings.Join(slices.DeleteFunc(append([]string{opt.ID}, claimed.TakenOverIDs...), func(id string) bool { return id == "" }), " ")
+		r.next.RestoredBy = restoredBy(append([]string{opt.ID}, claimed.TakenOverIDs...), claimed.Epoch, cur.RestoredBy)
 	} else {
-		r.next.RestoredBy = opt.ID
+		r.next.RestoredBy = restoredBy([]string{opt.ID}, r.next.Epoch, cur.RestoredBy)
 	}
 	if err := r.run(ctx, b.Entries); err != nil {
 		return Cluster{}, err
@@ -253,8 +256,15 @@ func restoreSource(ctx context.Context, s EpochStore, b Backup, opt RestoreOptio
 			"(a backup restores only into a cluster of its shape)",
 			b.Cluster.Shards, b.Cluster.Partitions, b.Cluster.ReplicasOr1(), cur.Shards, cur.Partitions, cur.ReplicasOr1())
 	}
-	if opt.ID != "" && slices.Contains(strings.Fields(cur.RestoredBy), opt.ID) {
-		return ce, cur, errRestoreDone // this restore committed this epoch (or one that took it over did)
+	if epoch, ok := restoredEpoch(cur.RestoredBy, opt.ID); ok {
+		switch {
+		case epoch != cur.Epoch:
+			return Entry{}, Cluster{}, fmt.Errorf("%w: restore %s committed epoch %d, which epoch %d has replaced since", ErrEpochMoved, opt.ID, epoch, cur.Epoch)
+		case opt.FromEpoch == cur.Epoch:
+			// A retry names the epoch its first call saw, never the one it made.
+			return Entry{}, Cluster{}, fmt.Errorf("restore ID %s committed epoch %d already: a new restore needs a new ID", opt.ID, epoch)
+		}
+		return ce, cur, errRestoreDone // this restore committed the live epoch (or one that took it over did)
 	}
 	if opt.FromEpoch != 0 && cur.Epoch != opt.FromEpoch {
 		return Entry{}, Cluster{}, fmt.Errorf("%w: it is at epoch %d, the restore was to replace epoch %d (did another restore finish?)",
@@ -443,7 +453,45 @@ func partitionOf(key string, partitions uint32) (uint32, error) {
 	return uint32(sh) % partitions, nil
 }
 
-// errRestoreDone: the cluster record names the restore's ID: it committed already.
+// restoreHistory is how many restores' IDs the cluster record keeps.
+const restoreHistory = 16
+
+// restoredBy is the RestoredBy of an epoch committed by the restores ids (the committing one
+// first, then those it took over; empty ones left out, each once) over the live record's.
+func restoredBy(ids []string, epoch uint64, prev string) string {
+	var out []string
+	for _, id := range ids {
+		if tok := id + "@" + strconv.FormatUint(epoch, 10); id != "" && !slices.Contains(out, tok) {
+			out = append(out, tok)
+		}
+	}
+	for _, tok := range strings.Fields(prev) {
+		if len(out) == restoreHistory {
+			break
+		}
+		out = append(out, tok)
+	}
+	return strings.Join(out, " ")
+}
+
+// restoredEpoch is the epoch the restore of this ID committed, by the cluster record's RestoredBy.
+func restoredEpoch(restoredBy, id string) (uint64, bool) {
+	if id == "" {
+		return 0, false
+	}
+	for _, tok := range strings.Fields(restoredBy) {
+		got, e, ok := strings.Cut(tok, "@")
+		if !ok || got != id {
+			continue
+		}
+		if epoch, err := strconv.ParseUint(e, 10, 64); err == nil {
+			return epoch, true
+		}
+	}
+	return 0, false
+}
+
+// errRestoreDone: the cluster record names the restore's ID: it committed the live epoch.
 var errRestoreDone = errors.New("the restore committed already")
 
 // releaseDone releases, after a retry found its restore committed, the claim that restore left if

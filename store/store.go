@@ -57,7 +57,8 @@ func Refused(err error) bool {
 }
 
 // Cluster is the `cluster` record of the control bucket. It is created once, by the first tickd,
-// and its shape (shards, partitions, replicas) never changes; a restore moves only the epoch.
+// and its shape (shards, partitions, replicas) never changes; a restore moves only the epoch (and
+// records itself in RestoredBy).
 type Cluster struct {
 	Shards     uint32 `json:"shards"`
 	Partitions uint32 `json:"partitions"`
@@ -66,9 +67,10 @@ type Cluster struct {
 	// bucket, blobs, effects): 1, or 3 or 5 on a JetStream cluster (DESIGN 10). A record written
 	// before replicas were recorded has none: read it with ReplicasOr1.
 	Replicas uint32 `json:"replicas,omitempty"`
-	// RestoredBy: the RestoreOptions.ID of the restore that committed this epoch, then those of
-	// the restores it took over, space-separated (empty: not a restore's, or none gave an ID). A
-	// retry of one of them then knows it committed.
+	// RestoredBy: the restores that committed recent epochs, as "ID@epoch" (RestoreOptions.ID),
+	// newest first, space-separated, the last restoreHistory of them: the one that committed this
+	// epoch, those it took over, then those of earlier epochs. A retry of one of them then knows it
+	// committed, and whether its epoch is still the live one.
 	RestoredBy string `json:"restored_by,omitempty"`
 }
 

@@ -303,8 +303,9 @@ func (r *restorer) run() {
 	others := 0
 	for attempt := 1; attempt <= 40; attempt++ {
 		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), restorerKey{}, r.name))
-		// One ID across its attempts: a retry after a commit that landed unanswered is done.
-		opt := store.RestoreOptions{Operator: r.name, ID: r.name, Takeover: takeover, SkipClaim: c.cfg.RestoreSkipClaim}
+		// One ID across its attempts, unique to the restore: a retry after a commit that landed
+		// unanswered is done.
+		opt := store.RestoreOptions{Operator: r.name, ID: fmt.Sprintf("%s-%x", r.name, c.net.Seed()), Takeover: takeover, SkipClaim: c.cfg.RestoreSkipClaim}
 		first := attempt == 1
 		opt.Step = func(step string) error { return r.step(first, step, cancel) }
 		from, _ := c.audit.current()

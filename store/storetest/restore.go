@@ -658,7 +658,7 @@ func testRetryAfterLostCommit(t *testing.T, f *restoreFixture) {
 		f, g := lostCommitThenLive(t, store.RestoreOptions{Operator: "op1", ID: "r1", FromEpoch: 1})
 		// The caller pinned epoch 1 as well; its ID is checked first.
 		cl, err := store.Restore(ctx, f.op2, f.backup, store.RestoreOptions{Operator: "op1", ID: "r1", FromEpoch: 1})
-		if err != nil || cl.Epoch != 2 || cl.RestoredBy != "r1" {
+		if err != nil || cl.Epoch != 2 || cl.RestoredBy != "r1@2" {
 			t.Fatalf("retry after the lost commit = %+v, %v; want epoch 2 restored by r1, nil (it committed)", cl, err)
 		}
 		unchanged(t, f, g)
@@ -710,14 +710,70 @@ func testRetryAfterLostCommit(t *testing.T, f *restoreFixture) {
 		}
 		for _, id := range []string{"a", "t"} {
 			cl, err := store.Restore(ctx, f.op2, f.backup, store.RestoreOptions{Operator: "x", ID: id, Takeover: id == "t"})
-			if err != nil || cl.Epoch != 3 || cl.RestoredBy != "t a" {
-				t.Fatalf("retry of %s = %+v, %v; want epoch 3 restored by \"t a\", nil", id, cl, err)
+			if err != nil || cl.Epoch != 3 || cl.RestoredBy != "t@3 a@3" {
+				t.Fatalf("retry of %s = %+v, %v; want epoch 3 restored by \"t@3 a@3\", nil", id, cl, err)
 			}
 			unchanged(t, f, g)
 		}
 	})
-	if _, err := store.Restore(ctx, f.op1, f.backup, store.RestoreOptions{ID: "two words"}); err == nil {
-		t.Fatal("a restore ID with a space was accepted")
+	// Superseded: r1's commit landed unanswered, r2 then replaced epoch 2 with 3, which acknowledged
+	// writes; r1's retry must change nothing and say so (a reviewer's case: it sealed epoch 3).
+	t.Run("superseded since", func(t *testing.T) {
+		f, _ := lostCommitThenLive(t, store.RestoreOptions{Operator: "op1", ID: "r1"})
+		if cl, err := store.Restore(ctx, f.op2, f.backup, store.RestoreOptions{Operator: "op2", ID: "r2"}); err != nil || cl.Epoch != 3 || cl.RestoredBy != "r2@3 r1@2" {
+			t.Fatalf("second restore = %+v, %v; want epoch 3 restored by \"r2@3 r1@2\"", cl, err)
+		}
+		g3 := f.goLive(t, f.op2)
+		if _, err := store.Restore(ctx, f.op1, f.backup, store.RestoreOptions{Operator: "op1", ID: "r1"}); !errors.Is(err, store.ErrEpochMoved) {
+			t.Fatalf("retry of r1 after epoch 3 replaced its epoch 2: %v; want ErrEpochMoved", err)
+		}
+		f.wantLive(t, f.op2, g3)
+	})
+	// An ID reused for a new restore that names, as the epoch to replace, the one that ID made:
+	// not a retry (its first call named epoch 1). Refused rather than answered done (a reviewer's
+	// case: it reported success and restored nothing).
+	t.Run("ID reused with FromEpoch of its own epoch", func(t *testing.T) {
+		f := newRestoreFixture(t, f.be)
+		if cl, err := store.Restore(ctx, f.op1, f.backup, store.RestoreOptions{Operator: "op1", ID: "r1", FromEpoch: 1}); err != nil || cl.Epoch != 2 {
+			t.Fatalf("first = %+v, %v", cl, err)
+		}
+		g := f.goLive(t, f.op1)
+		if cl, err := store.Restore(ctx, f.op1, f.backup, store.RestoreOptions{Operator: "op1", ID: "r1", FromEpoch: 2}); err == nil {
+			t.Fatalf("a new restore with a reused ID = %+v, nil; want refused", cl)
+		}
+		f.wantLive(t, f.op2, g)
+	})
+	// A takeover of a takeover: each of the three IDs' retries is done; a finished claim replaced
+	// by a new restore carries none of their IDs into its epoch (but the history keeps them).
+	t.Run("takeover chain", func(t *testing.T) {
+		f := newRestoreFixture(t, f.be)
+		for _, o := range []store.RestoreOptions{{Operator: "a", ID: "a"}, {Operator: "t1", ID: "t1", Takeover: true}} {
+			cctx, cancel := context.WithCancel(ctx)
+			o.Step = crashAt(cancel, "records", 1)
+			if _, err := store.Restore(cctx, f.op1, f.backup, o); !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s: %v", o.ID, err)
+			}
+			cancel()
+		}
+		cl, err := store.Restore(ctx, f.op2, f.backup, store.RestoreOptions{Operator: "t2", ID: "t2", Takeover: true})
+		if err != nil || cl.RestoredBy != fmt.Sprintf("t2@%d a@%d t1@%d", cl.Epoch, cl.Epoch, cl.Epoch) {
+			t.Fatalf("t2 = %+v, %v", cl, err)
+		}
+		g := f.goLive(t, f.op1)
+		for _, id := range []string{"a", "t1", "t2"} {
+			if cl, err := store.Restore(ctx, f.op2, f.backup, store.RestoreOptions{ID: id}); err != nil || cl.Epoch != g.Epoch {
+				t.Fatalf("retry %s = %+v, %v", id, cl, err)
+			}
+			f.wantLive(t, f.op2, g)
+		}
+		if cl, err := store.Restore(ctx, &lostRelease{EpochStore: f.op2}, f.backup, store.RestoreOptions{ID: "n"}); err != nil || !strings.HasPrefix(cl.RestoredBy, fmt.Sprintf("n@%d t2@", cl.Epoch)) {
+			t.Fatalf("n = %+v, %v; want n alone for its epoch", cl, err)
+		}
+	})
+	for _, bad := range []string{"two words", "a@b"} {
+		if _, err := store.Restore(ctx, f.op1, f.backup, store.RestoreOptions{ID: bad}); err == nil {
+			t.Fatalf("restore ID %q was accepted", bad)
+		}
 	}
 }
 
