@@ -337,6 +337,10 @@ func (r *restorer) run() {
 			return // taken over, or another restore committed: not ours to finish
 		case errors.Is(err, store.ErrConflict):
 			return // its epoch change met another: that restore committed, this one is moot
+		case errors.Is(err, store.ErrEpochMoved):
+			// Its restore committed (its answer lost) and another replaced that epoch since: done,
+			// and nothing to restore again (once, a retry sealed the live epoch here).
+			return
 		}
 		time.Sleep(c.dur(100*time.Millisecond, 700*time.Millisecond))
 	}
