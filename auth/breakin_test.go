@@ -1,9 +1,11 @@
 package auth_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tickfence/tickfence"
 	"github.com/tickfence/tickfence/actor"
@@ -30,7 +33,27 @@ type env struct {
 	dir, url string
 	kv       map[string]jetstream.KeyValue // control and data e1-p0, read as admin
 	js       jetstream.JetStream
-	shard    uint32 // d1's shard
+	shard    uint32               // d1's shard
+	reg      *prometheus.Registry // node n1's metrics
+	logs     *syncBuffer          // node n1's log (JSON lines)
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test reading it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func newEnv(t *testing.T) *env {
@@ -45,11 +68,12 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	e := &env{dir: adir, url: srv.ClientURL(), kv: map[string]jetstream.KeyValue{}, shard: store.ShardOf("d1", shards)}
+	e := &env{dir: adir, url: srv.ClientURL(), kv: map[string]jetstream.KeyValue{}, shard: store.ShardOf("d1", shards),
+		reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n, err := tickfence.Start(ctx, tickfence.Options{Kinds: []actor.Kind{dungeon.Kind{FrameEvery: 1}}, NodeID: "n1", NATS: e.url,
-		Creds: auth.CredsFile(adir, "node"), Shards: shards})
+		Creds: auth.CredsFile(adir, "node"), Shards: shards, Registerer: e.reg, Logger: slog.New(slog.NewJSONHandler(e.logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,9 @@ type Node struct {
 	CommandSeconds prometheus.Histogram
 	// CommandQueueSeconds: how long commands waited in the node's queue before it read them.
 	CommandQueueSeconds prometheus.Histogram
+	// RepliesRefused: commands dropped unanswered because their reply subject was not an inbox
+	// (DESIGN 9: a node never writes where a requester aims it).
+	RepliesRefused prometheus.Counter
 	ShardStops          *prometheus.CounterVec
 	Rotations           prometheus.Counter
 	// Admission control: commands admitted and not answered; 1 while new ones are refused busy.
@@ -120,6 +123,8 @@ func newNode(reg prometheus.Registerer) *Node {
 			Help: "Command receipt to answer, the answer sent after the write holding its effect was stored.", Buckets: LatencyBuckets}),
 		CommandQueueSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_command_queue_seconds",
 			Help: "How long a command waited in the node's queue, after its connection read it and before the node looked at it (estimated; 0 unless a queue stands).", Buckets: LatencyBuckets}),
+		RepliesRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_command_reply_refused_total",
+			Help: "Commands dropped unanswered because their reply subject was not an inbox (_INBOX. or the server's _R_. response subjects): a confused-deputy attempt or a misconfigured client."}),
 		ShardStops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tickfence_shard_stops_total",
 			Help: "Shards this node stopped, by reason: reassigned, stale_owner, handoff, shutdown."}, []string{"reason"}),
 		Rotations: prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_token_rotations_total",
@@ -199,7 +204,7 @@ func newNode(reg prometheus.Registerer) *Node {
 		m.ShardStops.WithLabelValues(r)
 	}
 	reg.MustRegister(m.tickMetrics, m.TicksSkipped, m.StateWrites, m.Instances,
-		m.ShardsOwned, m.Commands, m.CommandSeconds, m.CommandQueueSeconds, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding, m.WriteSeconds, m.WriteBatch)
+		m.ShardsOwned, m.Commands, m.CommandSeconds, m.CommandQueueSeconds, m.RepliesRefused, m.ShardStops, m.Rotations, m.CommandsPending, m.Shedding, m.WriteSeconds, m.WriteBatch)
 	return m
 }
 

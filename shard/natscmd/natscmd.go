@@ -46,8 +46,9 @@ type Server struct {
 	MaxQueueWait time.Duration
 	// Logger, if set, receives the commands refused here, before they reach their shard (busy
 	// while shedding: debug; malformed or too large: warn), with the keys of package logkey.
-	Logger *slog.Logger
-	limit  logkey.Limiter
+	Logger   *slog.Logger
+	limit    logkey.Limiter
+	deputies onceSet // senders whose dropped replies were logged
 }
 
 var busyReply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy,
@@ -95,6 +96,10 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 		if m.Reply == "" {
 			return // a publish, not a request: there is no one to answer
 		}
+		if !InboxReply(m.Reply) {
+			s.refuseReply(m) // never publish where a requester aims (DESIGN 9: confused deputy)
+			return
+		}
 		content := m.Header.Get(wire.HeaderContent)
 		asJSON := strings.HasPrefix(content, wire.ContentJSON)
 		reply := func(b []byte) {
@@ -135,6 +140,41 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 		return nil, err
 	}
 	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// InboxReply reports whether a node may answer on reply: an inbox (_INBOX.…, the prefix of
+// every NATS client's replies and of tickfence's per-user ones) or a response subject the server
+// made for a request that crossed accounts (_R_.…). Any other reply subject names something the
+// requester wants written with the node's rights — a KV key, a stream's subject, the JetStream
+// API — and is never answered (DESIGN 9).
+func InboxReply(reply string) bool {
+	if !strings.HasPrefix(reply, "_INBOX.") && !strings.HasPrefix(reply, "_R_.") {
+		return false
+	}
+	return !strings.ContainsAny(reply, "*> \t\r\n")
+}
+
+// refuseReply drops a command whose reply subject is not an inbox: counted, and logged once per
+// sender (the server-injected identity of a request that crossed accounts, else the subject's
+// shard) so that an attacker's flood does not flood the log.
+func (s *Server) refuseReply(m *nats.Msg) {
+	if s.metrics != nil {
+		s.metrics.RepliesRefused.Inc()
+	}
+	if s.Logger == nil {
+		return
+	}
+	who := requestInfo(m.Header)
+	if !s.deputies.first(who.key()) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("subject", m.Subject), slog.String("reply", m.Reply)}
+	if sh, inst, err := wire.ParseSubject(m.Subject, s.shards); err == nil {
+		attrs = append(attrs, slog.Any(logkey.Shard, sh), slog.String(logkey.Instance, inst))
+	}
+	attrs = append(attrs, slog.String("sender_account", who.Account), slog.String("sender_user", who.User), slog.String("sender_name", who.NameTag))
+	s.Logger.LogAttrs(context.Background(), slog.LevelWarn,
+		"command dropped: its reply subject is not an inbox (a node never writes where a requester aims it); further ones from this sender are only counted (tickfence_command_reply_refused_total)", attrs...)
 }
 
 // refuse answers a command before it reaches its shard with body, counting and logging it.
