@@ -1,19 +1,29 @@
-// Package auth makes NATS enforce tickfence's roles (DESIGN 9): node, gateway, operator and
-// observer, and admin for restore and gc, each with the narrowest subject permissions that let it work.
+// Package auth makes NATS enforce tickfence's trust boundaries and roles (DESIGN 9).
 //
-// Credentials are NATS's decentralized JWTs: one operator, a system account and one account,
-// TICKFENCE, whose users carry their role's permissions signed into their JWT. Init writes a
-// directory with one .creds file per role (what nats.go's UserCredentials and the nats CLI's
-// --creds read), the keys that sign more users (NewUser: a second gateway, each with its own reply
-// inbox) and server.conf, a nats-server configuration with a memory resolver preloaded with both
-// accounts, which enforces them. tickd --auth DIR (the embedded server and tickd server) loads the
-// same directory (ServerOptions).
+// Two accounts separate the two sides, the way NATS separates tenants. TICKFENCE, the trusted
+// account, holds the streams and the users that run or operate the cluster: node, operator,
+// observer, admin and effects, each with the narrowest subject permissions that let it work.
+// PLAYERS, the untrusted account, holds gateways and players; it reaches only what TICKFENCE
+// exports: the command service (tickfence.cmd.>, imported with the requester's details shared, so
+// every command carries the identity the server authenticated) and the frames (tickfence.out.>).
+// Nothing else of the cluster exists for it: no bucket, no stream, no JetStream API, and no way
+// to aim a node's answer anywhere but back at the requester (the server rewrites reply subjects
+// of requests that cross accounts).
+//
+// Credentials are NATS's decentralized JWTs: one operator, a system account and the two accounts,
+// whose users carry their role's permissions signed into their JWT. Init writes a directory with
+// one .creds file per role (what nats.go's UserCredentials and the nats CLI's --creds read), the
+// keys that sign more users (NewUser: a second gateway, a player, a node of its own) and
+// server.conf, a nats-server configuration with a memory resolver preloaded with the accounts,
+// which enforces them. tickd --auth DIR (the embedded server and tickd server) loads the same
+// directory (ServerOptions).
 //
 // Every user receives replies only under its own inbox prefix, _INBOX.<user name> (InboxPrefix):
 // a client must connect with nats.CustomInboxPrefix(InboxPrefix(name)) — ClientOptions does it
 // from the credentials file — so that one gateway cannot subscribe to another's replies. Nodes
-// answer commands with NATS's allow_responses (one reply per request received), not with publish
-// rights on inboxes.
+// answer commands with narrow publish rights (the server's response subjects, _R_.>, and the
+// command inboxes of the trusted account, _INBOX.*.cmd.>), never with allow_responses, and only
+// on reply subjects that are inboxes (natscmd.InboxReply).
 package auth
 
 import (
@@ -45,7 +55,11 @@ const (
 	// control keys, publishes frames, effects and replies, serves commands. The first node also
 	// creates the buckets and the cluster record. It never deletes a bucket.
 	Node Role = "node"
-	// Gateway sends commands, receives its own replies and watches frames: nothing else.
+	// Gateway sends commands, receives its own replies and watches frames: nothing else. It lives
+	// in the PLAYERS account: its commands reach the nodes through the command service, carrying
+	// its identity. An untrusted gateway (a player's browser, a player's own client) is the player
+	// it is named after; a trusted one (UserOptions.Trusted: the studio's own gateway, Init's
+	// gateway.creds) may name the player it acts for.
 	Gateway Role = "gateway"
 	// Operator reads everything and writes the control plane's placement inputs (move, drain,
 	// pin, weight), and sends commands like a gateway; never an instance record or a shard.
@@ -73,14 +87,27 @@ func ParseRole(s string) (Role, error) {
 	return "", fmt.Errorf("unknown role %q: want node, gateway, operator, observer, admin or effects", s)
 }
 
-// Account is the name of the account holding tickfence's streams and users.
+// Account is the name of the trusted account: tickfence's streams and its trusted users.
 const Account = "TICKFENCE"
+
+// PlayersAccount is the name of the untrusted account: gateways and players (DESIGN 9).
+const PlayersAccount = "PLAYERS"
+
+// TrustedTag is the JWT tag of a trusted gateway: one that may name the player it acts for.
+const TrustedTag = "trusted"
+
+// The services and streams the trusted account exports to the players' account.
+const (
+	CommandService = "tickfence.cmd.>" // the command service, imported with the requester's details shared
+	FrameStream    = "tickfence.out.>" // the frames
+)
 
 // Files in an auth directory.
 const (
 	ServerConf  = "server.conf"  // the nats-server configuration that enforces the roles
 	operatorKey = "operator.nk"  // the operator's seed: signs accounts
-	accountKey  = "account.nk"   // the TICKFENCE account's seed: signs users (NewUser)
+	accountKey  = "account.nk"   // the TICKFENCE account's seed: signs its users (NewUser)
+	playersKey  = "players.nk"   // the PLAYERS account's seed: signs gateways and players (NewUser)
 	operatorJWT = "operator.jwt" // the operator's JWT (also inside server.conf)
 )
 
@@ -115,9 +142,14 @@ func Init(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	players, err := nkeys.CreateAccount()
+	if err != nil {
+		return nil, err
+	}
 	opPub, _ := op.PublicKey()
 	sysPub, _ := sys.PublicKey()
 	accPub, _ := acc.PublicKey()
+	playersPub, _ := players.PublicKey()
 
 	oc := jwt.NewOperatorClaims(opPub)
 	oc.Name = "tickfence"
@@ -137,7 +169,20 @@ func Init(dir string) ([]string, error) {
 	// JetStream on, no limits of its own (the servers' limits apply).
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1, MaxAckPending: -1,
 		MemoryMaxStreamBytes: -1, DiskMaxStreamBytes: -1}
+	// What the players' account may reach, and nothing else: commands (one answer each) and frames.
+	ac.Exports.Add(&jwt.Export{Name: "commands", Subject: CommandService, Type: jwt.Service, ResponseType: jwt.ResponseTypeSingleton},
+		&jwt.Export{Name: "frames", Subject: FrameStream, Type: jwt.Stream})
 	accJWT, err := ac.Encode(op)
+	if err != nil {
+		return nil, err
+	}
+	pc := jwt.NewAccountClaims(playersPub)
+	pc.Name = PlayersAccount
+	// Share: the server puts the requester's account, user, name and tags on every command
+	// (Nats-Request-Info), replacing whatever the client wrote: the sender's identity.
+	pc.Imports.Add(&jwt.Import{Name: "commands", Subject: CommandService, Account: accPub, Type: jwt.Service, Share: true},
+		&jwt.Import{Name: "frames", Subject: FrameStream, Account: accPub, Type: jwt.Stream})
+	playersJWT, err := pc.Encode(op)
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +203,10 @@ func Init(dir string) ([]string, error) {
 	if err := write(accountKey, append(accSeed, '\n')); err != nil {
 		return nil, err
 	}
+	playersSeed, _ := players.Seed()
+	if err := write(playersKey, append(playersSeed, '\n')); err != nil {
+		return nil, err
+	}
 	if err := write(operatorJWT, []byte(opJWT+"\n")); err != nil {
 		return nil, err
 	}
@@ -165,20 +214,22 @@ func Init(dir string) ([]string, error) {
 # Load it in nats-server with "include" or run nats-server -c on a file that includes it, beside
 # the server's own settings (jetstream, listen, cluster); tickd --auth DIR and tickd server --auth DIR
 # read it themselves. Users' permissions are in their JWTs (the .creds files), signed by the
-# TICKFENCE account: adding a user needs no change here.
+# TICKFENCE (trusted) or PLAYERS (gateways, players) account: adding a user needs no change here.
 operator: %q
 system_account: %s
 resolver: MEMORY
 resolver_preload: {
   %s: %q
   %s: %q
+  %s: %q
 }
-`, time.Now().UTC().Format(time.RFC3339), opJWT, sysPub, sysPub, sysJWT, accPub, accJWT)
+`, time.Now().UTC().Format(time.RFC3339), opJWT, sysPub, sysPub, sysJWT, accPub, accJWT, playersPub, playersJWT)
 	if err := write(ServerConf, []byte(cfg)); err != nil {
 		return nil, err
 	}
 	for _, r := range Roles {
-		p, err := NewUser(dir, r, string(r))
+		// Init's gateway.creds is the studio's own gateway: trusted to name its players.
+		p, err := NewUserWith(dir, r, string(r), UserOptions{Trusted: r == Gateway})
 		if err != nil {
 			return nil, err
 		}
@@ -188,22 +239,51 @@ resolver_preload: {
 }
 
 // NewUser signs a new user of role r named name (its inbox prefix: InboxPrefix(name)) with dir's
-// account key and writes its credentials to CredsFile(dir, name), mode 0600. Several gateways
-// each get a name of their own, so none receives another's replies.
+// account key (a gateway's: the players' account) and writes its credentials to
+// CredsFile(dir, name), mode 0600. Several gateways each get a name of their own, so none
+// receives another's replies. A gateway made here is untrusted: it is the player it is named
+// after (NewUserWith makes a trusted one).
 func NewUser(dir string, r Role, name string) (string, error) {
+	return NewUserWith(dir, r, name, UserOptions{})
+}
+
+// UserOptions are a new user's options beyond its role and name.
+type UserOptions struct {
+	// Trusted marks a gateway that may name the player it acts for (the TrustedTag tag). Only
+	// for gateways.
+	Trusted bool
+	// Expires, if not zero, is when the credential stops being accepted (the JWT's expiry).
+	Expires time.Time
+}
+
+// NewUserWith is NewUser with options.
+func NewUserWith(dir string, r Role, name string, o UserOptions) (string, error) {
 	if _, err := ParseRole(string(r)); err != nil {
 		return "", err
 	}
 	if !validName.MatchString(name) {
 		return "", fmt.Errorf("user name %q: want 1-64 of A-Z a-z 0-9 _ - (it is a subject token of its inbox)", name)
 	}
-	seed, err := os.ReadFile(filepath.Join(dir, accountKey))
+	if o.Trusted && r != Gateway {
+		return "", fmt.Errorf("only a gateway can be trusted (to name the player it acts for), not a %s", r)
+	}
+	if !o.Expires.IsZero() && !o.Expires.After(time.Now()) {
+		return "", fmt.Errorf("expiry %s is not in the future", o.Expires.Format(time.RFC3339))
+	}
+	keyFile := accountKey
+	if r == Gateway {
+		keyFile = playersKey
+	}
+	seed, err := os.ReadFile(filepath.Join(dir, keyFile))
+	if errors.Is(err, fs.ErrNotExist) && keyFile == playersKey {
+		return "", fmt.Errorf("%s has no players' account (%s): it was made before gateways moved to their own account; make a new directory with tickctl auth init and restart the servers with it", dir, playersKey)
+	}
 	if err != nil {
 		return "", fmt.Errorf("the account key (made by tickctl auth init): %w", err)
 	}
 	acc, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", accountKey, err)
+		return "", fmt.Errorf("%s: %w", keyFile, err)
 	}
 	u, err := nkeys.CreateUser()
 	if err != nil {
@@ -213,6 +293,12 @@ func NewUser(dir string, r Role, name string) (string, error) {
 	uc := jwt.NewUserClaims(uPub)
 	uc.Name = name
 	uc.Tags.Add("role:" + string(r))
+	if o.Trusted {
+		uc.Tags.Add(TrustedTag)
+	}
+	if !o.Expires.IsZero() {
+		uc.Expires = o.Expires.Unix()
+	}
 	p := rolePerms(r, name)
 	uc.Pub.Allow.Add(p.pubAllow...)
 	uc.Pub.Deny.Add(p.pubDeny...)
@@ -239,8 +325,10 @@ func NewUser(dir string, r Role, name string) (string, error) {
 
 // User is what a credentials file says about its user.
 type User struct {
-	Name string // the JWT's name: the inbox prefix is InboxPrefix(Name)
-	Role Role   // from the role tag ("" if it has none)
+	Name    string    // the JWT's name: the inbox prefix is InboxPrefix(Name)
+	Role    Role      // from the role tag ("" if it has none)
+	Trusted bool      // a trusted gateway (the TrustedTag tag)
+	Expires time.Time // zero: never
 }
 
 // ReadCreds reads a credentials file's user.
@@ -262,6 +350,12 @@ func ReadCreds(file string) (User, error) {
 		if r, ok := strings.CutPrefix(t, "role:"); ok {
 			u.Role = Role(r)
 		}
+		if t == TrustedTag {
+			u.Trusted = true
+		}
+	}
+	if uc.Expires > 0 {
+		u.Expires = time.Unix(uc.Expires, 0)
 	}
 	if u.Name == "" {
 		u.Name = uc.Subject

@@ -33,7 +33,9 @@ const (
 type perms struct {
 	pubAllow, pubDeny, subAllow, subDeny []string
 	// responses lets the user publish one reply to the reply subject of each request it
-	// received (NATS allow_responses), without publish rights on anyone's inbox.
+	// received (NATS allow_responses). No role has it: the server lets a responder publish there
+	// whatever its own permissions deny, so a requester could aim a node's answer at any subject
+	// (the confused deputy of DESIGN 9). Nodes answer with the narrow rights of their pubAllow.
 	responses bool
 }
 
@@ -70,6 +72,8 @@ func rolePerms(r Role, name string) perms {
 				fxSubj,                             // effects, published after the write that holds them
 				frames,                             // frames after each tick
 				cmds,                               // Node.Client: the program's own players and bots (tickd's demo) send commands; a node runs the instances' logic anyway
+				"_R_.>",                            // answers to commands from the players' account: the server's response subjects of requests that crossed accounts
+				"_INBOX.*.cmd.>",                   // answers to commands from this account (tickctl, its own players): natscmd.Client's command inboxes, not anyone's JetStream replies
 			},
 			pubDeny: []string{
 				controlKV + "drain.*",     // the operator's placement inputs are not a node's to write
@@ -82,7 +86,6 @@ func rolePerms(r Role, name string) perms {
 				cmds,  // serve commands of the shards it owns
 				inbox, // its own requests' replies: JetStream API, KV acknowledgements, watches' deliveries
 			},
-			responses: true, // answer each command once, on the gateway's reply subject
 		}
 	case Admin:
 		return perms{
@@ -98,6 +101,8 @@ func rolePerms(r Role, name string) perms {
 			},
 		}
 	case Gateway:
+		// In the players' account (Init): tickfence.cmd.> and tickfence.out.> are its imports of
+		// the trusted account's command service and frames, and nothing else is there.
 		return perms{
 			pubAllow: []string{
 				cmds, // send commands (DESIGN 5)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/session"
+	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 )
@@ -101,7 +102,7 @@ func newAttacker(g *loadGen, shards uint32, timeout time.Duration, opaque bool) 
 	}
 	a := &attacker{g: g, nc: g.nc, id: "tb-" + g.runID, timeout: timeout, body: body, opaque: opaque, rtt: hdr.NewWindow(7), busyRTT: hdr.NewWindow(7), lateRTT: hdr.NewWindow(7), gone: map[uint64]time.Time{},
 		insts: make([]attackTarget, len(g.ids)), errs: map[string]int64{}, stop: make(chan struct{}), swept: make(chan struct{})}
-	a.prefix = g.nc.NewInbox() + "."
+	a.prefix = natscmd.CommandInbox(g.nc) + "."
 	for i := range a.pending {
 		a.pending[i].m = map[uint64]pendingAttack{}
 	}

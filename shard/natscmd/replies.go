@@ -58,7 +58,7 @@ type outgoing struct {
 // start subscribes the inbox, once; later calls return the first outcome.
 func (r *replies) start(nc *nats.Conn) error {
 	r.once.Do(func() {
-		r.nc, r.prefix = nc, nc.NewInbox()+"."
+		r.nc, r.prefix = nc, CommandInbox(nc)+"."
 		for i := range r.tabs {
 			r.tabs[i].waiting = map[uint64]func(answer){}
 		}
@@ -66,6 +66,17 @@ func (r *replies) start(nc *nats.Conn) error {
 		_, r.err = nc.Subscribe(r.prefix+"*", r.deliver)
 	})
 	return r.err
+}
+
+// CommandInbox is a new inbox for the answers to commands: <inbox prefix>.cmd.<unique>. Within
+// the trusted account nodes may publish answers under _INBOX.*.cmd.> only (package auth), not into
+// the inboxes where their users receive JetStream's replies.
+func CommandInbox(nc *nats.Conn) string {
+	prefix := nc.Opts.InboxPrefix
+	if prefix == "" {
+		prefix = nats.InboxPrefix[:len(nats.InboxPrefix)-1]
+	}
+	return prefix + ".cmd." + strings.TrimPrefix(nc.NewInbox(), prefix+".")
 }
 
 func (r *replies) deliver(m *nats.Msg) {
