@@ -18,18 +18,21 @@ import (
 
 	"github.com/tickfence/tickfence/internal/console"
 	"github.com/tickfence/tickfence/internal/natsserver"
+	"github.com/tickfence/tickfence/internal/webguard"
 )
 
 // tickctl console: the operator console (package internal/console) served over HTTP.
 
 // consoleOpts are the console's own flags (flagDefs below bind them).
 var consoleOpts struct {
-	listen      string
-	insecure    bool
-	leaseTTL    time.Duration
-	leaseMargin time.Duration
-	history     time.Duration
-	logJSON     bool
+	listen        string
+	insecure      bool
+	allowHosts    webguard.Hosts
+	tokenRequired bool
+	leaseTTL      time.Duration
+	leaseMargin   time.Duration
+	history       time.Duration
+	logJSON       bool
 }
 
 func init() {
@@ -38,8 +41,18 @@ func init() {
 			fs.StringVar(&consoleOpts.listen, "listen", "127.0.0.1:8080", "serve the console on `HOST:PORT` (default 127.0.0.1:8080; port 0: a free one)")
 		}},
 		flagDef{"insecure", func(fs *flag.FlagSet, _ *globals) {
-			fs.BoolVar(&consoleOpts.insecure, "insecure", false, "let --listen be an address other than loopback, and serve any Host name: the console\n"+
-				"has no login, so anyone who reaches it acts with these NATS credentials")
+			fs.BoolVar(&consoleOpts.insecure, "insecure", false, "let --listen be an address other than loopback; the console then needs a login token,\n"+
+				"printed once on stderr as a URL with ?token= (or $"+consoleTokenEnv+"): whoever has it acts with these\n"+
+				"NATS credentials. It still serves only its own Host names (--allow-host)")
+		}},
+		flagDef{"allow-host", func(fs *flag.FlagSet, _ *globals) {
+			consoleOpts.allowHosts = nil
+			fs.Var(&consoleOpts.allowHosts, "allow-host", "also serve requests for this Host `NAME` (repeatable, comma-separated; IP addresses, localhost\n"+
+				"and --listen's host are always served, any other name is refused: a DNS-rebinding page cannot drive the console)")
+		}},
+		flagDef{"token-required", func(fs *flag.FlagSet, _ *globals) {
+			fs.BoolVar(&consoleOpts.tokenRequired, "token-required", false, "need the login token on loopback too (off loopback it always is; so it is when\n"+
+				"$"+consoleTokenEnv+" is set)")
 		}},
 		flagDef{"lease-ttl", func(fs *flag.FlagSet, _ *globals) {
 			fs.DurationVar(&consoleOpts.leaseTTL, "lease-ttl", 2*time.Second, "the nodes' lease TTL (`D`, tickd --lease; default 2s): a node not renewed for\n"+
@@ -59,7 +72,7 @@ func init() {
 
 // consoleVerb is `tickctl console`.
 var consoleVerb = &verb{path: "console", args: "[--listen 127.0.0.1:8080]", timeout: -1,
-	flags: []string{"listen", "insecure", "lease-ttl", "lease-margin", "history", "max-moves", "tolerance", "log-json"},
+	flags: []string{"listen", "insecure", "allow-host", "token-required", "lease-ttl", "lease-margin", "history", "max-moves", "tolerance", "log-json"},
 	short: "the operator console in a browser: leader, nodes, a grid of every shard by owner, moves,\n" +
 		"lateness, a timeline of failovers and hand-offs, and the operator verbs as buttons",
 	long: "Serves a live page (updated from watches of the control bucket, pushed as Server-Sent Events)\n" +
@@ -67,6 +80,8 @@ var consoleVerb = &verb{path: "console", args: "[--listen 127.0.0.1:8080]", time
 		"(a rebalance shows its dry-run plan first, and applies that plan once confirmed), and each\n" +
 		"appends an entry to the audit stream with via=console, as these NATS credentials' user.\n" +
 		"With observer credentials the page shows everything and the buttons are refused by the server.\n" +
+		"Off loopback (--insecure) it needs a login token, printed once on stderr as http://HOST:PORT/?token=...\n" +
+		"(opening it sets a cookie), or sent as Authorization: Bearer TOKEN; $" + consoleTokenEnv + " supplies your own.\n" +
 		"--json prints the URL as {\"url\": ...}. Example:\n" +
 		"  tickctl console --listen 127.0.0.1:8080 --creds operator.creds   # then open http://127.0.0.1:8080/",
 	check: func(g *globals, _ []string) error {
@@ -75,8 +90,8 @@ var consoleVerb = &verb{path: "console", args: "[--listen 127.0.0.1:8080]", time
 			return usageError{fmt.Sprintf("--listen %q: want HOST:PORT", consoleOpts.listen)}
 		}
 		if !natsserver.Loopback(host) && !consoleOpts.insecure {
-			return usageError{fmt.Sprintf("--listen %s is not a loopback address: the console has no login, so anyone "+
-				"who reaches it could drain nodes with your credentials; add --insecure if that is what you want", consoleOpts.listen)}
+			return usageError{fmt.Sprintf("--listen %s is not a loopback address: whoever reaches the console and has its "+
+				"login token could drain nodes with your credentials; add --insecure if that is what you want (the token is printed at start)", consoleOpts.listen)}
 		}
 		if consoleOpts.leaseTTL <= consoleOpts.leaseMargin || consoleOpts.leaseMargin < 0 {
 			return usageError{"--lease-ttl must be longer than --lease-margin (and the margin not negative)"}
@@ -105,9 +120,18 @@ func (c *cli) console(ctx context.Context) error {
 		h = slog.NewJSONHandler(os.Stderr, nil)
 	}
 	log := slog.New(h).With("component", "console")
+	ln, err := net.Listen("tcp", consoleOpts.listen)
+	if err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	defer ln.Close()
+	guard, err := consoleGuard(webguard.Addr(consoleOpts.listen, ln.Addr()), log)
+	if err != nil {
+		return err
+	}
 	con, err := console.New(ctx, console.Config{Store: c.st, NC: c.nc, Creds: c.g.creds, LeaseTTL: consoleOpts.leaseTTL,
 		LeaseMargin: consoleOpts.leaseMargin, History: consoleOpts.history, MaxMoves: c.g.maxMoves, Tolerance: c.g.tolerance, Log: log,
-		AnyHost: consoleOpts.insecure})
+		Guard: guard})
 	if err != nil {
 		return err
 	}
@@ -120,10 +144,6 @@ func (c *cli) console(ctx context.Context) error {
 		}
 		log.Warn("NATS connection error", "err", err)
 	})
-	ln, err := net.Listen("tcp", consoleOpts.listen)
-	if err != nil {
-		return fmt.Errorf("console: %w", err)
-	}
 	srv := &http.Server{Handler: con.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -146,4 +166,14 @@ func (c *cli) console(ctx context.Context) error {
 	}
 	log.Info("console stopped")
 	return nil
+}
+
+// consoleTokenEnv supplies the console's login token instead of a random one.
+const consoleTokenEnv = "TICKFENCE_CONSOLE_TOKEN"
+
+// consoleGuard is the console's guard on addr (the bound address): its Host names, and its login
+// token off loopback, with --token-required or $TICKFENCE_CONSOLE_TOKEN (logged once on log).
+func consoleGuard(addr string, log *slog.Logger) (*webguard.Guard, error) {
+	return webguard.New(webguard.Options{Name: "console", Addr: addr, AllowHosts: consoleOpts.allowHosts, AllowFlag: "tickctl console --allow-host",
+		TokenEnv: consoleTokenEnv, TokenRequired: consoleOpts.tokenRequired, Log: log})
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/internal/natsserver"
+	"github.com/tickfence/tickfence/internal/webguard"
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/node"
 	"github.com/tickfence/tickfence/store"
@@ -66,6 +67,7 @@ type options struct {
 	checkpointEvery uint64
 	sync            bool
 	metricsAddr     string
+	metricsAllow    webguard.Hosts
 	pprof           bool
 	flightDir       string
 	flightP99       time.Duration
@@ -133,7 +135,11 @@ func main() {
 	fs.Var((*syncFlag)(&o.sync), "sync", "the embedded server fsyncs every write before it is acknowledged (JetStream sync_interval: always;\n"+
 		"also spelled --sync always): it survives a power loss of the machine, not only a kill of the process;\n"+
 		"slower. An external server has its own: tickd server --sync, or sync_interval: always in nats-server's config")
-	fs.StringVar(&o.metricsAddr, "metrics", "127.0.0.1:9464", "serve Prometheus metrics on HOST:PORT/metrics (empty: off)")
+	fs.StringVar(&o.metricsAddr, "metrics", "127.0.0.1:9464", "serve Prometheus metrics on HOST:PORT/metrics (empty: off). Off loopback, everything else on it\n"+
+		"(the demo page, the profiler, the flight-trace POST) needs a login token, logged once at start as a URL with\n"+
+		"?token= ($"+metricsTokenEnv+" supplies your own; set, it is needed on loopback too); /metrics stays open")
+	fs.Var(&o.metricsAllow, "metrics-allow-host", "also serve --metrics requests for this Host `NAME` (repeatable, comma-separated; IP addresses,\n"+
+		"localhost and --metrics's host are always served: any other name is refused, against DNS rebinding)")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiler (net/http/pprof) under /debug/pprof/ on the --metrics listener, and sample\n"+
 		"lock contention and blocking for its mutex and block profiles (costs a little CPU); for diagnosis: whoever\n"+
 		"reaches the listener can read goroutine stacks and the command line")
@@ -422,7 +428,7 @@ func serveMetrics(o options, reg *prometheus.Registry, page *playerPage, fl *fli
 	if o.metricsAddr == "" {
 		return func() {}, nil
 	}
-	return serveHTTP(o.metricsAddr, reg, o.pprof, fl, log, func(mux *http.ServeMux, addr string) {
+	return serveHTTP(o.metricsAddr, o.metricsAllow, reg, o.pprof, fl, log, func(mux *http.ServeMux, addr string) {
 		mux.Handle(playerPath, page.handler())
 		page.addr = addr
 		if o.natsWebSocket != "" || o.demoPageNATS != "" {
@@ -438,14 +444,33 @@ func runtimeRegistry() *prometheus.Registry {
 	return reg
 }
 
+// metricsTokenEnv supplies the --metrics listener's login token instead of a random one.
+const metricsTokenEnv = "TICKFENCE_METRICS_TOKEN"
+
 // serveHTTP serves reg's metrics on addr, the profiler with pprof, the flight recorder's POST
-// with fl, and what each of more adds; stop closes it.
-func serveHTTP(addr string, reg *prometheus.Registry, pprof bool, fl *flight, log *slog.Logger, more ...func(mux *http.ServeMux, addr string)) (stop func(), err error) {
+// with fl, and what each of more adds; stop closes it. The listener is guarded (package
+// webguard): only its own Host names (allow adds some), and off loopback (or with
+// $TICKFENCE_METRICS_TOKEN set) everything but /metrics needs the login token logged once here.
+func serveHTTP(addr string, allow []string, reg *prometheus.Registry, pprof bool, fl *flight, log *slog.Logger, more ...func(mux *http.ServeMux, addr string)) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics: %w", err)
 	}
+	guardAddr := webguard.Addr(addr, ln.Addr())
 	addr = ln.Addr().String()
+	login := "/" // the path of the login URL logged: a page that is there
+	switch {
+	case pprof:
+		login = "/debug/pprof/"
+	case len(more) > 0:
+		login = playerPath // the node's demo page (serveMetrics)
+	}
+	guard, err := webguard.New(webguard.Options{Name: "metrics", Addr: guardAddr, AllowHosts: allow, AllowFlag: "--metrics-allow-host",
+		TokenEnv: metricsTokenEnv, Open: []string{"/metrics"}, LoginPath: login, Log: log})
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("--metrics: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	if pprof {
@@ -457,7 +482,7 @@ func serveHTTP(addr string, reg *prometheus.Registry, pprof bool, fl *flight, lo
 	for _, m := range more {
 		m(mux, addr)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{Handler: guard.Wrap(mux), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	log.Info("metrics", "url", "http://"+addr+"/metrics")
 	if pprof {
@@ -563,7 +588,12 @@ func serverMain(args []string) int {
 	wsOrigins := fs.String("websocket-origin", "", "comma-separated origins (http://HOST:PORT) of the web pages allowed to use --websocket, * for\n"+
 		"any; required without --auth (any page a browser visits could open the socket otherwise)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on HOST:PORT/metrics: the server's messages and bytes in and out, bytes queued\n"+
-		"to slow readers, connections, JetStream's usage, and Go's runtime (empty: off; e.g. 127.0.0.1:9470)")
+		"to slow readers, connections, JetStream's usage, and Go's runtime (empty: off; e.g. 127.0.0.1:9470). Off loopback,\n"+
+		"--pprof and --flight-trace on it need a login token, logged once at start as a URL with ?token= ($"+metricsTokenEnv+"\n"+
+		"supplies your own; set, it is needed on loopback too); /metrics stays open")
+	var metricsAllow webguard.Hosts
+	fs.Var(&metricsAllow, "metrics-allow-host", "also serve --metrics requests for this Host `NAME` (repeatable, comma-separated; IP addresses,\n"+
+		"localhost and --metrics's host are always served: any other name is refused, against DNS rebinding)")
 	pprofOn := fs.Bool("pprof", false, "also serve Go's profiler (net/http/pprof) under /debug/pprof/ on the --metrics listener, and sample\n"+
 		"lock contention and blocking for its mutex and block profiles (costs a little CPU); for diagnosis: whoever\n"+
 		"reaches the listener can read goroutine stacks and the command line")
@@ -659,7 +689,7 @@ Examples:
 	if *metricsAddr != "" {
 		reg := runtimeRegistry()
 		reg.MustRegister(srv.Collector())
-		stop, err := serveHTTP(*metricsAddr, reg, *pprofOn, fl, log)
+		stop, err := serveHTTP(*metricsAddr, metricsAllow, reg, *pprofOn, fl, log)
 		if err != nil {
 			srv.Stop()
 			log.Error("tickd server", "err", err)

@@ -11,10 +11,12 @@
 // JavaScript embedded in the binary (no build step, nothing fetched from elsewhere); the grid is
 // one canvas (a pixel per shard, scaled up), so 4096 shards draw in 5–10 ms on two busy cores.
 //
-// Served by `tickctl console --listen 127.0.0.1:8080`. Anyone who can reach the listener acts
-// with the console's NATS credentials; the buttons' requests must carry the header
-// X-Tickfence-Console (which a page of another origin cannot send without the console's consent),
-// so another site open in the same browser cannot drain a node.
+// Served by `tickctl console --listen 127.0.0.1:8080`. Whoever it serves acts with the console's
+// NATS credentials, so its handler is guarded (package webguard, Config.Guard): it serves only
+// its own Host names (a DNS-rebinding page is refused), needs a login token whenever it is not on
+// loopback, and refuses a state-changing request from another origin; the buttons' requests must
+// also carry the header X-Tickfence-Console (which a page of another origin cannot send without
+// the console's consent), so another site open in the same browser cannot drain a node.
 package console
 
 import (
@@ -25,11 +27,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +37,7 @@ import (
 
 	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/coordinator"
+	"github.com/tickfence/tickfence/internal/webguard"
 	"github.com/tickfence/tickfence/store"
 )
 
@@ -66,11 +67,11 @@ type Config struct {
 	Tolerance float64
 	// Log receives structured logs (default: none).
 	Log *slog.Logger
-	// AnyHost serves requests whatever their Host header. By default only an IP address or
-	// localhost is accepted (with any port), so that a web page whose DNS name is made to point
-	// at 127.0.0.1 (DNS rebinding) is not the console's own origin. Set it to serve the console
-	// under a DNS name.
-	AnyHost bool
+	// Guard guards the handler: the Host check, the login token, the origin of state-changing
+	// requests (package webguard). Default: webguard.Loopback, the Host check only (an IP
+	// address or localhost), so that a web page whose DNS name is made to point at 127.0.0.1
+	// (DNS rebinding) is not the console's own origin.
+	Guard *webguard.Guard
 }
 
 // Console is a running console.
@@ -147,6 +148,9 @@ func New(ctx context.Context, cfg Config) (*Console, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Guard == nil {
+		cfg.Guard = webguard.Loopback("console")
 	}
 	files, err := fs.Sub(static, "static")
 	if err != nil {
@@ -434,7 +438,8 @@ func (c *Console) nodeInfo(n coordinator.NodeView, stuck bool, now time.Time) No
 //	POST /api/rebalance/plan   {} → {"id": "p1", "plan": {...}}: the dry run, nothing changed
 //	POST /api/rebalance/apply  {"id": "p1"}: carry out exactly that plan (in the background)
 //
-// POSTs need the header X-Tickfence-Console. Each answers {"ok": true, "text": ...} or
+// Every request passes Config.Guard first (its Host, its login token off loopback, the Origin
+// of a POST). POSTs need the header X-Tickfence-Console. Each answers {"ok": true, "text": ...} or
 // {"ok": false, "error": ...} with a 4xx/5xx status.
 func (c *Console) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -445,20 +450,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /api/events", c.events)
 	mux.HandleFunc("POST /api/{verb}", c.action)
 	mux.HandleFunc("POST /api/rebalance/{step}", c.rebalance)
-	if c.cfg.AnyHost {
-		return mux
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		if host != "localhost" && net.ParseIP(strings.Trim(host, "[]")) == nil {
-			http.Error(w, "console: Host "+r.Host+" refused: open it by IP address or localhost (tickctl console --insecure serves any name)", http.StatusMisdirectedRequest)
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
+	return c.cfg.Guard.Wrap(mux)
 }
 
 func (c *Console) events(w http.ResponseWriter, r *http.Request) {
