@@ -17,8 +17,23 @@ const MaxDepth = 32
 var ErrMalformed = errors.New("malformed msgpack")
 
 // Check reports whether b holds exactly one well-formed msgpack value.
-func Check(b []byte) error {
-	n, err := value(b, 0)
+func Check(b []byte) error { return check(b, false) }
+
+// CheckKeys is Check, and also refuses (with a *RepeatedKeyError) a map anywhere in b that holds
+// a key twice, keys compared as msgpack's decoder reads them into a map[string]any: a str, a bin
+// and a nil (read as "") alike by their bytes. A map's other keys (numbers, containers) are only
+// checked well-formed: the decoder refuses them.
+func CheckKeys(b []byte) error { return check(b, true) }
+
+// RepeatedKeyError is CheckKeys's error for a map that holds Key twice.
+type RepeatedKeyError struct {
+	Key []byte // in the bytes checked
+}
+
+func (e *RepeatedKeyError) Error() string { return fmt.Sprintf("repeated map key %q", e.Key) }
+
+func check(b []byte, keys bool) error {
+	n, err := value(b, 0, keys)
 	if err != nil {
 		return err
 	}
@@ -31,12 +46,12 @@ func Check(b []byte) error {
 // Len returns the length of the well-formed msgpack value at the start of b (more may follow),
 // a value nested depth deep in the one Check would be given (0: at its top), so that its
 // containers count against MaxDepth as Check counts them.
-func Len(b []byte, depth int) (int, error) { return value(b, depth) }
+func Len(b []byte, depth int) (int, error) { return value(b, depth, false) }
 
 func short(what string) error { return fmt.Errorf("%w: truncated %s", ErrMalformed, what) }
 
-// value returns the length of the value at the start of b.
-func value(b []byte, depth int) (int, error) {
+// value returns the length of the value at the start of b; keys: refuse repeated map keys.
+func value(b []byte, depth int, keys bool) (int, error) {
 	if len(b) == 0 {
 		return 0, short("value")
 	}
@@ -45,9 +60,9 @@ func value(b []byte, depth int) (int, error) {
 	case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
 		return 1, nil
 	case c >= 0x80 && c <= 0x8f:
-		return container(b, 1, 2*int(c&0x0f), depth)
+		return mapping(b, 1, int(c&0x0f), depth, keys)
 	case c >= 0x90 && c <= 0x9f:
-		return container(b, 1, int(c&0x0f), depth)
+		return container(b, 1, int(c&0x0f), depth, keys)
 	case c >= 0xa0 && c <= 0xbf:
 		return blob(b, 1, int(c&0x1f))
 	}
@@ -100,22 +115,22 @@ func value(b []byte, depth int) (int, error) {
 		if len(b) < 3 {
 			return 0, short("length")
 		}
-		return container(b, 3, int(binary.BigEndian.Uint16(b[1:])), depth)
+		return container(b, 3, int(binary.BigEndian.Uint16(b[1:])), depth, keys)
 	case 0xdd:
 		if len(b) < 5 {
 			return 0, short("length")
 		}
-		return container(b, 5, int(binary.BigEndian.Uint32(b[1:])), depth)
+		return container(b, 5, int(binary.BigEndian.Uint32(b[1:])), depth, keys)
 	case 0xde:
 		if len(b) < 3 {
 			return 0, short("length")
 		}
-		return container(b, 3, 2*int(binary.BigEndian.Uint16(b[1:])), depth)
+		return mapping(b, 3, int(binary.BigEndian.Uint16(b[1:])), depth, keys)
 	case 0xdf:
 		if len(b) < 5 {
 			return 0, short("length")
 		}
-		return container(b, 5, 2*int(binary.BigEndian.Uint32(b[1:])), depth)
+		return mapping(b, 5, int(binary.BigEndian.Uint32(b[1:])), depth, keys)
 	}
 	return 0, fmt.Errorf("%w: invalid code 0x%02x", ErrMalformed, c)
 }
@@ -128,7 +143,7 @@ func blob(b []byte, head, n int) (int, error) {
 }
 
 // container scans items values (a map counts keys and values) after a header of head bytes.
-func container(b []byte, head, items, depth int) (int, error) {
+func container(b []byte, head, items, depth int, keys bool) (int, error) {
 	if depth >= MaxDepth {
 		return 0, fmt.Errorf("%w: nested deeper than %d", ErrMalformed, MaxDepth)
 	}
@@ -137,11 +152,80 @@ func container(b []byte, head, items, depth int) (int, error) {
 	}
 	off := head
 	for i := 0; i < items; i++ {
-		n, err := value(b[off:], depth+1)
+		n, err := value(b[off:], depth+1, keys)
 		if err != nil {
 			return 0, err
 		}
 		off += n
 	}
 	return off, nil
+}
+
+// smallMap is the most keys a map may have for mapping to compare them pairwise, without a set.
+const smallMap = 16
+
+// mapping scans a map of pairs keys and values after a header of head bytes; keys: refuse a
+// key given twice.
+func mapping(b []byte, head, pairs, depth int, keys bool) (int, error) {
+	if !keys || pairs < 2 {
+		return container(b, head, 2*pairs, depth, keys)
+	}
+	if depth >= MaxDepth {
+		return 0, fmt.Errorf("%w: nested deeper than %d", ErrMalformed, MaxDepth)
+	}
+	if 2*pairs > len(b)-head {
+		return 0, short("container")
+	}
+	var small [smallMap][]byte // the keys so far, for a small map
+	var set map[string]struct{}
+	seen := 0
+	off := head
+	for i := 0; i < pairs; i++ {
+		n, err := value(b[off:], depth+1, true)
+		if err != nil {
+			return 0, err
+		}
+		if kh := keyHead(b[off]); kh > 0 {
+			k := b[off+kh : off+n]
+			if pairs <= smallMap {
+				for _, p := range small[:seen] {
+					if string(p) == string(k) {
+						return 0, &RepeatedKeyError{Key: k}
+					}
+				}
+				small[seen] = k
+				seen++
+			} else {
+				if set == nil {
+					set = make(map[string]struct{}, pairs)
+				}
+				if _, ok := set[string(k)]; ok {
+					return 0, &RepeatedKeyError{Key: k}
+				}
+				set[string(k)] = struct{}{}
+			}
+		}
+		off += n
+		if n, err = value(b[off:], depth+1, true); err != nil {
+			return 0, err
+		}
+		off += n
+	}
+	return off, nil
+}
+
+// keyHead is the length of the header of a key msgpack's decoder reads into a string (str, bin,
+// or nil: ""), the value well-formed; 0 for any other key.
+func keyHead(c byte) int {
+	switch {
+	case c >= 0xa0 && c <= 0xbf, c == 0xc0:
+		return 1
+	case c == 0xd9, c == 0xc4:
+		return 2
+	case c == 0xda, c == 0xc5:
+		return 3
+	case c == 0xdb, c == 0xc6:
+		return 5
+	}
+	return 0
 }

@@ -334,11 +334,16 @@ func BenchmarkDecodeCommand(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		data []byte
-	}{{"canonical", body}, {"general", append([]byte{0xde, 0, 3}, body[1:]...)}} {
+		ct   string
+	}{
+		{"canonical", body, ""},
+		{"general", append([]byte{0xde, 0, 3}, body[1:]...), ""},
+		{"json", []byte(`{"type":"attack","dmg":12,"target":"boss"}`), ContentJSON},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := DecodeCommand(subject, Headers{Client: "c1", Seq: "5"}, c.data, 1); err != nil {
+				if _, err := DecodeCommand(subject, Headers{Client: "c1", Seq: "5", ContentType: c.ct}, c.data, 1); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -234,10 +234,13 @@ func decodeMap(data []byte, isJSON bool) (map[string]any, error) {
 		if dec.More() {
 			return nil, Errorf(CodeBadRequest, "malformed JSON: trailing data")
 		}
+		if k, ok := jsonRepeatedKey(data); ok { // encoding/json kept the last
+			return nil, repeatedKey(k)
+		}
 		v = fromJSON(v)
 	} else {
-		if err := mpscan.Check(data); err != nil {
-			return nil, Errorf(CodeBadRequest, "%v", err)
+		if err := checkMsgpack(data); err != nil { // well-formed, no key repeated
+			return nil, err
 		}
 		if err := msgpack.Unmarshal(data, &v); err != nil {
 			return nil, Errorf(CodeBadRequest, "malformed msgpack: %v", err)
