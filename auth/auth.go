@@ -14,8 +14,8 @@
 // whose users carry their role's permissions signed into their JWT. Init writes a directory with
 // one .creds file per role (what nats.go's UserCredentials and the nats CLI's --creds read), the
 // keys that sign more users (NewUser: a second gateway, a player, a node of its own) and
-// server.conf, a nats-server configuration with a memory resolver preloaded with the accounts,
-// which enforces them. tickd --auth DIR (the embedded server and tickd server) loads the same
+// server.conf, a nats-server configuration with a resolver preloaded with the accounts, which
+// enforces them. tickd --auth DIR (the embedded server and tickd server) loads the same
 // directory (ServerOptions).
 //
 // Every user receives replies only under its own inbox prefix, _INBOX.<user name> (InboxPrefix):
@@ -121,8 +121,9 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // Init creates dir (which must not hold an auth directory already) with a new operator, system
 // account and TICKFENCE account, one credentials file per role named after it (node.creds,
-// gateway.creds, operator.creds, observer.creds, admin.creds, effects.creds; mode 0600) and server.conf. It returns the
-// files written.
+// gateway.creds, operator.creds, observer.creds, admin.creds, effects.creds; mode 0600), the
+// system account's user sys.creds (it pushes revocations: Revoke, Push) and server.conf. It
+// returns the files written.
 func Init(dir string) ([]string, error) {
 	if _, err := os.Stat(filepath.Join(dir, accountKey)); err == nil {
 		return nil, fmt.Errorf("%s already holds credentials (%s): remove it first, or issue more users with NewUser", dir, accountKey)
@@ -200,6 +201,12 @@ func Init(dir string) ([]string, error) {
 	if err := write(operatorKey, append(opSeed, '\n')); err != nil {
 		return nil, err
 	}
+	// The system account's key signs sys.creds, the user that pushes account updates (a
+	// revocation) to running servers: tickctl auth revoke, auth push.
+	sysSeed, _ := sys.Seed()
+	if err := write(sysKey, append(sysSeed, '\n')); err != nil {
+		return nil, err
+	}
 	if err := write(accountKey, append(accSeed, '\n')); err != nil {
 		return nil, err
 	}
@@ -217,7 +224,15 @@ func Init(dir string) ([]string, error) {
 # TICKFENCE (trusted) or PLAYERS (gateways, players) account: adding a user needs no change here.
 operator: %q
 system_account: %s
-resolver: MEMORY
+# The "full" resolver keeps the account JWTs in a directory of each server's own and takes updates
+# from the system account without a restart (tickctl auth revoke and auth push send them as
+# sys.creds); a newer JWT it holds wins over an older preload below. dir is relative to the
+# server's working directory (as nsc writes it): give each server its own, e.g. beside its
+# JetStream store_dir.
+resolver: {
+  type: full
+  dir: "./jwt"
+}
 resolver_preload: {
   %s: %q
   %s: %q
@@ -227,6 +242,11 @@ resolver_preload: {
 	if err := write(ServerConf, []byte(cfg)); err != nil {
 		return nil, err
 	}
+	p, err := newSystemUser(dir, sys)
+	if err != nil {
+		return nil, err
+	}
+	written = append(written, p)
 	for _, r := range Roles {
 		// Init's gateway.creds is the studio's own gateway: trusted to name its players.
 		p, err := NewUserWith(dir, r, string(r), UserOptions{Trusted: r == Gateway})
@@ -263,6 +283,9 @@ func NewUserWith(dir string, r Role, name string, o UserOptions) (string, error)
 	}
 	if !validName.MatchString(name) {
 		return "", fmt.Errorf("user name %q: want 1-64 of A-Z a-z 0-9 _ - (it is a subject token of its inbox)", name)
+	}
+	if name == SystemUser {
+		return "", fmt.Errorf("user name %q is the system account's user (%s.creds, made by tickctl auth init): choose another", name, SystemUser)
 	}
 	if o.Trusted && r != Gateway {
 		return "", fmt.Errorf("only a gateway can be trusted (to name the player it acts for), not a %s", r)
@@ -413,7 +436,11 @@ func CheckNode(file, nodeID string) error {
 func CredsFromEnv() string { return os.Getenv("NATS_CREDS") }
 
 // ServerOptions makes opts enforce the roles of auth directory dir: its trusted operator, system
-// account and a memory resolver preloaded with both accounts (what server.conf says).
+// account and a resolver preloaded with the accounts of server.conf. With a JetStream store
+// directory (opts.StoreDir) the resolver is NATS's "full" one, keeping the account JWTs in
+// StoreDir/jwt and taking updates (a revocation: tickctl auth revoke) from the system account
+// while running; a JWT it holds that is newer than the preload's wins, so a server restarted with
+// an old server.conf keeps a revocation. Without one, a memory resolver.
 func ServerOptions(opts *server.Options, dir string) error {
 	path := filepath.Join(dir, ServerConf)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
@@ -433,14 +460,20 @@ func ServerOptions(opts *server.Options, dir string) error {
 	if err != nil {
 		return fmt.Errorf("%s: operator: %w", path, err)
 	}
-	res := &server.MemAccResolver{}
 	for pub, v := range pre {
 		s, _ := v.(string)
 		if _, err := jwt.DecodeAccountClaims(s); err != nil {
 			return fmt.Errorf("%s: account %s: %w", path, pub, err)
 		}
-		if err := res.Store(pub, s); err != nil {
-			return err
+	}
+	res, err := accountResolver(opts.StoreDir)
+	if err != nil {
+		return err
+	}
+	for pub, v := range pre {
+		if err := res.Store(pub, v.(string)); err != nil {
+			res.Close()
+			return fmt.Errorf("%s: account %s: %w", path, pub, err)
 		}
 	}
 	opts.TrustedOperators = []*jwt.OperatorClaims{oc}

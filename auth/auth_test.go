@@ -63,6 +63,8 @@ func TestServerConfForNatsServer(t *testing.T) {
 	if _, err := auth.Init(dir); err != nil {
 		t.Fatal(err)
 	}
+	// The resolver's directory, ./jwt, is relative to the server's working directory.
+	t.Chdir(t.TempDir())
 	main := filepath.Join(dir, "nats.conf") // include is relative to the including file
 	conf := "listen: 127.0.0.1:-1\njetstream: { store_dir: " + `"` + filepath.Join(t.TempDir(), "js") + `"` + " }\ninclude " + auth.ServerConf + "\n"
 	if err := os.WriteFile(main, []byte(conf), 0o600); err != nil {

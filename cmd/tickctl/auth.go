@@ -5,6 +5,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/tickfence/tickfence/auth"
 )
@@ -35,7 +36,8 @@ func authInit(g globals, args []string, out io.Writer) error {
 		fmt.Fprintln(out, "wrote", f)
 	}
 	fmt.Fprintf(out, "start the server with tickd --auth %s (embedded) or tickd server --auth %s; give each process its "+
-		"role's file with --creds (or NATS_CREDS); keep operator.nk and account.nk secret (they sign new users)\n", args[0], args[0])
+		"role's file with --creds (or NATS_CREDS); keep operator.nk, account.nk, players.nk and sys.nk secret (they sign "+
+		"accounts and users), and sys.creds (it changes accounts on the running servers: tickctl auth revoke)\n", args[0], args[0])
 	return nil
 }
 
@@ -50,16 +52,33 @@ func authCert(_ globals, args []string, out io.Writer) error {
 	return nil
 }
 
-// authUser runs tickctl auth user DIR ROLE NAME (no NATS needed).
-func authUser(_ globals, args []string, out io.Writer) error {
+// authUser runs tickctl auth user DIR ROLE NAME [--expires WHEN] [--trusted] (no NATS needed).
+func authUser(g globals, args []string, out io.Writer) error {
 	r, err := auth.ParseRole(args[1])
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	f, err := auth.NewUser(args[0], r, args[2])
+	now := time.Now()
+	expires, err := parseExpiry(g.expires, now)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if err := stillValid(args[0], args[2], now); err != nil {
+		return err
+	}
+	f, err := auth.NewUserWith(args[0], r, args[2], auth.UserOptions{Trusted: g.trusted, Expires: expires})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "wrote %s (role %s, replies under %s)\n", f, r, auth.InboxPrefix(args[2]))
+	what := fmt.Sprintf("role %s, replies under %s", r, auth.InboxPrefix(args[2]))
+	if g.trusted {
+		what += ", trusted to name the player it acts for"
+	}
+	if expires.IsZero() {
+		what += "; never expires: tickctl auth revoke ends it"
+	} else {
+		what += fmt.Sprintf("; expires %s, in %s", expires.UTC().Format(time.RFC3339), expires.Sub(now).Round(time.Second))
+	}
+	fmt.Fprintf(out, "wrote %s (%s)\n", f, what)
 	return nil
 }

@@ -135,6 +135,14 @@ var flagDefs = []flagDef{
 	{"hosts", func(fs *flag.FlagSet, g *globals) {
 		fs.StringVar(&g.hosts, "hosts", "", "with --tls: more `HOSTS` of the server certificate, comma-separated")
 	}},
+	{"expires", func(fs *flag.FlagSet, g *globals) {
+		fs.StringVar(&g.expires, "expires", "", "the credential stops being accepted after `WHEN`: a duration from now (720h, 90d)\n"+
+			"or a time (2027-01-31T00:00:00Z); default: never")
+	}},
+	{"trusted", func(fs *flag.FlagSet, g *globals) {
+		fs.BoolVar(&g.trusted, "trusted", false, "a gateway trusted to name the player it acts for (the studio's own; default: it is\n"+
+			"the player it is named after)")
+	}},
 }
 
 func shardNumber(s string) error {
@@ -291,16 +299,42 @@ var verbs = []*verb{
 			"DIR, nats-server); --tls: a self-signed dev CA (ca.pem) and a server certificate\n" +
 			"(server.pem, server-key.pem) for localhost, 127.0.0.1 and the hosts",
 		local: authInit},
-	{path: "auth user", args: "<dir> <role> <name>", min: 3, max: 3, offline: true,
+	{path: "auth user", args: "<dir> <role> <name> [--expires WHEN] [--trusted]", min: 3, max: 3, offline: true,
+		flags: []string{"expires", "trusted"},
 		short: "one more credential of a role, e.g. a second gateway with its own reply inbox\n" +
-			"(_INBOX.<name>)",
-		check: func(_ *globals, a []string) error {
-			if _, err := auth.ParseRole(a[1]); err != nil {
+			"(_INBOX.<name>); --expires: until when it is accepted",
+		long: "A name whose credential is still valid is not replaced (the old one would stay valid):\n" +
+			"revoke it first (tickctl auth revoke), or choose another name.",
+		check: func(g *globals, a []string) error {
+			r, err := auth.ParseRole(a[1])
+			if err != nil {
+				return usageError{err.Error()}
+			}
+			if g.trusted && r != auth.Gateway {
+				return usageError{fmt.Sprintf("--trusted is for gateways (it may name the player it acts for), not a %s", r)}
+			}
+			if _, err := parseExpiry(g.expires, time.Now()); err != nil {
 				return usageError{err.Error()}
 			}
 			return nil
 		},
 		local: authUser},
+	{path: "auth revoke", args: "<dir> <name> [--nats URL]", min: 2, max: 2, offline: true,
+		flags: []string{"nats", "tls-ca", "tls-cert", "tls-key", "timeout"},
+		short: "revoke a credential: its account's JWT lists it, server.conf is rewritten, and the\n" +
+			"running servers are told as sys.creds (no restart): they close its connections and\n" +
+			"refuse it",
+		long: "Without a server to tell (or with a directory made before sys.creds), server.conf is still\n" +
+			"updated and tickctl says so and exits 1: the servers accept the credential until told with\n" +
+			"tickctl auth push DIR --nats URL, or restarted with the new server.conf.",
+		local: authRevoke},
+	{path: "auth push", args: "<dir> [--nats URL]", min: 1, max: 1, offline: true,
+		flags: []string{"nats", "tls-ca", "tls-cert", "tls-key", "timeout"},
+		short: "send server.conf's account JWTs (revocations) to the running servers, as sys.creds",
+		local: authPush},
+	{path: "auth list", args: "<dir> [--json]", min: 1, max: 1, offline: true, flags: []string{"json"},
+		short: "the credentials of an auth directory: name, role, account, trusted, expiry, revoked",
+		local: authList},
 	{path: "auth cert", args: "<dir> <name>", min: 2, max: 2, offline: true,
 		short: "a client certificate (NAME.pem, NAME-key.pem) signed by the dev CA of auth init --tls, for\n" +
 			"a server that requires them (tickd server --tls-verify): --tls-cert and --tls-key",

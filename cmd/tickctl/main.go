@@ -33,6 +33,8 @@ type globals struct {
 	tlsKey    string
 	tls       bool
 	hosts     string
+	expires   string // auth user --expires
+	trusted   bool   // auth user --trusted
 	json      bool
 	requestID string
 	timeout   time.Duration
