@@ -36,11 +36,58 @@ type Logic interface {
 	MarshalState() ([]byte, error)
 }
 
+// CreateAuthorizer is implemented by a Kind whose instances senders other than trusted ones
+// (players: actor.Sender) may create. tickfence asks it about every create, trusted or not, and
+// refuses the command when it returns an error (a *Rejected's code, else "forbidden"). A Kind
+// that does not implement it lets only trusted senders create its instances.
+type CreateAuthorizer interface {
+	AuthorizeCreate(id string, create Command) error
+}
+
 // Command is a decoded command: its type and the whole msgpack map it came in.
 type Command struct {
 	Type string
 	// Body is the command as a canonical msgpack map (keys sorted), "type" included.
 	Body []byte
+	// Sender is who sent it, as the NATS server authenticated it (DESIGN 9): never taken from
+	// what a client wrote. Zero for the create command a rebuild replays (Kind.New from the
+	// stored record): a game keeps what it needs of its creator in its own state.
+	Sender Sender
+}
+
+// Sender is the authenticated sender of a command. Games authorise on it: a player acts only
+// for itself, an operator may do more.
+//
+// On a cluster with credentials (tickctl auth init), commands from the players' account carry
+// the identity the NATS server injected for them; commands sent within the trusted account (a
+// node's own players, an operator's tickctl) and every command on a cluster without credentials
+// are Trusted, with no user.
+type Sender struct {
+	// Account is the public key of the account the command came from ("" within the trusted
+	// account, or without credentials).
+	Account string
+	// User is the public key of the user (its credential), as the server verified it.
+	User string
+	// Name is the credential's name (tickctl auth user DIR gateway NAME).
+	Name string
+	// Tags are the credential's tags (lower case): role:gateway, trusted, …
+	Tags []string
+	// Trusted: the command came from the trusted account (nodes, operators), from a gateway
+	// whose credential is marked trusted, or from a cluster without credentials. A trusted
+	// sender may name the player it acts for; an untrusted one is that player.
+	Trusted bool
+	// Player is the player the command acts for: an untrusted sender's Name; what a trusted
+	// sender named in the Tickfence-Player header ("" if it named none).
+	Player string
+}
+
+// ActsFor reports whether the sender may act for player: it is that player, or it is trusted
+// and named no player, or named that one.
+func (s Sender) ActsFor(player string) bool {
+	if s.Trusted && s.Player == "" {
+		return true
+	}
+	return s.Player == player
 }
 
 // Decode unmarshals the command's map into v (a struct with msgpack tags, or a map).

@@ -273,7 +273,7 @@ func TestGatewayCannotBreakIn(t *testing.T) {
 			t.Errorf("gateway-2 received %d of gateway's replies", got)
 		}
 		// gateway-2's own replies work too.
-		if r, err := natscmd.NewClient(gw2.Conn, shards).SendMap(ctx, "d1", "j2", map[string]any{"type": "join", "player": "p2"}); err != nil || !r.OK {
+		if r, err := natscmd.NewClient(gw2.Conn, shards).SendMap(ctx, "d1", "j2", map[string]any{"type": "join", "player": "gateway-2"}); err != nil || !r.OK {
 			t.Fatalf("gateway-2's own command: %+v %v", r, err)
 		}
 	})

@@ -36,6 +36,13 @@ type Command struct {
 	// (it still counts it against the bound on pending commands). A command decoded only to be
 	// refused afterwards would waste the decode.
 	Screened bool
+	// Sender is who sent it, as the transport authenticated it (actor.Sender); its request or
+	// client ID is already filed under it. A command with no account and no SenderKey (submitted
+	// within the process, or by a transport without identities) is trusted.
+	Sender actor.Sender
+	// SenderKey is what an untrusted sender's exactly-once state and the instances it created
+	// are filed under (a digest of its account and user); "" for a trusted sender.
+	SenderKey string
 
 	admitted bool   // counted by admission control until answered
 	cas      string // the result of the write whose failure refused it, for the refusal's log line

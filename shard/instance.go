@@ -514,6 +514,12 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 			a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeExists, "instance %s already exists", in.id)})
 			a.result = wire.CodeExists
 		case "end":
+			if !mayEnd(c, in.rec.Creator) {
+				a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeForbidden,
+					"instance %s: only its creator or a trusted sender (an operator, a trusted gateway) may end it", in.id)})
+				a.result = wire.CodeForbidden
+				break
+			}
 			// A tombstone, not a delete marker: the record keeps the request window, so a
 			// retransmitted end gets this answer and never ends a later instance of the ID.
 			in.rec.Ended, in.rec.EndedAt = true, time.Now().UnixMilli()
@@ -523,7 +529,7 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 			a.reply = wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"ended": in.id, "tick": in.rec.Tick}})
 			a.result = "ok"
 		default:
-			res, err := in.logic.Handle(tick, actor.Command{Type: c.Type, Body: c.Body})
+			res, err := in.logic.Handle(tick, actor.Command{Type: c.Type, Body: c.Body, Sender: c.Sender})
 			a.reply, a.result = replyFor(res, err)
 			var effs []actor.Effect
 			if e, ok := in.logic.(actor.Emitter); ok {
@@ -552,6 +558,11 @@ func (h *Host) remembered(rec *store.Record, c Command, tick uint64, a *answer) 
 		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy,
 			"instance has %d client sessions holding unacknowledged answers; retry after a backoff", store.MaxClientSessions)})
 		a.result = wire.CodeBusy
+	case store.SessionSenderFull:
+		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRateLimited,
+			"this sender has %d client sessions with this instance holding unacknowledged answers: acknowledge them (%s) or retry after a backoff",
+			store.MaxSenderSessions, wire.HeaderAck)})
+		a.result = wire.CodeRateLimited
 	case store.SessionDuplicate:
 		return q.Fingerprint, q.Result, true
 	case store.SessionStale:
@@ -582,7 +593,7 @@ func (in *instance) revive(c Command, a *answer) bool {
 	var args struct {
 		Kind string `msgpack:"kind"`
 	}
-	cmd := actor.Command{Type: c.Type, Body: c.Body}
+	cmd := actor.Command{Type: c.Type, Body: c.Body, Sender: c.Sender}
 	kinds := in.sh.h.cfg.Kinds
 	if err := cmd.Decode(&args); err != nil || args.Kind == "" {
 		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBadRequest, `create needs a string "kind" (one of %v)`, kinds.Names())})
@@ -595,17 +606,43 @@ func (in *instance) revive(c Command, a *answer) bool {
 		a.result = wire.CodeBadRequest
 		return false
 	}
+	if err := authorizeCreate(kind, in.id, cmd); err != nil {
+		a.reply, a.result = replyFor(nil, err)
+		return false
+	}
 	logic, err := kind.New(in.id, cmd)
 	if err != nil {
 		a.reply, a.result = replyFor(nil, err)
 		return false
 	}
 	in.kind, in.logic = kind, logic
-	in.rec.Kind, in.rec.Ended, in.rec.EndedAt = args.Kind, false, 0
+	in.rec.Kind, in.rec.Ended, in.rec.EndedAt, in.rec.Creator = args.Kind, false, 0, c.SenderKey
 	in.forceWrite = true
 	a.reply = wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"created": in.id, "kind": args.Kind}})
 	a.result = "ok"
 	return true
+}
+
+// authorizeCreate is nil, or why the sender of create may not make an instance of kind
+// (actor.CreateAuthorizer; without one, only trusted senders create).
+func authorizeCreate(kind actor.Kind, id string, create actor.Command) error {
+	if a, ok := kind.(actor.CreateAuthorizer); ok {
+		err := a.AuthorizeCreate(id, create)
+		var rj *actor.Rejected
+		if err != nil && !errors.As(err, &rj) {
+			err = &actor.Rejected{Code: wire.CodeForbidden, Message: err.Error()}
+		}
+		return err
+	}
+	if !create.Sender.Trusted {
+		return &actor.Rejected{Code: wire.CodeForbidden, Message: fmt.Sprintf("kind %s lets only trusted senders create instances (it implements no actor.CreateAuthorizer)", kind.Name())}
+	}
+	return nil
+}
+
+// mayEnd: c's sender is trusted, or the untrusted sender that created the instance.
+func mayEnd(c Command, creator string) bool {
+	return c.Sender.Trusted || creator != "" && c.SenderKey == creator
 }
 
 func replyFor(res any, err error) ([]byte, string) {

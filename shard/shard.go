@@ -451,6 +451,9 @@ func (sh *shardRun) stop(reason string, attrs ...any) {
 
 // submit routes a command to its instance's mailbox, or creates the instance.
 func (sh *shardRun) submit(c Command) {
+	if c.Sender.Account == "" && c.SenderKey == "" {
+		c.Sender.Trusted = true // from within the process or the trusted account (DESIGN 9)
+	}
 	if !sh.h.admit(&c) {
 		return
 	}
@@ -568,7 +571,7 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 	var args struct {
 		Kind string `msgpack:"kind"`
 	}
-	cmd := actor.Command{Type: c.Type, Body: c.Body}
+	cmd := actor.Command{Type: c.Type, Body: c.Body, Sender: c.Sender}
 	if err := cmd.Decode(&args); err != nil || args.Kind == "" {
 		sh.h.answerErr(c, wire.CodeBadRequest, `create needs a string "kind" (one of %v)`, sh.h.cfg.Kinds.Names())
 		return
@@ -576,6 +579,11 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 	kind, ok := sh.h.cfg.Kinds.Get(args.Kind)
 	if !ok {
 		sh.h.answerErr(c, wire.CodeBadRequest, "unknown kind %q (one of %v)", args.Kind, sh.h.cfg.Kinds.Names())
+		return
+	}
+	if err := authorizeCreate(kind, c.Instance, cmd); err != nil {
+		reply, code := replyFor(nil, err)
+		sh.h.answer(c, reply, code)
 		return
 	}
 	logic, err := kind.New(c.Instance, cmd)
@@ -594,7 +602,7 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 	// The placeholder holds the create command and its answer: if the initial write below is
 	// uncertain, the rebuild makes the instance from the same command, and a retransmission gets
 	// this answer, never already_exists.
-	rec := store.Record{Kind: args.Kind, Create: c.Body}
+	rec := store.Record{Kind: args.Kind, Create: c.Body, Creator: c.SenderKey}
 	sh.h.remember(&rec, c, 0, reply)
 	createRev, err := st.Create(sh.ctx, g, c.Instance, rec)
 	if errors.Is(err, store.ErrConflict) {

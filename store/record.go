@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,6 +49,10 @@ type Record struct {
 	Create []byte `msgpack:"create,omitempty"`
 	// Clients are the client sessions of the compact request form (session.go), in no order.
 	Clients []ClientSession `msgpack:"clients,omitempty"`
+	// Creator is who created the instance when an untrusted sender did (a digest of its account
+	// and user): that sender may end it. Empty when a trusted sender created it (only trusted
+	// senders may end it).
+	Creator string `msgpack:"creator,omitempty"`
 	// Ended marks a tombstone: the instance was ended; the record keeps its request window so a
 	// retransmitted end gets its first answer and never ends a later instance of the same ID.
 	Ended bool `msgpack:"ended,omitempty"`
@@ -175,6 +180,21 @@ func (r *Record) FindRequest(id string) (Request, bool) {
 // record in flight that shares the array holds it capped at its own length.
 func (r *Record) RememberRequest(q Request, ttl uint64) {
 	reqs := append(r.Reqs, q) // past the length of any record sharing the array: theirs is capped
+	if p := SenderOf(q.ID); p != "" {
+		// An untrusted sender past its share forgets its own oldest, never another's (a new
+		// array: a record in flight may share this one).
+		n, first := 0, -1
+		for i := range reqs {
+			if strings.HasPrefix(reqs[i].ID, p) {
+				if n++; first < 0 {
+					first = i
+				}
+			}
+		}
+		if n > MaxSenderRequests {
+			reqs = slices.Delete(slices.Clone(reqs), first, first+1)
+		}
+	}
 	drop, bytes := len(reqs)-RequestWindow, 0
 	for i := len(reqs) - 1; i >= 0; i-- {
 		bytes += reqs[i].size()

@@ -18,6 +18,9 @@ func appendRecord(b []byte, r *Record) []byte {
 	if len(r.Clients) > 0 {
 		n++
 	}
+	if r.Creator != "" {
+		n++
+	}
 	if r.Ended {
 		n++
 	}
@@ -79,6 +82,9 @@ func appendRecord(b []byte, r *Record) []byte {
 				}
 			}
 		}
+	}
+	if r.Creator != "" {
+		b = mpenc.Str(mpenc.Str(b, "creator"), r.Creator)
 	}
 	if r.Ended {
 		b = append(mpenc.Str(b, "ended"), 0xc3)

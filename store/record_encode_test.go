@@ -52,7 +52,7 @@ func randomRecord(rng *rand.Rand) store.Record {
 	}
 	count := func() int { return counts[rng.IntN(len(counts))] }
 	maybeNil := func(n int) bool { return n == 0 && rng.IntN(2) == 0 }
-	r := store.Record{Token: u(), Tick: u(), Kind: str(), State: bin(), Create: bin(),
+	r := store.Record{Token: u(), Tick: u(), Kind: str(), State: bin(), Create: bin(), Creator: str(),
 		Ended: rng.IntN(2) == 0, EndedAt: i(), FxSeq: u()}
 	if n := count(); !maybeNil(n) {
 		r.Reqs = make([]store.Request, n)
@@ -128,7 +128,7 @@ func TestAppendRecordMatchesTheReflectiveEncoder(t *testing.T) {
 // list) has it — an omitempty field would otherwise pass the encoding test while never set.
 func TestAppendRecordKnowsEveryField(t *testing.T) {
 	known := map[reflect.Type][]string{
-		reflect.TypeFor[store.Record]():        {"v", "token", "tick", "kind", "state", "reqs", "create", "clients", "ended", "ended_at", "fx", "fx_seq", "blob"},
+		reflect.TypeFor[store.Record]():        {"v", "token", "tick", "kind", "state", "reqs", "create", "clients", "creator", "ended", "ended_at", "fx", "fx_seq", "blob"},
 		reflect.TypeFor[store.Request]():       {"id", "fp", "res", "at"},
 		reflect.TypeFor[store.ClientSession](): {"id", "ack", "seen", "done"},
 		reflect.TypeFor[store.SeqResult]():     {"seq", "fp", "res"},

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -32,7 +33,27 @@ const (
 	// instance's own ticks (never by comparing wall clocks of different owners): a client must
 	// not retransmit a command for longer than this.
 	ClientSessionTTL = 5 * time.Minute
+	// MaxSenderSessions bounds the client sessions one untrusted sender (SenderOf) holds in one
+	// record: past it, its new client takes the place of its own least recently seen session
+	// that holds no unacknowledged answer, or is refused. One player cannot fill an instance's
+	// sessions and lock the others out (DESIGN 9: exactly-once state is per sender).
+	MaxSenderSessions = 4
+	// MaxSenderRequests bounds the opaque request IDs one untrusted sender holds in a record's
+	// window: past it, its own oldest is forgotten, never another sender's.
+	MaxSenderRequests = 32
 )
+
+// SenderOf is the sender an ID is filed under: the "s:<digest> " prefix the command transport
+// puts before the request and client IDs of an untrusted sender (no ID a client writes holds a
+// space), or "" for a trusted sender's.
+func SenderOf(id string) string {
+	if len(id) > 2 && id[0] == 's' && id[1] == ':' {
+		if i := strings.IndexByte(id, ' '); i > 0 {
+			return id[:i+1]
+		}
+	}
+	return ""
+}
 
 // ClientSession is what a record keeps of one client.
 type ClientSession struct {
@@ -56,11 +77,12 @@ type SeqResult struct {
 type SessionCheck int
 
 const (
-	SessionNew       SessionCheck = iota // not applied: apply it
-	SessionDuplicate                     // applied: answer with the first result (SeqResult)
-	SessionStale                         // at or below the client's ack: the client promised never to send it again
-	SessionFull                          // MaxClientInFlight unacknowledged answers already: refuse it
-	SessionNoRoom                        // a new client, and every session holds unacknowledged answers
+	SessionNew        SessionCheck = iota // not applied: apply it
+	SessionDuplicate                      // applied: answer with the first result (SeqResult)
+	SessionStale                          // at or below the client's ack: the client promised never to send it again
+	SessionFull                           // MaxClientInFlight unacknowledged answers already: refuse it
+	SessionNoRoom                         // a new client, and every session holds unacknowledged answers
+	SessionSenderFull                     // a new client of a sender whose MaxSenderSessions sessions all hold unacknowledged answers
 )
 
 func (s *ClientSession) live(tick, ttl uint64) bool { return tick < s.Seen || tick-s.Seen <= ttl }
@@ -82,6 +104,18 @@ func (r *Record) session(client string) int {
 func (r *Record) CheckSession(client string, seq, ack, tick, ttl uint64) (SessionCheck, SeqResult) {
 	i := r.session(client)
 	if i < 0 {
+		if p := SenderOf(client); p != "" {
+			n, free := 0, false
+			for j := range r.Clients {
+				if c := &r.Clients[j]; c.live(tick, ttl) && strings.HasPrefix(c.ID, p) {
+					n++
+					free = free || !c.holding()
+				}
+			}
+			if n >= MaxSenderSessions && !free {
+				return SessionSenderFull, SeqResult{}
+			}
+		}
 		live, room := 0, false
 		for j := range r.Clients {
 			if c := &r.Clients[j]; c.live(tick, ttl) {
@@ -132,6 +166,9 @@ func (r *Record) RememberSession(client string, ack uint64, q SeqResult, tick, t
 		}
 	}
 	if mine == nil {
+		if p := SenderOf(client); p != "" {
+			out = dropOwnOldest(out, p)
+		}
 		if len(out) >= MaxClientSessions {
 			oldest := -1
 			for i := range out {
@@ -166,6 +203,32 @@ func (r *Record) RememberSession(client string, ack uint64, q SeqResult, tick, t
 		mine.Done = done
 	}
 	r.Clients = out
+}
+
+// dropOwnOldest removes, when sender p holds MaxSenderSessions sessions of out already, its least
+// recently seen one that holds no unacknowledged answer (else its least recently seen: CheckSession
+// refuses that case). out is the caller's own copy.
+func dropOwnOldest(out []ClientSession, p string) []ClientSession {
+	n, oldest, oldestFree := 0, -1, -1
+	for i := range out {
+		if !strings.HasPrefix(out[i].ID, p) {
+			continue
+		}
+		n++
+		if oldest < 0 || out[i].Seen < out[oldest].Seen {
+			oldest = i
+		}
+		if !out[i].holding() && (oldestFree < 0 || out[i].Seen < out[oldestFree].Seen) {
+			oldestFree = i
+		}
+	}
+	if n < MaxSenderSessions {
+		return out
+	}
+	if oldestFree >= 0 {
+		oldest = oldestFree
+	}
+	return slices.Delete(out, oldest, oldest+1)
 }
 
 // unacked returns the answers of done above ack: a tail of done, which is ascending by Seq

@@ -66,6 +66,28 @@ func (k Kind) New(id string, create actor.Command) (actor.Logic, error) {
 	return s, nil
 }
 
+// PlayerMaxBossHP bounds the boss a player (an untrusted sender) may create: a trusted sender
+// may ask for up to 1e12.
+const PlayerMaxBossHP = 1_000_000
+
+// AuthorizeCreate implements actor.CreateAuthorizer: players may open a dungeon, with a boss of
+// at most PlayerMaxBossHP (their creates are bounded per minute by the node's quota).
+func (Kind) AuthorizeCreate(id string, create actor.Command) error {
+	if create.Sender.Trusted {
+		return nil
+	}
+	var args struct {
+		BossHP int64 `msgpack:"boss_hp"`
+	}
+	if err := create.Decode(&args); err != nil {
+		return err
+	}
+	if args.BossHP > PlayerMaxBossHP {
+		return &actor.Rejected{Code: "forbidden", Message: fmt.Sprintf("a player may open a dungeon with a boss of at most %d HP, not %d", PlayerMaxBossHP, args.BossHP)}
+	}
+	return nil
+}
+
 // Restore implements actor.Kind.
 func (k Kind) Restore(id string, b []byte) (actor.Logic, error) {
 	s := &State{frameEvery: k.FrameEvery}
@@ -165,6 +187,10 @@ func (s *State) Handle(tick uint64, cmd actor.Command) (any, error) {
 	case "join", "attack", "leave":
 		if a.Player == "" || len(a.Player) > 32 {
 			return nil, &actor.Rejected{Code: "bad_request", Message: cmd.Type + ": player must be 1..32 characters"}
+		}
+		// A player acts only for itself; a trusted sender for the player it names, or any.
+		if !cmd.Sender.ActsFor(a.Player) {
+			return nil, &actor.Rejected{Code: "forbidden", Message: fmt.Sprintf("%s: %q may act only for itself, not for %q", cmd.Type, cmd.Sender.Player, a.Player)}
 		}
 	default:
 		return nil, &actor.Rejected{Code: "bad_request", Message: fmt.Sprintf("unknown command type %q (join, attack, leave, status)", cmd.Type)}

@@ -2,6 +2,7 @@ package dungeon_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -22,7 +23,7 @@ func cmd(t *testing.T, m map[string]any) actor.Command {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return actor.Command{Type: m["type"].(string), Body: b}
+	return actor.Command{Type: m["type"].(string), Body: b, Sender: actor.Sender{Trusted: true}}
 }
 
 func newDungeon(t *testing.T, id string, hp int) *dungeon.State {
@@ -207,7 +208,7 @@ func BenchmarkMarshalState(b *testing.B) {
 	l, _ := dungeon.Kind{}.New("d", actor.Command{Type: "create"})
 	s := l.(*dungeon.State)
 	for i := range 4 {
-		_, _ = s.Handle(0, actor.Command{Type: "join", Body: mustCanonical(map[string]any{"type": "join", "player": fmt.Sprintf("p%d", i)})})
+		_, _ = s.Handle(0, actor.Command{Type: "join", Body: mustCanonical(map[string]any{"type": "join", "player": fmt.Sprintf("p%d", i)}), Sender: actor.Sender{Trusted: true}})
 	}
 	b.Run("hand-written", func(b *testing.B) {
 		for b.Loop() {
@@ -227,4 +228,40 @@ func mustCanonical(m map[string]any) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// TestPlayersActOnlyForThemselves: an untrusted sender joins, attacks and leaves only as the
+// player its credential names; a trusted one as anyone, or as the player it names.
+func TestPlayersActOnlyForThemselves(t *testing.T) {
+	d := newDungeon(t, "d", 100)
+	ann := actor.Sender{Account: "APLAYERS", User: "UANN", Name: "ann", Player: "ann"}
+	as := func(s actor.Sender, m map[string]any) actor.Command { c := cmd(t, m); c.Sender = s; return c }
+	if _, err := d.Handle(1, as(ann, map[string]any{"type": "join", "player": "ann"})); err != nil {
+		t.Fatalf("ann joins as ann: %v", err)
+	}
+	for _, typ := range []string{"join", "attack", "leave"} {
+		_, err := d.Handle(2, as(ann, map[string]any{"type": typ, "player": "bob"}))
+		var rj *actor.Rejected
+		if !errors.As(err, &rj) || rj.Code != "forbidden" {
+			t.Errorf("ann %s as bob: %v, want forbidden", typ, err)
+		}
+	}
+	gw := actor.Sender{Account: "APLAYERS", Name: "gw", Trusted: true, Player: "cat"}
+	if _, err := d.Handle(3, as(gw, map[string]any{"type": "join", "player": "dan"})); err == nil {
+		t.Error("a trusted gateway acting for cat joined as dan")
+	}
+	if _, err := d.Handle(3, as(gw, map[string]any{"type": "join", "player": "cat"})); err != nil {
+		t.Errorf("a trusted gateway acting for cat joins as cat: %v", err)
+	}
+	// A player may open a dungeon with a bounded boss; a trusted sender with any.
+	k := dungeon.Kind{}
+	if err := k.AuthorizeCreate("x", as(ann, map[string]any{"type": "create", "kind": "dungeon", "boss_hp": int64(1e12)})); err == nil {
+		t.Error("a player created a dungeon with a 1e12 HP boss")
+	}
+	if err := k.AuthorizeCreate("x", as(ann, map[string]any{"type": "create", "kind": "dungeon", "boss_hp": 500})); err != nil {
+		t.Errorf("a player's 500 HP dungeon: %v", err)
+	}
+	if err := k.AuthorizeCreate("x", cmd(t, map[string]any{"type": "create", "kind": "dungeon", "boss_hp": int64(1e12)})); err != nil {
+		t.Errorf("a trusted sender's 1e12 HP dungeon: %v", err)
+	}
 }

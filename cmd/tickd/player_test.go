@@ -250,8 +250,9 @@ func waitBelow(t *testing.T, b *browser.Browser, hp int64, within time.Duration)
 
 // TestPlayerPageAuth: with --auth, the page served by a tickd with everything embedded
 // (--nats-websocket on a free port, announced in config.json) is refused until it is given a
-// gateway's credentials; then it signs the server's nonce in the browser, receives its replies
-// under the gateway's own inbox, shows a boss's frames and its join and attack are answered.
+// player's credential (tickctl auth user DIR gateway NAME: the players' account, untrusted); then
+// it signs the server's nonce in the browser, receives its replies under its own inbox, plays as
+// that player only, shows a boss's frames and its join and attack are answered.
 func TestPlayerPageAuth(t *testing.T) {
 	b := browser.ForTest(t, browser.Options{Width: 1100, Height: 760, Timeout: 30 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -308,6 +309,15 @@ func TestPlayerPageAuth(t *testing.T) {
 		var s string
 		_ = b.Eval(`document.getElementById('conn').textContent`, &s)
 		t.Fatalf("the page with a gateway's credentials: %v (%q); console: %v", err, s, b.ConsoleLogs())
+	}
+	// A player's credential (the players' account, untrusted) is its player: the page plays as
+	// ada-browser whatever ?player= says, and the nodes would refuse anyone else.
+	var who string
+	if err := b.Eval(`document.getElementById('player').value + (document.getElementById('player').readOnly ? ' (read-only)' : '')`, &who); err != nil {
+		t.Fatal(err)
+	}
+	if who != "ada-browser (read-only)" {
+		t.Errorf("the page plays as %q, want the credential's player ada-browser (read-only)", who)
 	}
 	click(t, b, "join", 1, 10*time.Second)
 	hp0 := bossNumber(t, b, "hp")

@@ -120,6 +120,10 @@ func (a *Arena) Handle(tick uint64, cmd actor.Command) (any, error) {
 	case "status":
 		return a.status(), nil
 	case "restart": // a new round: everyone back to full health at the field's corners
+		if !cmd.Sender.Trusted {
+			// Only the game's own servers and operators start rounds, never a player.
+			return nil, &actor.Rejected{Code: "forbidden", Message: "restart: only a trusted sender (the game's gateway, an operator) starts a round"}
+		}
 		a.Zone, a.Winner = a.StartZone, ""
 		for i := range a.Players {
 			a.Players[i].HP = StartHP
@@ -129,6 +133,11 @@ func (a *Arena) Handle(tick uint64, cmd actor.Command) (any, error) {
 	case "join", "move":
 		if c.Player == "" || len(c.Player) > 32 {
 			return nil, &actor.Rejected{Code: "bad_request", Message: cmd.Type + ": player must be 1..32 characters"}
+		}
+		// Authorise on who sent it (the NATS server's word, never the command's): a player
+		// joins and moves only itself; a trusted gateway acts for the player it names.
+		if !cmd.Sender.ActsFor(c.Player) {
+			return nil, &actor.Rejected{Code: "forbidden", Message: fmt.Sprintf("%s: %q may act only for itself, not for %q", cmd.Type, cmd.Sender.Player, c.Player)}
 		}
 	default:
 		return nil, &actor.Rejected{Code: "bad_request", Message: fmt.Sprintf("unknown command %q (join, move, status, restart)", cmd.Type)}

@@ -18,7 +18,27 @@ func command(t *testing.T, m map[string]any) actor.Command {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return actor.Command{Type: m["type"].(string), Body: b}
+	return actor.Command{Type: m["type"].(string), Body: b, Sender: actor.Sender{Trusted: true}}
+}
+
+// TestPlayersMoveOnlyThemselves: an untrusted sender moves and joins only as its own player and
+// cannot restart the round.
+func TestPlayersMoveOnlyThemselves(t *testing.T) {
+	l, err := Kind{}.New("a", command(t, map[string]any{"type": "create", "kind": "arena"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := l.(*Arena)
+	ann := actor.Sender{Account: "APLAYERS", Name: "ann", Player: "ann"}
+	as := func(m map[string]any) actor.Command { c := command(t, m); c.Sender = ann; return c }
+	if _, err := a.Handle(0, as(map[string]any{"type": "join", "player": "ann"})); err != nil {
+		t.Fatalf("ann joins as ann: %v", err)
+	}
+	for _, m := range []map[string]any{{"type": "join", "player": "bob"}, {"type": "move", "player": "bob", "dx": 1}, {"type": "restart"}} {
+		if _, err := a.Handle(0, as(m)); err == nil {
+			t.Errorf("ann's %v was applied", m)
+		}
+	}
 }
 
 // The rules: the zone shrinks, fighters outside it lose health, the last one standing wins; a

@@ -63,6 +63,7 @@ func TestWireJS(t *testing.T) {
 	type frame struct {
 		Topic                     string
 		Epoch, Token, Tick, Index uint64
+		At                        int64 // ms since the first frame
 	}
 	// A walk like a real instance's: its owner's grant rises now and then (a move, a rotation, a
 	// restore's new epoch), ticks mostly advance with a few frames each, and frames of older grants
@@ -92,11 +93,20 @@ func TestWireJS(t *testing.T) {
 		}
 		frames = append(frames, fr)
 	}
+	// Frames arrive 0-600 ms apart: now and then the followed grant falls silent for longer than
+	// DefaultFrameStale, and another grant's frame is followed (the rule against a forged one).
 	var f wire.FrameFilter
 	var want []bool
 	passed := 0
+	t0 := time.Unix(0, 0)
+	for i := range frames {
+		frames[i].At += rng.Int64N(600)
+		if i > 0 {
+			frames[i].At += frames[i-1].At
+		}
+	}
 	for _, fr := range frames {
-		p := f.Pass(fr.Topic, wire.FrameStamp{Epoch: fr.Epoch, Token: fr.Token, Tick: fr.Tick, Index: fr.Index})
+		p := f.PassAt(fr.Topic, wire.FrameStamp{Epoch: fr.Epoch, Token: fr.Token, Tick: fr.Tick, Index: fr.Index}, t0.Add(time.Duration(fr.At)*time.Millisecond))
 		want = append(want, p)
 		if p {
 			passed++
@@ -105,7 +115,7 @@ func TestWireJS(t *testing.T) {
 	js, _ := json.Marshal(frames)
 	var got []bool
 	if err := b.Eval(fmt.Sprintf(`import('/demo/wire.js').then(m => { const f = new m.FrameFilter();
-		return %s.map(x => f.pass(x.Topic, {epoch: BigInt(x.Epoch), token: BigInt(x.Token), tick: BigInt(x.Tick), index: BigInt(x.Index)})); })`, js), &got); err != nil {
+		return %s.map(x => f.pass(x.Topic, {epoch: BigInt(x.Epoch), token: BigInt(x.Token), tick: BigInt(x.Tick), index: BigInt(x.Index)}, x.At)); })`, js), &got); err != nil {
 		t.Fatal(err)
 	}
 	for i := range want {

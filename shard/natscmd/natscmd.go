@@ -46,9 +46,13 @@ type Server struct {
 	MaxQueueWait time.Duration
 	// Logger, if set, receives the commands refused here, before they reach their shard (busy
 	// while shedding: debug; malformed or too large: warn), with the keys of package logkey.
-	Logger   *slog.Logger
+	Logger *slog.Logger
+	// Quota bounds each untrusted sender's commands and creates on this node (NewServer:
+	// DefaultQuota; the zero Quota: no limit).
+	Quota    Quota
 	limit    logkey.Limiter
 	deputies onceSet // senders whose dropped replies were logged
+	quotas   quotas
 }
 
 var busyReply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy,
@@ -76,7 +80,7 @@ var _ shard.Commands = (*Server)(nil)
 // NewServer serves commands for a cluster of the given shard count; its metrics go to reg (shared
 // with the node configured with the same registerer), nil: none.
 func NewServer(nc *nats.Conn, shards uint32, reg prometheus.Registerer) *Server {
-	return &Server{nc: nc, shards: shards, metrics: metrics.For(reg)}
+	return &Server{nc: nc, shards: shards, metrics: metrics.For(reg), Quota: DefaultQuota}
 }
 
 // Serve implements shard.Commands: it subscribes tickfence.cmd.<S>.*.
@@ -130,7 +134,28 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 			s.refuse(m, reply, slog.LevelWarn, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
 			return
 		}
-		handle(shard.Command{Request: req, Received: received, Reply: reply, Screened: s.Shedding != nil})
+		who, key, err := sender(m)
+		if err != nil {
+			werr := err.(*wire.Error)
+			s.refuse(m, reply, slog.LevelWarn, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
+			return
+		}
+		if key != "" {
+			if ok, wait := s.quotas.allow(s.Quota, key, req.Type == "create", time.Now()); !ok {
+				werr := wire.Errorf(wire.CodeRateLimited, "sender %s is past its quota on this node (%s); nothing was applied: retry the same request in %s",
+					who.Name, s.Quota, wait.Round(time.Millisecond))
+				s.refuse(m, reply, slog.LevelDebug, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
+				return
+			}
+			// An untrusted sender's request and client IDs are its own.
+			if req.Client != "" {
+				req.Client = key + req.Client
+			} else {
+				req.ID = key + req.ID
+			}
+		}
+		handle(shard.Command{Request: req, Received: received, Reply: reply, Screened: s.Shedding != nil, Sender: who,
+			SenderKey: strings.TrimSuffix(key, " ")})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", wire.ShardSubject(sh), err)
@@ -268,7 +293,7 @@ var windows = sync.Pool{New: func() any { return new(session.Window) }}
 
 // Retryable reports the error codes after which the same request should be sent again.
 func Retryable(code string) bool {
-	return code == wire.CodeRetry || code == wire.CodeNotOwner || code == wire.CodeBusy
+	return code == wire.CodeRetry || code == wire.CodeNotOwner || code == wire.CodeBusy || code == wire.CodeRateLimited
 }
 
 // assign numbers a new command to instance. One counter numbers the commands to every instance
@@ -367,12 +392,26 @@ func (c *Client) Once(ctx context.Context, instance, requestID string, cmd map[s
 		}
 		defer c.settle(instance, seq)
 	}
-	m := c.message(instance, requestID, seq, body, false)
-	resp, err := c.nc.RequestMsgWithContext(ctx, m)
-	if err != nil {
-		return wire.Reply{}, err
+	// Through the command inbox, as Exec: within the trusted account a node may answer there
+	// only (package auth), not on the connection's own request inbox.
+	if err := c.replies.start(c.nc); err != nil {
+		return wire.Reply{}, fmt.Errorf("subscribe the replies' inbox: %w", err)
 	}
-	return wire.DecodeReply(resp.Data, false)
+	out := make(chan answer, 1)
+	tok := c.replies.send(c.message(instance, requestID, seq, body, false), func(a answer) { out <- a })
+	select {
+	case a := <-out:
+		switch {
+		case a.err != nil:
+			return wire.Reply{}, a.err
+		case noResponders(a.m):
+			return wire.Reply{}, nats.ErrNoResponders
+		}
+		return wire.DecodeReply(a.m.Data, false)
+	case <-ctx.Done():
+		c.replies.forget(tok)
+		return wire.Reply{}, ctx.Err()
+	}
 }
 
 // Send sends one command (a msgpack or JSON map) and waits for its answer, retrying with the same

@@ -1,11 +1,25 @@
 package natscmd
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/shard/wire"
 )
+
+// HeaderPlayer names the player a trusted sender acts for (a trusted gateway, an operator's
+// tickctl). An untrusted sender is its player whatever it writes here.
+const HeaderPlayer = "Tickfence-Player"
+
+// trustedTag is the tag of a trusted gateway's credential (auth.TrustedTag).
+const trustedTag = "trusted"
 
 // HeaderRequestInfo is the header the NATS server sets on a request that crossed from one
 // account into another through a service import whose importer shares its client's details
@@ -54,4 +68,35 @@ func (o *onceSet) first(key string) bool {
 	}
 	o.seen[key] = struct{}{}
 	return true
+}
+
+// sender is who sent m (DESIGN 9). A request that crossed from another account has a reply
+// subject the server made (_R_.…) and the requester's details the server wrote over anything
+// the client did (Nats-Request-Info, when the import shares them): that is an untrusted sender
+// unless its credential is tagged trusted. Anything else was sent within the trusted account or
+// on a server without credentials: trusted. key is what its exactly-once state is filed under:
+// "" for trusted senders, else a digest of its account and user followed by a space (a
+// character no request or client ID may hold), so no sender can reach another's.
+func sender(m *nats.Msg) (s actor.Sender, key string, err error) {
+	if strings.HasPrefix(m.Reply, "_R_.") {
+		if ri := requestInfo(m.Header); ri.Account != "" {
+			s = actor.Sender{Account: ri.Account, User: ri.User, Name: ri.NameTag, Tags: ri.Tags,
+				Trusted: slices.Contains(ri.Tags, trustedTag)}
+			if !s.Trusted {
+				s.Player = s.Name
+				sum := sha256.Sum256([]byte(ri.Account + "/" + ri.User))
+				return s, "s:" + hex.EncodeToString(sum[:8]) + " ", nil
+			}
+		}
+	}
+	if s.Account == "" {
+		s.Trusted = true
+	}
+	if p := m.Header.Get(HeaderPlayer); p != "" {
+		if len(p) > wire.MaxRequestID || strings.ContainsFunc(p, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+			return s, "", wire.Errorf(wire.CodeBadRequest, "header %s must be 1..%d printable ASCII characters without spaces", HeaderPlayer, wire.MaxRequestID)
+		}
+		s.Player = p
+	}
+	return s, "", nil
 }

@@ -53,6 +53,13 @@ const (
 	// CodeBusy: the node is past its capacity and refused the command at once, without effect.
 	// Retry with the same request ID (or sequence number) after a backoff with jitter.
 	CodeBusy = "busy"
+	// CodeForbidden: the sender may not do this (DESIGN 9): a player ending an instance it did
+	// not create, creating one of a kind that does not let players create, or the game's own
+	// authorisation. Not retryable.
+	CodeForbidden = "forbidden"
+	// CodeRateLimited: the sender is past one of its quotas (commands per second, instances
+	// created); nothing was applied. Retry with the same request after the delay the message says.
+	CodeRateLimited = "rate_limited"
 )
 
 // Subject is where commands to an instance are sent.
@@ -231,8 +238,10 @@ func decodeMap(data []byte, isJSON bool) (map[string]any, error) {
 		if err := dec.Decode(&v); err != nil {
 			return nil, Errorf(CodeBadRequest, "malformed JSON: %v", err)
 		}
-		if dec.More() {
-			return nil, Errorf(CodeBadRequest, "malformed JSON: trailing data")
+		// Only white space may follow the value: dec.More is false before a stray } or ], which
+		// a stricter parser in front (a gateway's) would refuse.
+		if rest := bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
+			return nil, Errorf(CodeBadRequest, "malformed JSON: trailing data after the command")
 		}
 		if k, ok := jsonRepeatedKey(data); ok { // encoding/json kept the last
 			return nil, repeatedKey(k)

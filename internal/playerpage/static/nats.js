@@ -80,8 +80,9 @@ function base32Decode(s) {
 const b64url = (bytes) => btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 const unb64url = (s) => atob(s.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((s.length + 3) % 4));
 
-// parseCreds reads a NATS .creds file (tickctl auth user): {jwt, seed, name}, name being the
-// JWT's, which names the user's inbox. It throws on anything else.
+// parseCreds reads a NATS .creds file (tickctl auth user): {jwt, seed, name, tags}, name being
+// the JWT's, which names the user's inbox (and, for a player's credential, the player). It throws
+// on anything else.
 export function parseCreds(text) {
   const jwt = /-{3,}BEGIN NATS USER JWT-{3,}\s*([A-Za-z0-9_.=-]+)\s*-{3,}END/.exec(text);
   const seed = /-{3,}BEGIN USER NKEY SEED-{3,}\s*(SU[A-Z2-7]+)\s*-{3,}END/.exec(text);
@@ -92,7 +93,7 @@ export function parseCreds(text) {
   } catch (e) {
     throw new Error("the credentials' JWT cannot be read");
   }
-  return { jwt: jwt[1], seed: seed[1], name: claims.name || "" };
+  return { jwt: jwt[1], seed: seed[1], name: claims.name || "", tags: (claims.nats && claims.nats.tags) || [] };
 }
 
 // signNonce signs the server's nonce with the seed's ed25519 key, as nats.go does

@@ -313,6 +313,13 @@ async function main() {
   setupAuthForm();
   const creds = sessionStorage.getItem(CREDS_KEY) || "";
   try {
+    // A player's own credential (not a trusted gateway's) is its player: the nodes refuse it
+    // acting for anyone else, so the page does not offer to.
+    const c = creds ? parseCreds(creds) : null;
+    if (c && c.name && !c.tags.includes("trusted")) {
+      $("player").value = c.name;
+      $("player").readOnly = true;
+    }
     nc = new Conn(url, { onStatus: setConn, creds });
   } catch (e) {
     showAuth(`the stored credentials: ${e.message}`);

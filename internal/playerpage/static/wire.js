@@ -15,26 +15,35 @@ export function fnv1a32(s) {
 // FrameFilter is the watcher's rule (shard/wire.FrameFilter): keep the highest (epoch, token)
 // seen on any of the instance's subjects and drop frames below it; under that grant keep per
 // topic the last (tick, frame) shown and drop one not after it. A zombie's frames die here as
-// soon as the new owner's first frame has arrived.
+// soon as the new owner's first frame has arrived. The grant followed holds only while it keeps
+// sending: silent for stale ms, another grant's frame is shown and followed, so one forged frame
+// with a huge token cannot hide the real owner's for longer than that.
+export const DEFAULT_FRAME_STALE_MS = 2000;
+
 export class FrameFilter {
-  constructor() {
+  constructor(staleMs = DEFAULT_FRAME_STALE_MS) {
+    this.stale = staleMs;
     this.seen = false;
     this.epoch = 0n;
     this.token = 0n;
+    this.at = 0;
     this.last = new Map();
   }
-  pass(topic, st) {
-    if (!this.seen || st.epoch > this.epoch || (st.epoch === this.epoch && st.token > this.token)) {
+  pass(topic, st, now = performance.now()) {
+    const newer = st.epoch > this.epoch || (st.epoch === this.epoch && st.token > this.token);
+    const older = st.epoch < this.epoch || (st.epoch === this.epoch && st.token < this.token);
+    if (!this.seen || newer || (older && this.stale > 0 && now - this.at > this.stale)) {
       this.seen = true;
       this.epoch = st.epoch;
       this.token = st.token;
       this.last = new Map();
-    } else if (st.epoch < this.epoch || st.token < this.token) {
+    } else if (older) {
       return false;
     } else {
       const l = this.last.get(topic);
       if (l && (st.tick < l[0] || (st.tick === l[0] && st.index <= l[1]))) return false;
     }
+    this.at = now;
     this.last.set(topic, [st.tick, st.index]);
     return true;
   }

@@ -1,0 +1,169 @@
+package auth_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tickfence/tickfence/auth"
+	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
+)
+
+// player is a per-player credential in the players' account (an untrusted gateway named after
+// the player), connected.
+func (e *env) player(t *testing.T, name string) *natscmd.Client {
+	t.Helper()
+	if _, err := auth.NewUser(e.dir, auth.Gateway, name); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := e.connect(t, name)
+	return natscmd.NewClient(nc, shards)
+}
+
+// code sends cmd once (no retries) and returns the reply's code ("ok" for an ok).
+func code(t *testing.T, c *natscmd.Client, id, req string, cmd map[string]any) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := c.Once(ctx, id, req, cmd)
+	if err != nil {
+		t.Fatalf("%s %v: %v", id, cmd, err)
+	}
+	if r.OK {
+		return "ok"
+	}
+	return r.Error.Code
+}
+
+// TestCommandsKnowTheirSender: on a cluster set up as the README says, a player's credential
+// acts only for its player. It cannot end an instance it did not create, act for another
+// player, create a dungeon with a boss a player may not have, create without bound, or reach
+// another player's exactly-once state through its client or request IDs.
+func TestCommandsKnowTheirSender(t *testing.T) {
+	e := newEnv(t)
+	alice, bob := e.player(t, "alice"), e.player(t, "bob")
+
+	// Instances: a player may open a dungeon and end it; another player may not end it, nor
+	// may anyone untrusted end the trusted gateway's d1.
+	if c := code(t, alice, "da", "a-create", map[string]any{"type": "create", "kind": "dungeon", "boss_hp": 500}); c != "ok" {
+		t.Fatalf("alice creates da: %s", c)
+	}
+	if c := code(t, bob, "da", "b-end", map[string]any{"type": "end"}); c != wire.CodeForbidden {
+		t.Errorf("bob ends alice's da: %s, want forbidden", c)
+	}
+	if c := code(t, alice, "d1", "a-end1", map[string]any{"type": "end"}); c != wire.CodeForbidden {
+		t.Errorf("alice ends the trusted gateway's d1: %s, want forbidden", c)
+	}
+	if c := code(t, alice, "big", "a-big", map[string]any{"type": "create", "kind": "dungeon", "boss_hp": int64(1e12)}); c != wire.CodeForbidden {
+		t.Errorf("alice creates a 1e12 HP boss: %s, want forbidden", c)
+	}
+
+	// Players act for themselves only (the demo dungeon authorises on the sender).
+	if c := code(t, alice, "d1", "a-join", map[string]any{"type": "join", "player": "alice"}); c != "ok" {
+		t.Fatalf("alice joins d1 as alice: %s", c)
+	}
+	for _, typ := range []string{"join", "attack", "leave"} {
+		if c := code(t, bob, "d1", "b-"+typ, map[string]any{"type": typ, "player": "alice"}); c != wire.CodeForbidden {
+			t.Errorf("bob %ss as alice: %s, want forbidden", typ, c)
+		}
+	}
+	// The trusted gateway may act for a player it names, and only for that one.
+	gwc, _ := e.connect(t, "gateway")
+	trusted := func(player, req string, cmd map[string]any) string {
+		m := nats.NewMsg(wire.Subject(e.shard, "d1"))
+		m.Header.Set(wire.HeaderRequestID, req)
+		m.Header.Set(natscmd.HeaderPlayer, player)
+		m.Data = mustCanonical(t, cmd)
+		r, err := gwc.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := wire.DecodeReply(r.Data, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.OK {
+			return "ok"
+		}
+		return rep.Error.Code
+	}
+	if c := trusted("carol", "g-join", map[string]any{"type": "join", "player": "carol"}); c != "ok" {
+		t.Errorf("the trusted gateway joins for carol: %s", c)
+	}
+	if c := trusted("carol", "g-join2", map[string]any{"type": "join", "player": "dave"}); c != wire.CodeForbidden {
+		t.Errorf("the trusted gateway acting for carol joins dave: %s, want forbidden", c)
+	}
+
+	// Exactly-once state is per sender. Alice attacks once with request a-hit; bob then floods
+	// the request window with 3 × its size of his own IDs and sends a-hit himself: alice's
+	// retransmission still gets her first answer (not a second attack), and bob's a-hit is his
+	// own new command.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hit := map[string]any{"type": "attack", "player": "alice"}
+	first, err := alice.SendMap(ctx, "d1", "a-hit", hit)
+	if err != nil || !first.OK {
+		t.Fatalf("alice attacks: %+v %v", first, err)
+	}
+	if c := code(t, bob, "d1", "b-join-self", map[string]any{"type": "join", "player": "bob"}); c != "ok" {
+		t.Fatalf("bob joins: %s", c)
+	}
+	for i := range 3 * store.RequestWindow {
+		if r, err := bob.SendMap(ctx, "d1", "junk-"+strconv.Itoa(i), map[string]any{"type": "status"}); err != nil || !r.OK {
+			t.Fatalf("bob's junk %d: %+v %v", i, r, err)
+		}
+	}
+	if r, err := bob.SendMap(ctx, "d1", "a-hit", map[string]any{"type": "attack", "player": "bob"}); err != nil || !r.OK {
+		t.Errorf("bob's own a-hit (another sender's request ID): %+v %v, want applied", r, err)
+	}
+	again, err := alice.SendMap(ctx, "d1", "a-hit", hit)
+	if err != nil || fmt.Sprint(again) != fmt.Sprint(first) {
+		t.Errorf("alice's retransmitted a-hit: %+v %v, want her first answer %+v", again, err, first)
+	}
+
+	// Bob takes alice's client ID and sequence number: his command is his own (applied, his
+	// answer), not hers.
+	compact := func(player string) map[string]any { return map[string]any{"type": "join", "player": player} }
+	send := func(conn *nats.Conn, player string) wire.Reply {
+		m := nats.NewMsg(wire.Subject(e.shard, "d1"))
+		m.Header.Set(wire.HeaderClient, "shared-client")
+		m.Header.Set(wire.HeaderSeq, "1")
+		m.Data = mustCanonical(t, compact(player))
+		r, err := conn.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := wire.DecodeReply(r.Data, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	_, aliceConn := e.connect(t, "alice")
+	_, bobConn := e.connect(t, "bob")
+	ra := send(aliceConn.Conn, "alice")
+	rb := send(bobConn.Conn, "bob")
+	if !ra.OK || !rb.OK {
+		t.Fatalf("alice's and bob's seq 1 of client shared-client: %+v, %+v; want both applied", ra, rb)
+	}
+	if fmt.Sprint(ra.Result) == fmt.Sprint(rb.Result) {
+		t.Errorf("bob got alice's answer for her client ID: %+v", rb)
+	}
+
+	// Creates are bounded per sender: a burst past the quota is refused rate_limited, at once.
+	limited := 0
+	for i := range natscmd.DefaultQuota.CreateBurst + 5 {
+		if code(t, bob, fmt.Sprintf("bob-d%d", i), "c", map[string]any{"type": "create", "kind": "dungeon"}) == wire.CodeRateLimited {
+			limited++
+		}
+	}
+	if limited == 0 {
+		t.Errorf("bob created %d dungeons at once, none refused rate_limited", natscmd.DefaultQuota.CreateBurst+5)
+	}
+}
