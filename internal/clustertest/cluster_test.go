@@ -27,7 +27,9 @@ func owns(node string, min int) func(*coordinator.State) bool {
 }
 
 // TestKillNodeFailover: kill -9 of a node; its instances tick on another node within lease + 3 s,
-// and each record's tick counter continues from the last stored value. TICKFENCE_FAILOVER_RUNS
+// and each record's tick counter continues from the last stored value. Before each kill, a player
+// and an operator aim the victim's answers at the cluster record (deputy): refused, and the
+// failover is the usual one. TICKFENCE_FAILOVER_RUNS
 // repeats the kill to measure the median and maximum.
 func TestKillNodeFailover(t *testing.T) {
 	runs := 1
@@ -46,6 +48,7 @@ func TestKillNodeFailover(t *testing.T) {
 			t.Fatal("victim owns no instance")
 		}
 		time.Sleep(500 * time.Millisecond) // let it write under its own token
+		c.deputy(insts, run)               // refused, and the victim still fails over as usual
 		before := map[string]store.Record{}
 		for id, sh := range insts {
 			before[id] = c.load(id, sh)

@@ -89,7 +89,8 @@ func waitStopped(t *testing.T, p *proc.Proc) {
 // cluster is a `tickd server` process, its nodes and the test's own client of its store.
 type cluster struct {
 	*proc.Cluster
-	t *testing.T
+	t       *testing.T
+	authDir string // the roles' credentials
 }
 
 func newCluster(t *testing.T, serverArgs ...string) *cluster {
@@ -97,8 +98,9 @@ func newCluster(t *testing.T, serverArgs ...string) *cluster {
 	// Every process on its own role's credentials (DESIGN 9, issue 14): the server enforces
 	// them, each node has its own node credential, the load is a gateway and the drains an
 	// operator's; only the test's checker (history, backup and restore) is admin.
+	authDir := t.TempDir()
 	pc, err := proc.StartCluster(context.Background(), proc.ClusterConfig{Bin: tickd, DataDir: t.TempDir(),
-		Lease: lease, Shards: 32, History: 1_000_000, FaultHooks: true, ServerArgs: serverArgs, AuthDir: t.TempDir()})
+		Lease: lease, Shards: 32, History: 1_000_000, FaultHooks: true, ServerArgs: serverArgs, AuthDir: authDir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +120,7 @@ func newCluster(t *testing.T, serverArgs ...string) *cluster {
 		nc.Close()
 		t.Fatal("the server accepts a client without credentials")
 	}
-	return &cluster{Cluster: pc, t: t}
+	return &cluster{Cluster: pc, t: t, authDir: authDir}
 }
 
 // operator is a store on an operator's connection: the control plane's placement inputs

@@ -211,7 +211,9 @@ func (c *Cluster) Creds(r auth.Role, name string) (string, error) {
 		}
 		return file, nil
 	}
-	return auth.NewUser(c.cfg.AuthDir, r, name)
+	// A gateway made here is a server-side one (load generators, tests' command senders): trusted
+	// to name the player it acts for, like Init's gateway.creds.
+	return auth.NewUserWith(c.cfg.AuthDir, r, name, auth.UserOptions{Trusted: r == auth.Gateway})
 }
 
 // ConnectAs connects to the server as user name with role r (Creds), with natskv.Connect's
