@@ -8,6 +8,8 @@ package shard
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,6 +48,30 @@ type Command struct {
 
 	admitted bool   // counted by admission control until answered
 	cas      string // the result of the write whose failure refused it, for the refusal's log line
+}
+
+// SenderKey is what an untrusted sender's exactly-once state and the instances it creates are
+// filed under: a digest of its account and user (store.SenderOf reads it back from an ID).
+func SenderKey(account, user string) string {
+	sum := sha256.Sum256([]byte(account + "/" + user))
+	return "s:" + hex.EncodeToString(sum[:8])
+}
+
+// SetSender makes s the command's sender, as a transport does with the identity it
+// authenticated: an untrusted sender's request or client ID is filed under its SenderKey (a
+// prefix ending in a space, which no ID a client writes holds), so that no sender reaches
+// another's exactly-once state (DESIGN 9).
+func (c *Command) SetSender(s actor.Sender) {
+	c.Sender, c.SenderKey = s, ""
+	if s.Trusted {
+		return
+	}
+	c.SenderKey = SenderKey(s.Account, s.User)
+	if c.Client != "" {
+		c.Client = c.SenderKey + " " + c.Client
+	} else {
+		c.ID = c.SenderKey + " " + c.ID
+	}
 }
 
 // Commands connects the host to the command subjects of the shards it runs.

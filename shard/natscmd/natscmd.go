@@ -134,28 +134,23 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 			s.refuse(m, reply, slog.LevelWarn, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
 			return
 		}
-		who, key, err := sender(m)
+		who, err := sender(m)
 		if err != nil {
 			werr := err.(*wire.Error)
 			s.refuse(m, reply, slog.LevelWarn, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
 			return
 		}
-		if key != "" {
-			if ok, wait := s.quotas.allow(s.Quota, key, req.Type == "create", time.Now()); !ok {
+		c := shard.Command{Request: req, Received: received, Reply: reply, Screened: s.Shedding != nil}
+		c.SetSender(who)
+		if c.SenderKey != "" {
+			if ok, wait := s.quotas.allow(s.Quota, c.SenderKey, req.Type == "create", time.Now()); !ok {
 				werr := wire.Errorf(wire.CodeRateLimited, "sender %s is past its quota on this node (%s); nothing was applied: retry the same request in %s",
 					who.Name, s.Quota, wait.Round(time.Millisecond))
 				s.refuse(m, reply, slog.LevelDebug, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
 				return
 			}
-			// An untrusted sender's request and client IDs are its own.
-			if req.Client != "" {
-				req.Client = key + req.Client
-			} else {
-				req.ID = key + req.ID
-			}
 		}
-		handle(shard.Command{Request: req, Received: received, Reply: reply, Screened: s.Shedding != nil, Sender: who,
-			SenderKey: strings.TrimSuffix(key, " ")})
+		handle(c)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", wire.ShardSubject(sh), err)

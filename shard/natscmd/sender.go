@@ -1,8 +1,6 @@
 package natscmd
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -74,18 +72,16 @@ func (o *onceSet) first(key string) bool {
 // subject the server made (_R_.…) and the requester's details the server wrote over anything
 // the client did (Nats-Request-Info, when the import shares them): that is an untrusted sender
 // unless its credential is tagged trusted. Anything else was sent within the trusted account or
-// on a server without credentials: trusted. key is what its exactly-once state is filed under:
-// "" for trusted senders, else a digest of its account and user followed by a space (a
-// character no request or client ID may hold), so no sender can reach another's.
-func sender(m *nats.Msg) (s actor.Sender, key string, err error) {
+// on a server without credentials: trusted.
+func sender(m *nats.Msg) (actor.Sender, error) {
+	var s actor.Sender
 	if strings.HasPrefix(m.Reply, "_R_.") {
 		if ri := requestInfo(m.Header); ri.Account != "" {
 			s = actor.Sender{Account: ri.Account, User: ri.User, Name: ri.NameTag, Tags: ri.Tags,
 				Trusted: slices.Contains(ri.Tags, trustedTag)}
 			if !s.Trusted {
 				s.Player = s.Name
-				sum := sha256.Sum256([]byte(ri.Account + "/" + ri.User))
-				return s, "s:" + hex.EncodeToString(sum[:8]) + " ", nil
+				return s, nil
 			}
 		}
 	}
@@ -94,9 +90,9 @@ func sender(m *nats.Msg) (s actor.Sender, key string, err error) {
 	}
 	if p := m.Header.Get(HeaderPlayer); p != "" {
 		if len(p) > wire.MaxRequestID || strings.ContainsFunc(p, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
-			return s, "", wire.Errorf(wire.CodeBadRequest, "header %s must be 1..%d printable ASCII characters without spaces", HeaderPlayer, wire.MaxRequestID)
+			return s, wire.Errorf(wire.CodeBadRequest, "header %s must be 1..%d printable ASCII characters without spaces", HeaderPlayer, wire.MaxRequestID)
 		}
 		s.Player = p
 	}
-	return s, "", nil
+	return s, nil
 }
