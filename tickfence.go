@@ -16,8 +16,9 @@
 //		}
 //	}
 //
-// Run joins the cluster (creating it on first use), serves commands for the shards the
-// coordinator gives this node, stands as a coordinator candidate, and, when ctx ends, hands its
+// Run joins the cluster (creating it on first use when it runs its own embedded server or
+// connects without credentials; on a server enforcing the roles an admin creates it first with
+// tickctl cluster init), serves commands for the shards the coordinator gives this node, stands as a coordinator candidate, and, when ctx ends, hands its
 // shards off and leaves. Start does the same and returns a *Node, for a program that also does
 // something else (tickd drives demo players and prints a summary). Clients send commands over
 // NATS (package shard/natscmd, or any NATS client: the wire format is DESIGN 5).
@@ -41,6 +42,7 @@ import (
 
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/auth"
+	"github.com/tickfence/tickfence/clusterinit"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/natsserver"
@@ -97,7 +99,10 @@ type Options struct {
 	Sync bool
 
 	// Shards is the number of shards when this node creates the cluster (default 256); a cluster
-	// that exists keeps its own. RequireShards makes a different count an error instead.
+	// that exists keeps its own. RequireShards makes a different count an error instead. A node
+	// creates the cluster (package clusterinit) only when it runs the embedded server or connects
+	// without credentials; a node on credentials opens the cluster an admin made (tickctl cluster
+	// init: DESIGN 9, only admin shapes storage) and fails, naming the command, if there is none.
 	Shards        uint32
 	RequireShards bool
 	// Partitions is the number of data buckets per epoch when this node creates the cluster
@@ -172,7 +177,14 @@ type Node struct {
 	cluster    store.Cluster
 	engine     *actor.Engine
 	node       *node.Node
-	connect    func(purpose string) (*nats.Conn, error)
+	connect    func(purpose string) (*nats.Conn, error)                      // a connection as this node, closed by Close
+	dial       func(purpose string, creds []nats.Option) (*nats.Conn, error) // a connection as creds' user, the caller's to close
+
+	// selfInit: this node makes the cluster's storage itself (clusterinit.Init) before opening it:
+	// it runs the embedded server, or connects without credentials. initCreds, if set, is the
+	// credentials file it does that with (the auth directory's admin.creds, embedded server).
+	selfInit  bool
+	initCreds string
 
 	stopRun context.CancelFunc
 	wg      sync.WaitGroup
@@ -254,9 +266,14 @@ func Run(ctx context.Context, opt Options) error {
 	return n.Stop(sctx)
 }
 
-// Start connects to NATS (or starts the embedded server), joins the cluster (creating it if
-// there is none), and returns once the node holds its lease and serves commands. ctx bounds
-// the start only.
+// Start connects to NATS (or starts the embedded server), joins the cluster, and returns once the
+// node holds its lease and serves commands. ctx bounds the start only.
+//
+// Who makes the cluster's storage (DESIGN 9: only admin shapes it): a node that runs the embedded
+// server makes it itself — with the auth directory's admin.creds when Auth is set, a connection
+// it closes at once — and so does a node that connects without credentials (nothing stops anyone
+// there). A node on credentials only opens what exists: an admin runs tickctl cluster init first,
+// and without it Start fails naming that command.
 func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	if err := opt.defaults(); err != nil {
 		return nil, err
@@ -283,14 +300,21 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n.frames = natscmd.NewFramePublisher(frameConn, 0, opt.Registerer)
-	if n.st, err = natskv.Open(nc, natskv.Options{History: opt.DataHistory}); err != nil {
-		return nil, err
-	}
 	want := store.DefaultCluster()
 	want.Shards, want.Partitions, want.Replicas = opt.Shards, opt.Partitions, opt.Replicas
-	if n.cluster, err = coordinator.BootstrapWith(ctx, n.st, want, coordinator.Require{Shards: opt.RequireShards,
-		Partitions: opt.RequirePartitions, Replicas: opt.RequireReplicas}, n.log); err != nil {
+	req := coordinator.Require{Shards: opt.RequireShards, Partitions: opt.RequirePartitions, Replicas: opt.RequireReplicas}
+	if n.selfInit {
+		if err := n.initCluster(ctx, nc, want, req); err != nil {
+			return nil, err
+		}
+	}
+	// The node opens what exists and makes nothing (natskv.Options.OpenOnly): every bucket and
+	// stream it needs was made above or by an admin.
+	if n.st, err = natskv.Open(nc, natskv.Options{History: opt.DataHistory, OpenOnly: true}); err != nil {
 		return nil, err
+	}
+	if n.cluster, err = coordinator.BootstrapWith(ctx, n.st, want, req, n.log); err != nil {
+		return nil, n.notInitialised(err, want)
 	}
 	n.logPartitions(ctx)
 	fxConn, err := n.connect("effects")
@@ -301,15 +325,11 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// The effects stream has the cluster's replicas, as every bucket has (a node joining an R3
-	// cluster makes R3 streams whatever its own options say).
-	if _, err := natscmd.EnsureEffectsStream(ctx, js, int(n.cluster.ReplicasOr1())); err != nil {
+	// The effects stream (and the audit stream, which a node never uses) came with the cluster.
+	if _, err := js.Stream(ctx, natscmd.EffectsStream); errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, n.notInitialised(fmt.Errorf("no effects stream (%s): %w", natscmd.EffectsStream, natskv.ErrNotInitialised), want)
+	} else if err != nil {
 		return nil, fmt.Errorf("tickfence: effects stream: %w", err)
-	}
-	// The audit stream of operators' actions (tickctl audit), made here so that operators need
-	// no right to create streams.
-	if err := auth.EnsureAuditStream(ctx, js, int(n.cluster.ReplicasOr1())); err != nil {
-		return nil, fmt.Errorf("tickfence: audit stream: %w", err)
 	}
 	if n.effects, err = natscmd.NewEffectPublisher(fxConn); err != nil {
 		return nil, err
@@ -367,6 +387,52 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	}
 }
 
+// initCluster makes (or checks) the cluster's storage as clusterinit.Init does for tickctl cluster
+// init: on nc, or on a connection of its own as the user of initCreds, closed when done. Without
+// initCreds' file (admin.creds kept offline, as the README advises) it makes nothing, and the
+// cluster must have been made already.
+func (n *Node) initCluster(ctx context.Context, nc *nats.Conn, want store.Cluster, req coordinator.Require) error {
+	if n.initCreds != "" {
+		if _, err := os.Stat(n.initCreds); err != nil {
+			n.log.Info("the auth directory holds no admin credentials: the cluster must have been initialised (tickctl cluster init)", "creds", n.initCreds)
+			return nil
+		}
+		copts, err := auth.ClientOptions(n.initCreds, func(w string) { n.log.Warn(w) })
+		if err != nil {
+			return err
+		}
+		anc, err := n.dial("init", copts)
+		if err != nil {
+			return err
+		}
+		defer anc.Close()
+		nc = anc
+	}
+	_, err := clusterinit.Init(ctx, nc, clusterinit.Options{Shards: want.Shards, Partitions: want.Partitions, Replicas: want.Replicas,
+		Require: req, History: n.opt.DataHistory, Progress: func(s natskv.Step) {
+			if s.State != natskv.StepExists {
+				n.log.Info("cluster storage "+s.State, "what", s.What, "name", s.Name, "note", s.Note)
+			}
+		}})
+	if err != nil {
+		return fmt.Errorf("tickfence: initialise the cluster: %w", err)
+	}
+	return nil
+}
+
+// notInitialised adds to an error of a cluster that was never made the command that makes it.
+func (n *Node) notInitialised(err error, want store.Cluster) error {
+	if !errors.Is(err, natskv.ErrNotInitialised) {
+		return err
+	}
+	url := n.opt.NATS
+	if url == "" {
+		url = "URL"
+	}
+	return fmt.Errorf("tickfence: %w: tickctl --nats %s --creds DIR/admin.creds cluster init --shards %d --partitions %d --replicas %d",
+		err, url, want.Shards, want.Partitions, want.ReplicasOr1())
+}
+
 func (n *Node) openNATS() error {
 	o := n.opt
 	url, where := o.NATS, "at "+o.NATS
@@ -385,6 +451,14 @@ func (n *Node) openNATS() error {
 	} else {
 		if creds == "" && o.Auth != "" {
 			creds = auth.CredsFile(o.Auth, string(auth.Node))
+		}
+		// This process runs the server, and with Auth holds its whole auth directory (every key
+		// that signs a user): making the storage with the directory's admin.creds gives it nothing
+		// it does not have. An in-process connection is no way around that: the server asks every
+		// client, in-process ones too, for a user of its accounts.
+		n.selfInit = true
+		if o.Auth != "" {
+			n.initCreds = auth.CredsFile(o.Auth, string(auth.Admin))
 		}
 		dir, _ := filepath.Abs(o.DataDir)
 		srv, err := natsserver.Start(natsserver.Config{DataDir: dir, Listen: o.Listen, Sync: o.Sync, Name: o.NodeID,
@@ -426,6 +500,7 @@ func (n *Node) openNATS() error {
 	} else if o.TLSCert != "" || o.TLSKey != "" {
 		return errors.New("tickfence: a client certificate (TLSCert, TLSKey) needs TLSCA: the CA that signed the server's certificate")
 	}
+	var nodeCreds []nats.Option
 	if creds != "" {
 		if err := auth.CheckNode(creds, o.NodeID); err != nil {
 			return err
@@ -434,10 +509,12 @@ func (n *Node) openNATS() error {
 		if err != nil {
 			return err
 		}
-		base = append(base, copts...)
+		nodeCreds = copts
+	} else {
+		n.selfInit = true // nothing checks who shapes storage here
 	}
-	n.connect = func(purpose string) (*nats.Conn, error) {
-		opts := append(append(base[:len(base):len(base)], nats.Name("tickfence "+o.NodeID+" "+purpose),
+	n.dial = func(purpose string, as []nats.Option) (*nats.Conn, error) {
+		opts := append(append(append(base[:len(base):len(base)], as...), nats.Name("tickfence "+o.NodeID+" "+purpose),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 				if err != nil {
 					n.log.Warn("NATS disconnected", "connection", purpose, "err", err)
@@ -449,6 +526,13 @@ func (n *Node) openNATS() error {
 		nc, err := natskv.Connect(url, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("connect to NATS %s: %w", where, auth.ExplainTLS(err, o.TLSCert != ""))
+		}
+		return nc, nil
+	}
+	n.connect = func(purpose string) (*nats.Conn, error) {
+		nc, err := n.dial(purpose, nodeCreds)
+		if err != nil {
+			return nil, err
 		}
 		n.keep(nc)
 		return nc, nil

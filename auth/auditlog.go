@@ -11,6 +11,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// AuditStreamConfig is the audit stream's configuration with the given replicas: file storage,
+// entries kept a year.
+func AuditStreamConfig(replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{Name: AuditStream, Subjects: []string{AuditSubject + ".>"},
+		Storage: jetstream.FileStorage, Replicas: max(replicas, 1), MaxAge: 365 * 24 * time.Hour}
+}
+
 // AuditEntry is one operator action in the audit stream (tickctl's verbs, the console's buttons).
 type AuditEntry struct {
 	Who    string    `json:"who"`  // the credential's user name ("" without credentials)
@@ -39,8 +46,10 @@ func NewAuditEntry(creds, what string, result error) AuditEntry {
 	return e
 }
 
-// RecordAudit appends e to the audit stream under AuditSubject.<verb>. On a cluster whose nodes
-// predate the audit stream (no stream answers), it creates it (one replica) and tries again.
+// RecordAudit appends e to the audit stream under AuditSubject.<verb>. On a cluster made before
+// the audit stream (no stream answers), it creates it (one replica) and tries again — which only
+// a user who may create streams can (admin, or anyone without the roles); tickctl cluster init
+// makes it for everyone else.
 func RecordAudit(ctx context.Context, nc *nats.Conn, verb string, e AuditEntry) error {
 	b, err := json.Marshal(e)
 	if err != nil {

@@ -52,8 +52,9 @@ type Role string
 // The four roles.
 const (
 	// Node runs shards and may hold the coordinator: reads and writes the data buckets and its
-	// control keys, publishes frames, effects and replies, serves commands. The first node also
-	// creates the buckets and the cluster record. It never deletes a bucket.
+	// control keys, publishes frames, effects and replies, serves commands. It is data-plane only:
+	// it creates, updates, deletes or purges no bucket or stream (an admin makes them: tickctl
+	// cluster init) and never writes the cluster record.
 	Node Role = "node"
 	// Gateway sends commands, receives its own replies and watches frames: nothing else. It lives
 	// in the PLAYERS account: its commands reach the nodes through the command service, carrying
@@ -66,7 +67,8 @@ const (
 	Operator Role = "operator"
 	// Observer reads the control bucket and the records; writes nothing.
 	Observer Role = "observer"
-	// Admin runs tickctl restore and gc: a restore makes, seals and drops buckets and writes a
+	// Admin runs tickctl cluster init, restore and gc: cluster init makes the buckets and streams
+	// (no other role may shape storage), a restore makes, seals and drops buckets and writes a
 	// new epoch's records, gc deletes blobs — more than an operator may (it never writes a
 	// record) and than a node may (it never deletes a bucket). Keep its file offline.
 	Admin Role = "admin"
@@ -504,16 +506,16 @@ const (
 	AuditSubject = "tickfence.audit" // AuditSubject.<verb>
 )
 
-// EnsureAuditStream creates the audit stream if it is missing (file storage, entries kept a
-// year). Nodes make it when they start, so that operators need no right to create streams.
+// EnsureAuditStream creates the audit stream if it is missing (AuditStreamConfig). Creating it
+// takes a right to create streams: with the roles enforced only admin has it (tickctl cluster
+// init makes it), so that operators need none.
 func EnsureAuditStream(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	if _, err := js.Stream(ctx, AuditStream); err == nil {
 		return nil
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return err
 	}
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: AuditStream, Subjects: []string{AuditSubject + ".>"},
-		Storage: jetstream.FileStorage, Replicas: max(replicas, 1), MaxAge: 365 * 24 * time.Hour})
+	_, err := js.CreateStream(ctx, AuditStreamConfig(replicas))
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return nil
 	}

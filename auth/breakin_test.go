@@ -70,6 +70,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(srv.Stop)
 	e := &env{dir: adir, url: srv.ClientURL(), kv: map[string]jetstream.KeyValue{}, shard: store.ShardOf("d1", shards),
 		reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	initCluster(t, adir, e.url, shards) // as admin: the node makes no storage (dataplane_test.go)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n, err := tickfence.Start(ctx, tickfence.Options{Kinds: []actor.Kind{dungeon.Kind{FrameEvery: 1}}, NodeID: "n1", NATS: e.url,

@@ -66,7 +66,22 @@ func BenchmarkKVPutAuth(b *testing.B) {
 			b.Fatal(err)
 		}
 		js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(64))
-		kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "bench", Storage: jetstream.MemoryStorage})
+		// The bucket is made by whoever may shape storage (admin with the roles enforced; a node
+		// may not), and written as a node writes its records (inst.<...> keys).
+		mk := js
+		if withAuth {
+			admin, err := nats.Connect(url, append(opts[:len(opts):len(opts)], nats.UserCredentials(auth.CredsFile(cfg.AuthDir, "admin")),
+				nats.CustomInboxPrefix(auth.InboxPrefix("admin")))...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer admin.Close()
+			mk, _ = jetstream.New(admin)
+		}
+		if _, err := mk.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: "bench", Storage: jetstream.MemoryStorage}); err != nil {
+			b.Fatal(err)
+		}
+		kv, err := js.KeyValue(context.Background(), "bench")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -75,7 +90,7 @@ func BenchmarkKVPutAuth(b *testing.B) {
 		b.Run(name+"/pipelined", func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				for {
-					_, err := js.PublishAsync(fmt.Sprintf("$KV.bench.k%d", i%64), val)
+					_, err := js.PublishAsync(fmt.Sprintf("$KV.bench.inst.k%d", i%64), val)
 					if err == nil {
 						break
 					}
@@ -89,7 +104,7 @@ func BenchmarkKVPutAuth(b *testing.B) {
 		})
 		b.Run(name+"/one", func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
-				if _, err := kv.Put(context.Background(), fmt.Sprintf("k%d", i%64), val); err != nil {
+				if _, err := kv.Put(context.Background(), fmt.Sprintf("inst.k%d", i%64), val); err != nil {
 					b.Fatal(err)
 				}
 			}

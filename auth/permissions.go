@@ -11,22 +11,55 @@ import "github.com/tickfence/tickfence/store"
 // Subject permissions see one token per stream name, and `*` is a whole token: the data buckets
 // of every epoch (tickfence-data-e<E>-p<k>, a name not known in advance) can only be matched by
 // `*`. The account holds nothing but tickfence's streams, so `*` there means "a tickfence
-// stream"; where a role needs only the control bucket, it is named.
+// stream"; where a role needs only the control bucket, it is named, and the streams a `*` must
+// not reach (the effects and audit streams' consumers) are denied by name.
+//
+// Only admin shapes storage (DESIGN 9): no other role may create, update or delete a stream, so
+// none can republish or mirror into subjects it may not publish, capture commands, or reconfigure
+// a bucket; an admin makes the cluster's streams first (tickctl cluster init, package
+// clusterinit). What subject permissions cannot see, and so no role's list can refuse:
+//   - a consumer's deliver subject (a push consumer delivers where its config says, whoever made
+//     it: nats-server issue 8274). A delivery keeps its stored subject and reaches only a literal
+//     subscription of the deliver subject, so it cannot be taken for a command, a KV write or a
+//     JetStream API request (all wildcard subscriptions); a frame watcher drops a message whose
+//     subject is not the frame's (natscmd.Client.Watch). The effects and audit streams take no
+//     consumer but the effects role's and admin's.
+//   - a consumer's durability: $JS.API.CONSUMER.CREATE.<stream>.<name> makes a durable consumer
+//     as well as an ephemeral one (ordered consumers, every KV watch, use it). Where another's
+//     durable lives (the effects stream) creating and deleting are denied.
+//   - headers: a publish with Nats-Rollup purges the subject (sub) or the stream (all). The data
+//     buckets refuse roll-ups (their streams' AllowRollup is off); the control bucket cannot (its
+//     per-message TTL delete markers need it) nor can the blobs bucket (an object's put rolls up
+//     its meta): whoever may put a key there may roll it up (README, Security).
 
 // Stream and bucket names of the storage layout (DESIGN 3), as subject tokens.
 const (
-	controlKV  = "$KV.tickfence-control." // control bucket keys
-	blobsO     = "$O.tickfence-blobs.>"   // its chunk and meta subjects
-	cmds       = "tickfence.cmd.>"        // commands (DESIGN 5)
-	frames     = "tickfence.out.>"        // frames (DESIGN 8)
-	fxSubj     = "tickfence.fx.>"         // effects' subjects
-	fxStream   = "tickfence-effects"      // the effects stream (natscmd.EffectsStream)
-	jsAPI      = "$JS.API."               // JetStream API prefix
-	flowCtl    = "$JS.FC.>"               // flow-control answers of ordered push consumers (object reads)
-	dataShards = "$KV.*.shard.*"          // shard.<S> of the data buckets of every epoch
-	dataInsts  = "$KV.*.inst.>"           // inst.<S>.<id> of the data buckets of every epoch
-	dataDirAll = "$JS.API.DIRECT.GET.*.>" // KV Get on a bucket whose stream allows direct gets (the control bucket)
+	controlKV   = "$KV.tickfence-control." // control bucket keys
+	blobsO      = "$O.tickfence-blobs.>"   // its chunk and meta subjects
+	cmds        = "tickfence.cmd.>"        // commands (DESIGN 5)
+	frames      = "tickfence.out.>"        // frames (DESIGN 8)
+	fxSubj      = "tickfence.fx.>"         // effects' subjects
+	fxStream    = "tickfence-effects"      // the effects stream (natscmd.EffectsStream)
+	auditStream = AuditStream              // tickctl's audit stream
+	jsAPI       = "$JS.API."               // JetStream API prefix
+	flowCtl     = "$JS.FC.>"               // flow-control answers of ordered push consumers (object reads)
+	dataShards  = "$KV.*.shard.*"          // shard.<S> of the data buckets of every epoch
+	dataInsts   = "$KV.*.inst.>"           // inst.<S>.<id> of the data buckets of every epoch
+	dataDirAll  = "$JS.API.DIRECT.GET.*.>" // KV Get on a bucket whose stream allows direct gets (the control bucket)
 )
+
+// foreignConsumers are the consumer rights a role with CONSUMER.CREATE.*.> (node, operator,
+// observer: ordered consumers on the buckets) has no use for: consumers of the effects stream
+// (the effects services' durable ones: reconfigured or deleted, a game's loot stops) and of the
+// audit stream (tickctl audit reads it by sequence). A consumer's deliver subject is no
+// permission's to check (see above): these are the streams whose contents one of these roles
+// writes, or whose consumers belong to someone else.
+var foreignConsumers = []string{
+	jsAPI + "CONSUMER.CREATE." + fxStream + ".>",
+	jsAPI + "CONSUMER.DELETE." + fxStream + ".*",
+	jsAPI + "CONSUMER.CREATE." + auditStream + ".>",
+	jsAPI + "CONSUMER.DELETE." + auditStream + ".*",
+}
 
 // perms is one role's permission lists (the user JWT's pub/sub allow and deny lists, and
 // whether it may answer requests it received).
@@ -51,37 +84,39 @@ func rolePerms(r Role, name string) perms {
 		if name == string(Node) {
 			lease = controlKV + "node.*"
 		}
+		// A node is data-plane only (DESIGN 9): it opens the buckets and streams an admin made
+		// (tickctl cluster init) and creates, updates, deletes or purges none.
 		return perms{
 			pubAllow: []string{
-				jsAPI + "INFO",                     // jetstream.AccountInfo when the store opens
-				jsAPI + "STREAM.INFO.*",            // open a bucket (KeyValue/ObjectStore), the partitions' streams
-				jsAPI + "STREAM.CREATE.*",          // the first node creates the control and data buckets (each data bucket's stream made with atomic publishes: no STREAM.UPDATE, which would let it reconfigure any stream), the effects, blob and audit streams
-				jsAPI + "STREAM.LEADER.STEPDOWN.*", // spread the partitions' stream leaders over the servers (R3/R5)
-				jsAPI + "STREAM.MSG.GET.*",         // KV Get on the data buckets (their stream, updated for atomic batches, answers no direct get)
-				dataDirAll,                         // KV Get: every bucket's last value by subject
-				jsAPI + "CONSUMER.CREATE.*.>",      // KV watches and key listings (ordered consumers), object reads
-				jsAPI + "CONSUMER.DELETE.*.*",      // ordered consumers are deleted when a watch stops
-				flowCtl,                            // flow control of object reads (large state: ordered push consumers)
-				dataShards,                         // KV puts on shard.<S>: token rotations, the coordinator's grants
-				dataInsts,                          // KV puts on inst.<S>.<id>: the fenced records, tombstones
-				lease,                              // its lease (per-message TTL), renewed and deleted when it leaves
-				controlKV + store.LeaderKey,        // the coordinator's lease: candidates create it, the leader renews it
-				controlKV + "move.*",               // the coordinator requests hand-offs, the old owner answers them
-				controlKV + store.ClusterKey,       // the first node creates the cluster record (subject permissions cannot tell a create from an overwrite)
-				blobsO,                             // large state uploaded before the record that points at it
-				fxSubj,                             // effects, published after the write that holds them
-				frames,                             // frames after each tick
-				cmds,                               // Node.Client: the program's own players and bots (tickd's demo) send commands; a node runs the instances' logic anyway
-				"_R_.>",                            // answers to commands from the players' account: the server's response subjects of requests that crossed accounts
-				"_INBOX.*.cmd.>",                   // answers to commands from this account (tickctl, its own players): natscmd.Client's command inboxes, not anyone's JetStream replies
+				jsAPI + "INFO",                // jetstream.AccountInfo when the store opens
+				jsAPI + "STREAM.INFO.*",       // open a bucket (KeyValue/ObjectStore), the partitions' streams
+				jsAPI + "STREAM.MSG.GET.*",    // KV Get on the data buckets (their stream, made for atomic batches, answers no direct get)
+				dataDirAll,                    // KV Get: every bucket's last value by subject
+				jsAPI + "CONSUMER.CREATE.*.>", // KV watches and key listings (ordered consumers), object reads
+				jsAPI + "CONSUMER.DELETE.*.*", // ordered consumers are deleted when a watch stops
+				flowCtl,                       // flow control of object reads (large state: ordered push consumers)
+				dataShards,                    // KV puts on shard.<S>: token rotations, the coordinator's grants
+				dataInsts,                     // KV puts on inst.<S>.<id>: the fenced records, tombstones
+				lease,                         // its lease (per-message TTL), renewed and deleted when it leaves
+				controlKV + store.LeaderKey,   // the coordinator's lease: candidates create it, the leader renews it
+				controlKV + "move.*",          // the coordinator requests hand-offs, the old owner answers them
+				blobsO,                        // large state uploaded before the record that points at it
+				fxSubj,                        // effects, published after the write that holds them
+				frames,                        // frames after each tick
+				cmds,                          // Node.Client: the program's own players and bots (tickd's demo) send commands; a node runs the instances' logic anyway
+				"_R_.>",                       // answers to commands from the players' account: the server's response subjects of requests that crossed accounts
+				"_INBOX.*.cmd.>",              // answers to commands from this account (tickctl, its own players): natscmd.Client's command inboxes, not anyone's JetStream replies
 			},
-			pubDeny: []string{
-				controlKV + "drain.*",     // the operator's placement inputs are not a node's to write
-				controlKV + "pin.*",       //
-				controlKV + "weight.*",    //
-				controlKV + "restore",     // a restore's claim is the admin's
-				jsAPI + "STREAM.DELETE.>", // never delete a bucket (DESIGN 9)
-			},
+			pubDeny: append([]string{
+				controlKV + store.ClusterKey, // the cluster record is admin's (tickctl cluster init, restore)
+				controlKV + "drain.*",        // the operator's placement inputs are not a node's to write
+				controlKV + "pin.*",          //
+				controlKV + "weight.*",       //
+				controlKV + "restore",        // a restore's claim is the admin's
+				controlKV + "shard.*",        // $KV.*.shard.* and $KV.*.inst.> are for the data buckets: no such key in the control bucket
+				controlKV + "inst.>",         //
+				jsAPI + "STREAM.DELETE.>",    // never delete a bucket (DESIGN 9): nor create, update or purge one (none allowed)
+			}, foreignConsumers...),
 			subAllow: []string{
 				cmds,  // serve commands of the shards it owns
 				inbox, // its own requests' replies: JetStream API, KV acknowledgements, watches' deliveries
@@ -129,6 +164,7 @@ func rolePerms(r Role, name string) perms {
 				cmds,                          // tickctl instance create/send/end go through the owner, like a gateway's
 				"tickfence.audit.>",           // tickctl records each action it runs in the audit stream
 			},
+			pubDeny: foreignConsumers,
 			subAllow: []string{
 				inbox,  // its own requests' replies
 				frames, // tickctl instance watch
@@ -159,6 +195,7 @@ func rolePerms(r Role, name string) perms {
 				jsAPI + "CONSUMER.DELETE.*.*", // a listing's consumer goes when it is done
 				flowCtl,                       // flow control of object reads (a record whose state is a blob)
 			},
+			pubDeny: foreignConsumers,
 			subAllow: []string{
 				inbox,  // its own requests' replies
 				frames, // watch frames (display only)

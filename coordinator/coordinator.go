@@ -79,6 +79,10 @@ func plural(n uint64, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
+// CheckShape is BootstrapWith's judgement of a cluster got against the shape want: a
+// *ShapeError naming the parts req requires that differ, or nil.
+func CheckShape(got, want store.Cluster, req Require) error { return checkShape(got, want, req) }
+
 func checkShape(got, want store.Cluster, req Require) error {
 	e := &ShapeError{Got: got, Want: want}
 	if req.Shards && got.Shards != want.Shards {

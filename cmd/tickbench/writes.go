@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tickfence/tickfence/auth"
+	"github.com/tickfence/tickfence/clusterinit"
 	"github.com/tickfence/tickfence/internal/hdr"
 	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/store"
@@ -224,6 +225,22 @@ func openBench(ctx context.Context, opt nats.Option, storage jetstream.StorageTy
 	return b, nil
 }
 
+// initAsAdmin makes the bench's cluster (shards shards, one partition, storage) as the admin of
+// auth directory dir, on the server opt reaches with the options copts (TLS).
+func initAsAdmin(ctx context.Context, opt nats.Option, copts []nats.Option, dir string, storage jetstream.StorageType, shards int) error {
+	aopts, err := auth.ClientOptions(auth.CredsFile(dir, string(auth.Admin)), nil)
+	if err != nil {
+		return err
+	}
+	nc, err := natskv.Connect("", append(append(append([]nats.Option{}, copts...), aopts...), opt)...)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	_, err = clusterinit.Init(ctx, nc, clusterinit.Options{Shards: uint32(shards), Partitions: 1, Storage: storage})
+	return err
+}
+
 func (b *benchStore) close() {
 	b.st.Close()
 	b.nc.Close()
@@ -425,6 +442,11 @@ func writesR1(profile string, storage jetstream.StorageType, syncAll bool, sec s
 		opt = func(o *nats.Options) error { o.Servers = []string{url}; return nil }
 	}
 	if sec.auth {
+		// The roles are enforced: the admin makes the cluster (tickctl cluster init); the bench
+		// writes as a node, which makes no storage.
+		if err := initAsAdmin(ctx, opt, copts, cfg.AuthDir, storage, shards); err != nil {
+			return nil, err
+		}
 		aopts, err := auth.ClientOptions(auth.CredsFile(cfg.AuthDir, string(auth.Node)), nil)
 		if err != nil {
 			return nil, err

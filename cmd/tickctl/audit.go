@@ -15,7 +15,8 @@ import (
 	"github.com/tickfence/tickfence/auth"
 )
 
-// The audit stream: one entry per operator action tickctl runs (issue 14.5); nodes create it.
+// The audit stream: one entry per operator action tickctl runs (issue 14.5); tickctl cluster init
+// creates it.
 const auditStream = auth.AuditStream
 
 // auditEntry is one recorded action (auth.AuditEntry: the console records the same).

@@ -49,7 +49,7 @@ func (v *violations) take() []string {
 }
 
 // TestRolesWork runs tickctl with each role's credentials against a server enforcing them and a
-// node on node.creds: operator status, move, drain, undrain, pin, weight, instance create/send/get/
+// node on node.creds (after cluster init as admin, refused to every other role): operator status, move, drain, undrain, pin, weight, instance create/send/get/
 // watch; observer status, shards, instances, get; and no permission violation logged by the
 // server for any of them.
 func TestRolesWork(t *testing.T) {
@@ -68,6 +68,52 @@ func TestRolesWork(t *testing.T) {
 	url := srv.ClientURL()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// Nodes make no storage (DESIGN 9): a node before cluster init says what to run, as whom.
+	if n, err := tickfence.Start(ctx, tickfence.Options{Kinds: []actor.Kind{dungeon.Kind{}}, NodeID: "n0", NATS: url,
+		Creds: auth.CredsFile(adir, "node"), Shards: 8}); err == nil {
+		n.Close()
+		t.Fatal("a node started before cluster init")
+	} else if !strings.Contains(err.Error(), "tickctl --nats "+url+" --creds DIR/admin.creds cluster init --shards 8") {
+		t.Errorf("a node before cluster init: %v", err)
+	}
+	for _, role := range []string{"operator", "observer", "node"} {
+		out.Reset()
+		if err := run([]string{"cluster", "init", "--nats", url, "--creds", auth.CredsFile(adir, role), "--timeout", "5s"}, &out); err == nil ||
+			!strings.Contains(err.Error(), "refused by the NATS server") {
+			t.Errorf("cluster init as %s: %v, want refused\n%s", role, err, out.String())
+		}
+	}
+	v.take()
+	out.Reset()
+	if err := run([]string{"cluster", "init", "--shards", "8", "--nats", url, "--creds", auth.CredsFile(adir, "admin")}, &out); err != nil {
+		t.Fatalf("cluster init as admin: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"created  control bucket  tickfence-control", "created  cluster record", "created  data bucket     tickfence-data-e1-p0",
+		"created  effects stream", "created  audit stream", "8 shards, 1 partitions, 1 replicas, epoch 1 (made)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("cluster init's output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := run([]string{"cluster", "init", "--json", "--nats", url, "--creds", auth.CredsFile(adir, "admin")}, &out); err != nil {
+		t.Fatalf("cluster init again: %v\n%s", err, out.String())
+	}
+	var again struct {
+		Changed bool `json:"changed"`
+		Cluster struct{ Shards int }
+		Steps   []struct{ State string }
+	}
+	if err := json.Unmarshal(out.Bytes(), &again); err != nil || again.Changed || again.Cluster.Shards != 8 || len(again.Steps) < 6 {
+		t.Errorf("cluster init again: %v %+v\n%s", err, again, out.String())
+	}
+	out.Reset()
+	if err := run([]string{"cluster", "init", "--shards", "16", "--nats", url, "--creds", auth.CredsFile(adir, "admin")}, &out); err == nil ||
+		!strings.Contains(err.Error(), "--shards 16") {
+		t.Errorf("cluster init with another shard count: %v, want refused naming it", err)
+	}
+	if l := v.take(); len(l) > 0 {
+		t.Errorf("cluster init as admin: %q", l)
+	}
 	startNode := func(id string) *tickfence.Node {
 		n, err := tickfence.Start(ctx, tickfence.Options{Kinds: []actor.Kind{dungeon.Kind{FrameEvery: 1}}, NodeID: id, NATS: url,
 			Creds: auth.CredsFile(adir, "node"), Shards: 8})

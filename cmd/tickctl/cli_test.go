@@ -220,7 +220,7 @@ words=("$BIN" backup ""); CURRENT=3; _tickctl`
 		want  string
 	}{
 		{[]string{"dr"}, "drain"},
-		{[]string{""}, "audit auth backup completion console drain gc help instance instances move nodes pin rebalance restore shards status undrain unpin weight"},
+		{[]string{""}, "audit auth backup cluster completion console drain gc help instance instances move nodes pin rebalance restore shards status undrain unpin weight"},
 		{[]string{"instance", ""}, "create end get send watch"},
 		{[]string{"instance", "watch", "d1", "--c"}, "--count --creds"},
 		{[]string{"rebalance", "--d"}, "--dry-run"},

@@ -49,6 +49,7 @@ type verb struct {
 	run      func(ctx context.Context, c *cli, args []string) error // connected
 	local    func(g globals, args []string, out io.Writer) error    // offline
 	hidden   bool
+	setup    bool // connects, but reads no cluster record (cluster init makes it)
 }
 
 // globalFlags are the flags every verb that connects takes.
@@ -292,7 +293,8 @@ var verbs = []*verb{
 			return nil
 		},
 		run: func(ctx context.Context, c *cli, _ []string) error { return c.audit(ctx) }},
-	consoleVerb, // console.go
+	consoleVerb,     // console.go
+	clusterInitVerb, // cluster.go
 	{path: "auth init", args: "<dir> [--tls [--hosts h1,h2]]", min: 1, max: 1, offline: true, flags: []string{"tls", "hosts"},
 		short: "new credentials: one file per role (node, gateway, operator, observer, admin, effects .creds,\n" +
 			"mode 0600) and server.conf that enforces them (tickd --auth DIR, tickd server --auth\n" +

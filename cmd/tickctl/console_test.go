@@ -38,6 +38,9 @@ func TestConsoleVerb(t *testing.T) {
 	}
 	defer srv.Stop()
 	url := srv.ClientURL()
+	if err := run([]string{"cluster", "init", "--shards", "8", "--nats", url, "--creds", auth.CredsFile(adir, "admin")}, &out); err != nil {
+		t.Fatal(err) // as admin: nodes make no storage
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	n, err := tickfence.Start(ctx, tickfence.Options{Kinds: []actor.Kind{dungeon.Kind{}}, NodeID: "n1", NATS: url,

@@ -174,6 +174,9 @@ func run(args []string, out io.Writer) (err error) {
 	if audited(p.words, g) {
 		defer func() { recordAudit(nc, g, p.words, err) }()
 	}
+	if v.setup {
+		return v.run(ctx, &cli{g: g, nc: nc, out: out, timeoutSet: p.timeoutSet}, p.args)
+	}
 	st, err := natskv.Open(nc, natskv.Options{})
 	if err != nil {
 		return err
@@ -181,7 +184,7 @@ func run(args []string, out io.Writer) (err error) {
 	defer st.Close()
 	cl, err := st.Cluster(ctx)
 	if err != nil {
-		return fmt.Errorf("read cluster record: %w (has a tickd started against %s?)", err, g.natsURL)
+		return fmt.Errorf("read cluster record: %w (was the cluster made? tickctl cluster init as admin, or a tickd without credentials, makes it)", err)
 	}
 	c := &cli{g: g, st: st, cl: cl, nc: nc, out: out, timeoutSet: p.timeoutSet}
 	return v.run(ctx, c, p.args)

@@ -12,7 +12,8 @@ import (
 )
 
 // TestAuthProcesses runs the processes as an operator would deploy them: tickctl auth init --tls,
-// a tickd server --auth with TLS, two tickd nodes on node.creds (one through NATS_CREDS), tickctl status and
+// a tickd server --auth with TLS, a node before tickctl cluster init refused naming it, cluster
+// init on admin.creds, two tickd nodes on node.creds (one through NATS_CREDS), tickctl status and
 // drain on operator.creds, status on observer.creds (all verifying the server against the dev CA),
 // tickctl without credentials refused, and with another CA refused naming the certificate. A
 // tickd server on a non-loopback address without --auth refuses to start and says why.
@@ -61,8 +62,6 @@ func TestAuthProcesses(t *testing.T) {
 		}
 		return p
 	}
-	node("n1", true, nil, "--creds", filepath.Join(adir, "node.creds"), "--demo", "4")
-	node("n2", false, []string{"NATS_CREDS=" + filepath.Join(adir, "node.creds")}, "--demo", "4") // the same demo dungeons, players of its own
 	tc := func(creds string, args ...string) (string, error) {
 		a := append(args, "--nats", url, "--tls-ca", filepath.Join(adir, "ca.pem"))
 		if creds != "" {
@@ -71,6 +70,17 @@ func TestAuthProcesses(t *testing.T) {
 		out, err := exec.CommandContext(ctx, tickctl, a...).CombinedOutput()
 		return string(out), err
 	}
+	// Nodes make no storage (DESIGN 9): before cluster init a node stops, saying what to run.
+	out, err = exec.CommandContext(ctx, tickd, "--nats", url, "--node-id", "n0", "--shards", "8", "--metrics", "", "--demo", "0",
+		"--tls-ca", filepath.Join(adir, "ca.pem"), "--creds", filepath.Join(adir, "node.creds")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "cluster init --shards 8 --partitions 1 --replicas 1") {
+		t.Fatalf("a node before cluster init: %v\n%s", err, out)
+	}
+	if out, err := tc("admin", "cluster", "init", "--shards", "8"); err != nil || !strings.Contains(out, "created  cluster record") {
+		t.Fatalf("tickctl cluster init as admin: %v\n%s", err, out)
+	}
+	node("n1", true, nil, "--creds", filepath.Join(adir, "node.creds"), "--demo", "4")
+	node("n2", false, []string{"NATS_CREDS=" + filepath.Join(adir, "node.creds")}, "--demo", "4") // the same demo dungeons, players of its own
 	for _, c := range [][]string{{"operator", "status"}, {"operator", "drain", "n2"}, {"operator", "undrain", "n2"}, {"observer", "status"}, {"observer", "instances"}} {
 		if out, err := tc(c[0], c[1:]...); err != nil {
 			t.Errorf("tickctl %s as %s: %v\n%s", c[1:], c[0], err, out)
@@ -94,7 +104,7 @@ func TestAuthProcesses(t *testing.T) {
 
 	// A server that requires client certificates (--tls-verify): a node and tickctl presenting
 	// one from tickctl auth cert get in; tickctl without one is refused and told what to give.
-	for _, name := range []string{"n3", "op"} {
+	for _, name := range []string{"n3", "op", "admin"} {
 		if out, err := exec.Command(tickctl, "auth", "cert", adir, name).CombinedOutput(); err != nil {
 			t.Fatalf("tickctl auth cert %s: %v\n%s", name, err, out)
 		}
@@ -113,6 +123,9 @@ func TestAuthProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	url, _ = ready["url"].(string)
+	if out, err := tc("admin", append([]string{"cluster", "init", "--shards", "8"}, cert("admin")...)...); err != nil {
+		t.Fatalf("tickctl cluster init with a client certificate: %v\n%s", err, out)
+	}
 	node("n3", true, nil, append([]string{"--creds", filepath.Join(adir, "node.creds"), "--demo", "4"}, cert("n3")...)...)
 	if out, err := tc("operator", append([]string{"status"}, cert("op")...)...); err != nil {
 		t.Errorf("tickctl status with a client certificate: %v\n%s", err, out)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tickfence/tickfence/auth"
+	"github.com/tickfence/tickfence/clusterinit"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"
@@ -38,7 +39,9 @@ type ClusterConfig struct {
 	// directory is made there (auth.Init) unless it holds one, the server enforces it (--auth),
 	// every node gets a node credential named after its ID, and the cluster's own client
 	// (NC, Store: the test's checker, which reads every stream and restores backups) connects
-	// as admin. ConnectAs and Creds give other roles' connections and files.
+	// as admin. Nodes then make no storage (DESIGN 9): the admin client makes the cluster first,
+	// as tickctl cluster init does (Shards, History, and NodeArgs' --partitions and --replicas).
+	// ConnectAs and Creds give other roles' connections and files.
 	AuthDir string
 }
 
@@ -106,7 +109,38 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		c.Close()
 		return nil, err
 	}
+	if cfg.AuthDir != "" {
+		if err := c.initCluster(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// initCluster makes the cluster's storage as admin (clusterinit.Init, what tickctl cluster init
+// runs): the nodes, on their own credentials, make none. Its shape is the nodes' (Shards, and
+// --partitions and --replicas of NodeArgs, if there).
+func (c *Cluster) initCluster(ctx context.Context) error {
+	o := clusterinit.Options{Shards: uint32(c.cfg.Shards), History: c.cfg.History}
+	for _, f := range []struct {
+		name string
+		v    *uint32
+	}{{"--partitions", &o.Partitions}, {"--replicas", &o.Replicas}} {
+		for i, a := range c.cfg.NodeArgs {
+			if v, ok := strings.CutPrefix(a, f.name+"="); ok {
+				_, _ = fmt.Sscan(v, f.v)
+			} else if a == f.name && i+1 < len(c.cfg.NodeArgs) {
+				_, _ = fmt.Sscan(c.cfg.NodeArgs[i+1], f.v)
+			}
+		}
+	}
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := clusterinit.Init(ictx, c.NC, o); err != nil {
+		return fmt.Errorf("cluster init as admin: %w", err)
+	}
+	return nil
 }
 
 // startServer starts `tickd server` on the cluster's address and data directory and waits until

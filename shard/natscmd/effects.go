@@ -28,8 +28,16 @@ const (
 // EffectSubject is where an effect is published: tickfence.fx.<kind>.<id>.
 func EffectSubject(kind, id string) string { return EffectsPrefix + "." + kind + "." + id }
 
-// EnsureEffectsStream creates the effects stream if it is missing (File storage, the duplicate
-// window EffectsDuplicates, kept 7 days) and returns it.
+// EffectsStreamConfig is the effects stream's configuration with the given replicas: File
+// storage, the duplicate window EffectsDuplicates, effects kept 7 days.
+func EffectsStreamConfig(replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{Name: EffectsStream, Subjects: []string{EffectsPrefix + ".>"},
+		Storage: jetstream.FileStorage, Duplicates: EffectsDuplicates, MaxAge: 7 * 24 * time.Hour, Replicas: max(replicas, 1)}
+}
+
+// EnsureEffectsStream creates the effects stream if it is missing (EffectsStreamConfig) and
+// returns it. Creating it takes a right to create streams: with the roles enforced, only admin
+// has it (tickctl cluster init makes it), and anyone else finds it there.
 func EnsureEffectsStream(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, EffectsStream)
 	if err == nil {
@@ -38,8 +46,7 @@ func EnsureEffectsStream(ctx context.Context, js jetstream.JetStream, replicas i
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, err
 	}
-	s, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: EffectsStream, Subjects: []string{EffectsPrefix + ".>"},
-		Storage: jetstream.FileStorage, Duplicates: EffectsDuplicates, MaxAge: 7 * 24 * time.Hour, Replicas: max(replicas, 1)})
+	s, err = js.CreateStream(ctx, EffectsStreamConfig(replicas))
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return js.Stream(ctx, EffectsStream)
 	}

@@ -122,6 +122,13 @@ func (c *Client) Watch(ctx context.Context, instance string) (*Watch, error) {
 	var filter wire.FrameFilter
 	closed := false
 	handle := func(m *nats.Msg) {
+		// A frame is published on its own subject. A message delivered here under another — what a
+		// push consumer delivers keeps its stored subject: someone aimed a stream's consumer at
+		// this watch's subject (no permission checks a deliver subject) — is no frame.
+		if m.Subject != base && !strings.HasPrefix(m.Subject, base+".") {
+			w.invalid.Add(1)
+			return
+		}
 		st, err := wire.ParseFrameStamp(m.Header.Get)
 		if err != nil {
 			w.invalid.Add(1)
@@ -186,5 +193,6 @@ func (w *Watch) Stale() uint64 { return w.stale.Load() }
 // Dropped counts frames that passed the rule but found the buffer full.
 func (w *Watch) Dropped() uint64 { return w.dropped.Load() }
 
-// Invalid counts messages without valid stamp headers (not from a tickfence node).
+// Invalid counts messages without valid stamp headers, or not on the instance's frame subjects
+// (not from a tickfence node).
 func (w *Watch) Invalid() uint64 { return w.invalid.Load() }

@@ -21,22 +21,35 @@ func (s *Store) blobStore(ctx context.Context) (jetstream.ObjectStore, error) {
 	if obs != nil {
 		return obs, nil
 	}
+	obs, _, err := s.openBlobs(ctx)
+	return obs, err
+}
+
+// openBlobs opens the Object Store bucket of large states, creating it if it is missing (an
+// OpenOnly store does not: ErrNotInitialised), and says whether it did.
+func (s *Store) openBlobs(ctx context.Context) (jetstream.ObjectStore, bool, error) {
+	created := false
 	obs, err := s.js.ObjectStore(ctx, store.BlobBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && s.opts.OpenOnly {
+		return nil, false, fmt.Errorf("object store %s: not found: %w", store.BlobBucket, ErrNotInitialised)
+	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		created = true
 		obs, err = s.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: store.BlobBucket,
 			Description: "tickfence: instance states too large for a record (DESIGN 8)",
 			Storage:     jetstream.FileStorage, Replicas: s.replicas()})
 		if errors.Is(err, jetstream.ErrBucketExists) {
+			created = false
 			obs, err = s.js.ObjectStore(ctx, store.BlobBucket)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("object store %s: %w", store.BlobBucket, err)
+		return nil, false, fmt.Errorf("object store %s: %w", store.BlobBucket, err)
 	}
 	s.mu.Lock()
 	s.objects = obs
 	s.mu.Unlock()
-	return obs, nil
+	return obs, created, nil
 }
 
 // blobs is store.Blobs on the Object Store, for one call's context.

@@ -30,12 +30,15 @@ func (s *Store) replicas() int {
 }
 
 // createDataBucket creates (or binds) a data bucket: history revisions kept per key (above 64, the
-// KV API's limit), the given replicas, and atomic batch publishes allowed on its stream. The KV
-// API has no such setting, and updating the stream afterwards would need a right to update any
-// stream, which a node must not have (a subject transform on the control bucket would let it write
-// keys it is denied): so the stream is created as the KV API makes a bucket's, with atomic
-// publishes, and bound as a bucket. A bucket that exists already is bound as it is (one made before
-// atomic publishes were set answers ErrBatchesOff, and the host writes singly).
+// KV API's limit), the given replicas, atomic batch publishes allowed on its stream and roll-ups
+// refused. The KV API has neither setting, so the stream is created as the KV API makes a
+// bucket's, with these two changed, and bound as a bucket. Refusing roll-ups: a message with
+// Nats-Rollup (what a KV Purge sends) would erase a record's history (sub) or the whole partition
+// (all) — a publish whose headers no subject permission can see, and one tickfence never sends
+// to a data bucket (an instance ends with a fenced delete marker, a shard is released with a
+// delete): DESIGN 9, nobody purges but admin, through the stream's purge API. A bucket that
+// exists already is bound as it is (one made before atomic publishes were set answers
+// ErrBatchesOff, and the host writes singly; Init refuses roll-ups on the live epoch's).
 func (s *Store) createDataBucket(ctx context.Context, name string, history int64, replicas int) error {
 	history = max(history, 1)
 	cfg := jetstream.StreamConfig{
@@ -46,7 +49,7 @@ func (s *Store) createDataBucket(ctx context.Context, name string, history int64
 		MaxMsgSize:         store.MaxRecordBytes + 1024,
 		Storage:            s.opts.Storage,
 		Replicas:           replicas,
-		AllowRollup:        true,
+		AllowRollup:        false,
 		DenyDelete:         true,
 		Duplicates:         2 * time.Minute,
 		MaxMsgs:            -1,
@@ -55,8 +58,11 @@ func (s *Store) createDataBucket(ctx context.Context, name string, history int64
 		Discard:            jetstream.DiscardNew,
 		AllowAtomicPublish: true,
 	}
+	state := StepCreated
 	_, err := s.js.CreateStream(ctx, cfg)
-	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		state = StepExists
+	} else if err != nil {
 		return fmt.Errorf("create bucket %s: %w", name, err)
 	}
 	kv, err := s.js.KeyValue(ctx, name)
@@ -65,7 +71,11 @@ func (s *Store) createDataBucket(ctx context.Context, name string, history int64
 	}
 	s.mu.Lock()
 	s.buckets[name] = kv
+	if state == StepCreated {
+		s.created[name] = true
+	}
 	s.mu.Unlock()
+	s.step("data bucket", name, state, fmt.Sprintf("%d replicas, %d revisions per key", replicas, history))
 	return nil
 }
 

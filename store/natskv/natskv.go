@@ -50,6 +50,37 @@ type Options struct {
 	// bucket (default 16). The server refuses a stream more than max_batch_inflight_per_stream
 	// (50 by default) from all its clients together: keep nodes × this under it.
 	MaxBatchesInFlight int
+	// OpenOnly makes this store open the cluster's buckets and never create one (a node on its own
+	// credentials, which may not shape storage: DESIGN 9): Bootstrap joins the cluster there is and
+	// fails with ErrNotInitialised when there is none, and a missing blobs bucket is an error too.
+	// An admin makes them first with Init (tickctl cluster init).
+	OpenOnly bool
+	// Progress, if set, receives each step of Bootstrap and Init: what it found or made.
+	Progress func(Step)
+}
+
+// ErrNotInitialised is what an OpenOnly store meets on a cluster whose storage was never made.
+var ErrNotInitialised = errors.New("the cluster is not initialised: run tickctl cluster init with admin credentials")
+
+// Step is one thing Bootstrap or Init found or did to the storage (Options.Progress).
+type Step struct {
+	What  string `json:"what"`  // "control bucket", "data bucket", "cluster record", "blobs bucket", "stream"
+	Name  string `json:"name"`  // the bucket's or stream's name
+	State string `json:"state"` // StepCreated, StepExists or StepUpdated
+	Note  string `json:"note,omitempty"`
+}
+
+// The states of a Step.
+const (
+	StepCreated = "created"
+	StepExists  = "exists"
+	StepUpdated = "updated"
+)
+
+func (s *Store) step(what, name, state, note string) {
+	if s.opts.Progress != nil {
+		s.opts.Progress(Step{What: what, Name: name, State: state, Note: note})
+	}
 }
 
 func (o *Options) defaults() {
@@ -81,6 +112,8 @@ type Store struct {
 	held    []store.HeldWrite
 	// batchSlots bounds the atomic batches in flight per data bucket (Options.MaxBatchesInFlight).
 	batchSlots map[string]chan struct{}
+	// created are the data buckets this store made (Init reports them once).
+	created map[string]bool
 
 	// Pipelined writes awaiting their outcome, in submission order. Unbounded: a done callback
 	// that submits the instance's next write must never wait for the goroutine that runs it.
@@ -137,7 +170,7 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{nc: nc, js: js, opts: opts, buckets: map[string]jetstream.KeyValue{}, batchSlots: map[string]chan struct{}{},
-		wake: make(chan struct{}, 1), quit: make(chan struct{})}
+		created: map[string]bool{}, wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	s.wg.Add(1)
 	go s.settle()
 	return s, nil
@@ -327,8 +360,10 @@ func (s *Store) kv(ctx context.Context, name string) (jetstream.KeyValue, error)
 func (s *Store) createBucket(ctx context.Context, cfg jetstream.KeyValueConfig, replicas int) error {
 	cfg.Storage = s.opts.Storage
 	cfg.Replicas = replicas
+	state := StepCreated
 	kv, err := s.js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) {
+		state = StepExists
 		kv, err = s.js.KeyValue(ctx, cfg.Bucket)
 	}
 	if err != nil {
@@ -337,6 +372,7 @@ func (s *Store) createBucket(ctx context.Context, cfg jetstream.KeyValueConfig, 
 	s.mu.Lock()
 	s.buckets[cfg.Bucket] = kv
 	s.mu.Unlock()
+	s.step("control bucket", cfg.Bucket, state, fmt.Sprintf("%d replicas, per-message TTL", replicas))
 	return nil
 }
 
@@ -363,6 +399,9 @@ func (s *Store) Bootstrap(ctx context.Context, want store.Cluster) (store.Cluste
 }
 
 func (s *Store) bootstrap(ctx context.Context, want store.Cluster) (store.Cluster, error) {
+	if s.opts.OpenOnly {
+		return s.open(ctx)
+	}
 	if want.Replicas == 0 && s.opts.Replicas > 0 {
 		want.Replicas = uint32(s.opts.Replicas)
 	}
@@ -379,12 +418,18 @@ func (s *Store) bootstrap(ctx context.Context, want store.Cluster) (store.Cluste
 		}
 	} else if err != nil {
 		return store.Cluster{}, err
+	} else {
+		s.step("control bucket", store.ControlBucket, StepExists, "")
 	}
 	c, err := s.Cluster(ctx)
 	if err == nil {
+		s.step("cluster record", store.ClusterKey, StepExists, clusterNote(c))
 		return c, s.bindData(ctx, c)
 	}
 	if !errors.Is(err, store.ErrNotFound) {
+		return store.Cluster{}, err
+	}
+	if err := s.strayData(ctx, want); err != nil {
 		return store.Cluster{}, err
 	}
 	for p := uint32(0); p < want.Partitions; p++ {
@@ -398,10 +443,35 @@ func (s *Store) bootstrap(ctx context.Context, want store.Cluster) (store.Cluste
 		return store.Cluster{}, err
 	}
 	v, _ := json.Marshal(want)
-	if _, err := ctl.Create(ctx, store.ClusterKey, v); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	state := StepCreated
+	if _, err := ctl.Create(ctx, store.ClusterKey, v); errors.Is(err, jetstream.ErrKeyExists) {
+		state = StepExists // another node or admin won the Create
+	} else if err != nil {
 		return store.Cluster{}, fmt.Errorf("create cluster record: %w", err)
 	}
-	c, err = s.Cluster(ctx) // another node may have won the Create
+	c, err = s.Cluster(ctx)
+	if err != nil {
+		return store.Cluster{}, err
+	}
+	s.step("cluster record", store.ClusterKey, state, clusterNote(c))
+	return c, s.bindData(ctx, c)
+}
+
+func clusterNote(c store.Cluster) string {
+	return fmt.Sprintf("%d shards, %d partitions, %d replicas, epoch %d", c.Shards, c.Partitions, c.ReplicasOr1(), c.Epoch)
+}
+
+// open is Bootstrap of an OpenOnly store: the cluster there is, never a new one.
+func (s *Store) open(ctx context.Context) (store.Cluster, error) {
+	if _, err := s.kv(ctx, store.ControlBucket); errors.Is(err, store.ErrNotFound) {
+		return store.Cluster{}, fmt.Errorf("no control bucket (%s): %w", store.ControlBucket, ErrNotInitialised)
+	} else if err != nil {
+		return store.Cluster{}, err
+	}
+	c, err := s.Cluster(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Cluster{}, fmt.Errorf("no cluster record (%s %s): %w", store.ControlBucket, store.ClusterKey, ErrNotInitialised)
+	}
 	if err != nil {
 		return store.Cluster{}, err
 	}

@@ -1,0 +1,132 @@
+// Package clusterinit makes a tickfence cluster's storage: the admin bootstrap of DESIGN 9
+// ("only admin shapes storage"). With the roles enforced (package auth) no node may create,
+// update or delete a stream, so before the first node starts an admin runs
+//
+//	tickctl --creds DIR/admin.creds cluster init --shards 256 --partitions 1 --replicas 1
+//
+// which calls Init: the control bucket, the cluster record, the data buckets of its epoch, the
+// blobs bucket, the effects stream and the audit stream — each created if it is missing and checked
+// if it exists. Nodes then open what is there (natskv.Options.OpenOnly) and fail with an error
+// naming the command when it is not. A node that runs its own embedded server, or connects
+// without credentials, calls Init itself (tickfence.Start): a newcomer's tickd --demo needs no
+// step more.
+package clusterinit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tickfence/tickfence/auth"
+	"github.com/tickfence/tickfence/coordinator"
+	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/store"
+	"github.com/tickfence/tickfence/store/natskv"
+)
+
+// Options of Init.
+type Options struct {
+	// Shards, Partitions and Replicas are the shape of a new cluster (0: store.DefaultCluster's:
+	// 256, 1, 1). A cluster that exists keeps its own; Require makes a different value of a part
+	// an error (a *coordinator.ShapeError) instead.
+	Shards, Partitions, Replicas uint32
+	Require                      coordinator.Require
+	// Storage of the buckets (default file).
+	Storage jetstream.StorageType
+	// History is the revisions kept per key in a new epoch's data buckets (default 1).
+	History int64
+	// Progress, if set, receives each step as it is done.
+	Progress func(natskv.Step)
+}
+
+// Result is what Init found or made.
+type Result struct {
+	Cluster store.Cluster `json:"cluster"`
+	Steps   []natskv.Step `json:"steps"`
+}
+
+// Changed says whether Init created or updated anything.
+func (r Result) Changed() bool {
+	return slices.ContainsFunc(r.Steps, func(s natskv.Step) bool { return s.State != natskv.StepExists })
+}
+
+// Init makes (or checks) the storage of the cluster on nc, a connection made with natskv.Connect
+// whose user may shape storage (admin.creds, or none on a server without the roles). It is
+// idempotent: run again, it changes nothing and reports every part as natskv.StepExists.
+// Something there that tickfence would not have made (a stream of the same name capturing other
+// subjects, a control bucket without per-message TTL) is an error, changed nothing.
+func Init(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
+	want := store.DefaultCluster()
+	if o.Shards != 0 {
+		want.Shards = o.Shards
+	}
+	if o.Partitions != 0 {
+		want.Partitions = o.Partitions
+	}
+	if o.Replicas != 0 {
+		want.Replicas = o.Replicas
+	}
+	if err := want.Validate(); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	step := func(s natskv.Step) {
+		res.Steps = append(res.Steps, s)
+		if o.Progress != nil {
+			o.Progress(s)
+		}
+	}
+	st, err := natskv.Open(nc, natskv.Options{Storage: o.Storage, History: o.History, Progress: step})
+	if err != nil {
+		return Result{}, err
+	}
+	defer st.Close()
+	c, err := st.Init(ctx, want, func(got store.Cluster) error { return coordinator.CheckShape(got, want, o.Require) })
+	if err != nil {
+		return res, err
+	}
+	res.Cluster = c
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return res, err
+	}
+	replicas := int(c.ReplicasOr1())
+	if err := ensureStream(ctx, js, "effects stream", natscmd.EffectsStreamConfig(replicas), step); err != nil {
+		return res, err
+	}
+	if err := ensureStream(ctx, js, "audit stream", auth.AuditStreamConfig(replicas), step); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// ensureStream creates stream cfg if it is missing, and refuses one of that name that captures
+// other subjects.
+func ensureStream(ctx context.Context, js jetstream.JetStream, what string, cfg jetstream.StreamConfig, step func(natskv.Step)) error {
+	s, err := js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateStream(ctx, cfg)
+		if err == nil {
+			step(natskv.Step{What: what, Name: cfg.Name, State: natskv.StepCreated, Note: fmt.Sprintf("%d replicas, %v", cfg.Replicas, cfg.Subjects)})
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("create %s %s: %w", what, cfg.Name, err)
+		}
+		s, err = js.Stream(ctx, cfg.Name) // made meanwhile: check it
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, cfg.Name, err)
+	}
+	got := s.CachedInfo().Config
+	if !slices.Equal(got.Subjects, cfg.Subjects) {
+		return fmt.Errorf("%s %s exists but captures %v, want %v: not made by tickfence (delete it as admin, or use another account)",
+			what, cfg.Name, got.Subjects, cfg.Subjects)
+	}
+	step(natskv.Step{What: what, Name: cfg.Name, State: natskv.StepExists})
+	return nil
+}
