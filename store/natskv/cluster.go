@@ -58,10 +58,17 @@ func (s *Store) createDataBucket(ctx context.Context, name string, history int64
 		Discard:            jetstream.DiscardNew,
 		AllowAtomicPublish: true,
 	}
-	state := StepCreated
-	_, err := s.js.CreateStream(ctx, cfg)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		state = StepExists
+	// Made already (a bootstrap that stopped before its record): bound as it is. A create of a
+	// stream that exists with the same configuration succeeds, so ask first, to tell.
+	state := StepExists
+	if _, err := s.js.Stream(ctx, cfg.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
+		state = StepCreated
+		_, err = s.js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			state = StepExists
+		} else if err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
 	} else if err != nil {
 		return fmt.Errorf("create bucket %s: %w", name, err)
 	}
@@ -71,9 +78,7 @@ func (s *Store) createDataBucket(ctx context.Context, name string, history int64
 	}
 	s.mu.Lock()
 	s.buckets[name] = kv
-	if state == StepCreated {
-		s.created[name] = true
-	}
+	s.reported[name] = true
 	s.mu.Unlock()
 	s.step("data bucket", name, state, fmt.Sprintf("%d replicas, %d revisions per key", replicas, history))
 	return nil

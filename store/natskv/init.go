@@ -76,11 +76,11 @@ func (s *Store) refuseRollups(ctx context.Context, bucket string) error {
 	}
 	cfg := info.Config
 	s.mu.Lock()
-	fresh := s.created[bucket]
+	reported := s.reported[bucket]
 	s.mu.Unlock()
 	switch {
 	case cfg.Sealed || !cfg.AllowRollup:
-		if !fresh {
+		if !reported {
 			s.step("data bucket", bucket, StepExists, fmt.Sprintf("%d replicas, %d revisions per key", max(cfg.Replicas, 1), cfg.MaxMsgsPerSubject))
 		}
 		return nil

@@ -112,8 +112,8 @@ type Store struct {
 	held    []store.HeldWrite
 	// batchSlots bounds the atomic batches in flight per data bucket (Options.MaxBatchesInFlight).
 	batchSlots map[string]chan struct{}
-	// created are the data buckets this store made (Init reports them once).
-	created map[string]bool
+	// reported are the data buckets whose Step this store gave (Init reports each once).
+	reported map[string]bool
 
 	// Pipelined writes awaiting their outcome, in submission order. Unbounded: a done callback
 	// that submits the instance's next write must never wait for the goroutine that runs it.
@@ -170,7 +170,7 @@ func Open(nc *nats.Conn, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{nc: nc, js: js, opts: opts, buckets: map[string]jetstream.KeyValue{}, batchSlots: map[string]chan struct{}{},
-		created: map[string]bool{}, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+		reported: map[string]bool{}, wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	s.wg.Add(1)
 	go s.settle()
 	return s, nil
