@@ -148,6 +148,10 @@ type Options struct {
 	// unanswered commands (default 50 000).
 	MaxCommandDelay    time.Duration
 	MaxPendingCommands int
+	// PlayerQuota bounds what each untrusted sender (a player: actor.Sender) may ask of this
+	// node; nil: natscmd.DefaultQuota, a zero Quota: no limit. Trusted senders are bounded only
+	// by admission control.
+	PlayerQuota *natscmd.Quota
 	// WriteStrategy: single fenced writes or one atomic batch per shard in flight (DESIGN 10).
 	// Default (shard.WriteAuto): batches when the cluster's buckets are replicated.
 	WriteStrategy shard.WriteStrategy
@@ -358,6 +362,9 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	cmds.Shedding = func() bool { h := n.node.Host(); return h != nil && h.Shedding() }
 	// A command that waited the whole admission target in the node's queue, before its shard even
 	// saw it, is refused at once: answering it would take longer still (none with admission off).
+	if opt.PlayerQuota != nil {
+		cmds.Quota = *opt.PlayerQuota
+	}
 	if cmds.MaxQueueWait = opt.MaxCommandDelay; opt.MaxCommandDelay == 0 {
 		cmds.MaxQueueWait = shard.DefaultMaxCommandDelay
 	}

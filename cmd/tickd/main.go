@@ -37,6 +37,7 @@ import (
 	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/internal/webguard"
 	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/shard/node"
 	"github.com/tickfence/tickfence/store"
 )
@@ -83,6 +84,8 @@ type options struct {
 	handoffTimeout  time.Duration
 	maxCmdDelay     time.Duration
 	maxPending      int
+	playerCmds      float64
+	playerCreates   float64
 	writeStrategy   string
 	dataHistory     int64
 }
@@ -166,6 +169,8 @@ func main() {
 	fs.Int64Var(&o.dataHistory, "data-history", 1, "revisions kept per key when this node creates the data buckets (fault tests keep every one to check the history)")
 	fs.DurationVar(&o.maxCmdDelay, "max-command-delay", 250*time.Millisecond, "admission control: when for 100 ms every command took longer than this from arrival to answer, refuse new ones with busy until answers are quick again; a command that waited this long in the node's queue before the node read it is refused busy at once (negative, e.g. -1s: admit everything)")
 	fs.IntVar(&o.maxPending, "max-pending-commands", 50000, "admission control: commands admitted and not answered yet, at most; more are refused with busy")
+	fs.Float64Var(&o.playerCmds, "player-commands", natscmd.DefaultQuota.Commands, "commands per second each player (an untrusted sender: the players' account) may send this node, bursts of twice that; more are refused rate_limited (0: no limit)")
+	fs.Float64Var(&o.playerCreates, "player-creates", natscmd.DefaultQuota.CreatesPerMinute, "instances per minute each player may create on this node, bursts of 10; more are refused rate_limited (0: no limit)")
 	fs.StringVar(&o.writeStrategy, "write-strategy", "auto", "how records are written: single (each its own fenced write, pipelined), batches (a shard's records of a\n"+
 		"tick as one atomic batch, one in flight per shard) or auto (batches when the cluster's buckets have replicas: a\n"+
 		"replicated stream's leader takes one fenced write per shard at a time)")
@@ -420,7 +425,8 @@ func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.L
 		LeaseTTL: o.lease, DataHistory: o.dataHistory,
 		NoCoordinator: o.noCoordinator, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
 		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending, WriteStrategy: shard.WriteStrategy(o.writeStrategy),
-		Registerer: reg, Logger: log, BeforeWrite: beforeWrite, BeforeRelease: beforeRelease}
+		PlayerQuota: &natscmd.Quota{Commands: o.playerCmds, Burst: int(2 * o.playerCmds), CreatesPerMinute: o.playerCreates, CreateBurst: natscmd.DefaultQuota.CreateBurst},
+		Registerer:  reg, Logger: log, BeforeWrite: beforeWrite, BeforeRelease: beforeRelease}
 }
 
 // serveMetrics serves reg on --metrics (and the profiler with --pprof); stop closes it.
