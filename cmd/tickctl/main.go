@@ -400,6 +400,7 @@ func (c *cli) send(ctx context.Context, id string, body []byte) error {
 // JSON), or with --json a JSON object per line.
 func (c *cli) watch(ctx context.Context, id string) error {
 	client := natscmd.NewClient(c.nc, c.cl.Shards)
+	client.GrantOf = natscmd.GrantReader(c.st) // it reads the store: a forged frame's grant is never followed
 	w, err := client.Watch(ctx, id)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -120,6 +121,13 @@ func (c *Client) Watch(ctx context.Context, instance string) (*Watch, error) {
 	w := &Watch{C: ch}
 	var mu sync.Mutex
 	var filter wire.FrameFilter
+	if c.GrantOf != nil {
+		filter.Verify = func() (uint64, uint64, error) {
+			vctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			return c.GrantOf(vctx, s)
+		}
+	}
 	closed := false
 	handle := func(m *nats.Msg) {
 		// A frame is published on its own subject. A message delivered here under another — what a
@@ -196,3 +204,18 @@ func (w *Watch) Dropped() uint64 { return w.dropped.Load() }
 // Invalid counts messages without valid stamp headers, or not on the instance's frame subjects
 // (not from a tickfence node).
 func (w *Watch) Invalid() uint64 { return w.invalid.Load() }
+
+// GrantReader returns, for Client.GrantOf, the current grant of a shard read from st: the
+// cluster's live epoch and the revision of its shard.<S> there (through the stream leader). A
+// watcher with read access to the store (an operator's tickctl, the console) sets it, and never
+// follows a frame stamped with a grant the shard has not given.
+func GrantReader(st store.Store) func(ctx context.Context, shard uint32) (epoch, token uint64, err error) {
+	return func(ctx context.Context, shard uint32) (uint64, uint64, error) {
+		cl, err := st.Cluster(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		_, rev, err := st.LatestAssignment(ctx, cl.Epoch, shard)
+		return cl.Epoch, rev, err
+	}
+}

@@ -245,6 +245,10 @@ type Client struct {
 	// context would, without the cost of a context per command (a sender of thousands of commands
 	// per second that gives each the same time).
 	GiveUp time.Duration
+	// GrantOf, if set, returns the current grant (epoch, token) of a shard; Watch then drops a
+	// frame stamped with a newer grant than the shard has given (wire.FrameFilter.Verify: a
+	// forgery). GrantReader makes one from a store.
+	GrantOf func(ctx context.Context, shard uint32) (epoch, token uint64, err error)
 	// ID names this client's session in the compact form: unique to this run of the process
 	// (NewClient draws a random one). Two clients must never share it.
 	ID string
