@@ -53,7 +53,7 @@ func createStream(c *conn, cfg jetstream.StreamConfig) func() error {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		_, err = js.CreateStream(ctx, cfg)
 		return err

@@ -50,6 +50,7 @@ type verb struct {
 	local    func(g globals, args []string, out io.Writer) error    // offline
 	hidden   bool
 	setup    bool // connects, but reads no cluster record (cluster init makes it)
+	setup    bool // connects, but reads no cluster record (cluster init makes it)
 }
 
 // globalFlags are the flags every verb that connects takes.
@@ -74,7 +75,7 @@ var flagDefs = []flagDef{
 	}},
 	{"creds", func(fs *flag.FlagSet, g *globals) {
 		fs.StringVar(&g.creds, "creds", auth.CredsFromEnv(), "NATS credentials `FILE` (default $NATS_CREDS): operator.creds for the control plane,\n"+
-			"observer.creds to look only; restore and gc need admin.creds")
+			"observer.creds to look only; cluster init, restore and gc need admin.creds")
 	}},
 	{"tls-ca", func(fs *flag.FlagSet, g *globals) {
 		fs.StringVar(&g.tlsCA, "tls-ca", "", "connect over TLS, verifying the server against this CA `FILE` (e.g. DIR/ca.pem)")
