@@ -50,7 +50,6 @@ type verb struct {
 	local    func(g globals, args []string, out io.Writer) error    // offline
 	hidden   bool
 	setup    bool // connects, but reads no cluster record (cluster init makes it)
-	setup    bool // connects, but reads no cluster record (cluster init makes it)
 }
 
 // globalFlags are the flags every verb that connects takes.
