@@ -58,23 +58,22 @@ type Command struct {
 // Sender is the authenticated sender of a command. Games authorise on it: a player acts only
 // for itself, an operator may do more.
 //
-// On a cluster with credentials (tickctl auth init), commands from the players' account carry
-// the identity the NATS server injected for them; commands sent within the trusted account (a
-// node's own players, an operator's tickctl) and every command on a cluster without credentials
-// are Trusted, with no user.
+// On a cluster with credentials (tickctl auth init), a player's credential (the players'
+// account) may send commands only on its own subject, tickfence.play.<S>.<id>.<its name>: the
+// NATS server's permissions, not anything the client writes, say who it is. Commands on
+// tickfence.cmd come from trusted senders only: a trusted gateway, an operator's tickctl, a
+// node's own players, and every command on a cluster without credentials.
 type Sender struct {
-	// Account is the public key of the account the command came from ("" within the trusted
-	// account, or without credentials).
+	// Account and User are the public keys of the sender's account and user, where the
+	// transport authenticates them (natscmd does not: a player is its Name).
 	Account string
-	// User is the public key of the user (its credential), as the server verified it.
-	User string
-	// Name is the credential's name (tickctl auth user DIR gateway NAME).
+	User    string
+	// Name is a player's credential name (tickctl auth user DIR gateway NAME).
 	Name string
-	// Tags are the credential's tags (lower case): role:gateway, trusted, …
+	// Tags are the credential's tags, where the transport authenticates them.
 	Tags []string
-	// Trusted: the command came from the trusted account (nodes, operators), from a gateway
-	// whose credential is marked trusted, or from a cluster without credentials. A trusted
-	// sender may name the player it acts for; an untrusted one is that player.
+	// Trusted: sent by a trusted sender (see above). A trusted sender may name the player it
+	// acts for; an untrusted one is that player.
 	Trusted bool
 	// Player is the player the command acts for: an untrusted sender's Name; what a trusted
 	// sender named in the Tickfence-Player header ("" if it named none).

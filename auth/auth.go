@@ -4,8 +4,10 @@
 // account, holds the streams and the users that run or operate the cluster: node, operator,
 // observer, admin and effects, each with the narrowest subject permissions that let it work.
 // PLAYERS, the untrusted account, holds gateways and players; it reaches only what TICKFENCE
-// exports: the command service (tickfence.cmd.>, imported with the requester's details shared, so
-// every command carries the identity the server authenticated) and the frames (tickfence.out.>).
+// exports: the command services and the frames (tickfence.out.>). A player's credential may send
+// commands only on its own subject, tickfence.play.<S>.<id>.<its name>, so the subject — which the
+// server authorises — names the player; a trusted gateway's sends on tickfence.cmd.> and names the
+// player it acts for.
 // Nothing else of the cluster exists for it: no bucket, no stream, no JetStream API, and no way
 // to aim a node's answer anywhere but back at the requester (the server rewrites reply subjects
 // of requests that cross accounts).
@@ -100,8 +102,9 @@ const TrustedTag = "trusted"
 
 // The services and streams the trusted account exports to the players' account.
 const (
-	CommandService = "tickfence.cmd.>" // the command service, imported with the requester's details shared
-	FrameStream    = "tickfence.out.>" // the frames
+	CommandService = "tickfence.cmd.>"  // the trusted senders' command service (trusted gateways)
+	PlayerService  = "tickfence.play.>" // the players' command service: each player publishes only under its own name
+	FrameStream    = "tickfence.out.>"  // the frames
 )
 
 // Files in an auth directory.
@@ -174,6 +177,7 @@ func Init(dir string) ([]string, error) {
 		MemoryMaxStreamBytes: -1, DiskMaxStreamBytes: -1}
 	// What the players' account may reach, and nothing else: commands (one answer each) and frames.
 	ac.Exports.Add(&jwt.Export{Name: "commands", Subject: CommandService, Type: jwt.Service, ResponseType: jwt.ResponseTypeSingleton},
+		&jwt.Export{Name: "player-commands", Subject: PlayerService, Type: jwt.Service, ResponseType: jwt.ResponseTypeSingleton},
 		&jwt.Export{Name: "frames", Subject: FrameStream, Type: jwt.Stream})
 	accJWT, err := ac.Encode(op)
 	if err != nil {
@@ -181,9 +185,11 @@ func Init(dir string) ([]string, error) {
 	}
 	pc := jwt.NewAccountClaims(playersPub)
 	pc.Name = PlayersAccount
-	// Share: the server puts the requester's account, user, name and tags on every command
-	// (Nats-Request-Info), replacing whatever the client wrote: the sender's identity.
-	pc.Imports.Add(&jwt.Import{Name: "commands", Subject: CommandService, Account: accPub, Type: jwt.Service, Share: true},
+	// No Share: the identity of a command is its subject (a player publishes only under its own
+	// name), not the Nats-Request-Info header Share would add, which a client can forge around
+	// (shard/natscmd/sender.go).
+	pc.Imports.Add(&jwt.Import{Name: "commands", Subject: CommandService, Account: accPub, Type: jwt.Service},
+		&jwt.Import{Name: "player-commands", Subject: PlayerService, Account: accPub, Type: jwt.Service},
 		&jwt.Import{Name: "frames", Subject: FrameStream, Account: accPub, Type: jwt.Stream})
 	playersJWT, err := pc.Encode(op)
 	if err != nil {
@@ -324,7 +330,7 @@ func NewUserWith(dir string, r Role, name string, o UserOptions) (string, error)
 	if !o.Expires.IsZero() {
 		uc.Expires = o.Expires.Unix()
 	}
-	p := rolePerms(r, name)
+	p := rolePerms(r, name, o.Trusted)
 	uc.Pub.Allow.Add(p.pubAllow...)
 	uc.Pub.Deny.Add(p.pubDeny...)
 	uc.Sub.Allow.Add(p.subAllow...)

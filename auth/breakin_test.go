@@ -274,7 +274,9 @@ func TestGatewayCannotBreakIn(t *testing.T) {
 			t.Errorf("gateway-2 received %d of gateway's replies", got)
 		}
 		// gateway-2's own replies work too.
-		if r, err := natscmd.NewClient(gw2.Conn, shards).SendMap(ctx, "d1", "j2", map[string]any{"type": "join", "player": "gateway-2"}); err != nil || !r.OK {
+		c2 := natscmd.NewClient(gw2.Conn, shards)
+		c2.Player = "gateway-2" // a player's credential: its own subjects
+		if r, err := c2.SendMap(ctx, "d1", "j2", map[string]any{"type": "join", "player": "gateway-2"}); err != nil || !r.OK {
 			t.Fatalf("gateway-2's own command: %+v %v", r, err)
 		}
 	})

@@ -3,6 +3,7 @@ package auth_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -160,4 +161,32 @@ func mustCanonical(t *testing.T, m map[string]any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestDroppedReplyLogIsBounded: within the trusted account nothing says reliably who sent a
+// command; an operator sending 2000 commands with a non-inbox reply, each with a different
+// made-up Nats-Request-Info, makes the node log one warning (at most one per 10 s), not 2000.
+// (From the review of issue 33.)
+func TestDroppedReplyLogIsBounded(t *testing.T) {
+	e := newEnv(t)
+	_, op := e.connect(t, "operator")
+	const n = 2000
+	for i := range n {
+		m := nats.NewMsg(wire.Subject(e.shard, "d1"))
+		m.Reply = "$KV.tickfence-control.cluster"
+		m.Header.Set(wire.HeaderRequestID, fmt.Sprintf("o-%d", i))
+		m.Header.Set("Nats-Request-Info", fmt.Sprintf(`{"acc":"A%d","user":"U"}`, i))
+		m.Data = mustCanonical(t, map[string]any{"type": "status"})
+		if err := op.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = op.Flush()
+	time.Sleep(time.Second)
+	if lines := strings.Count(e.logs.String(), "its reply subject is not an inbox"); lines > 2 {
+		t.Errorf("one operator connection made the node log %d 'command dropped' warnings for %d commands", lines, n)
+	}
+	if got := counter(t, e.reg, "tickfence_command_reply_refused_total"); got != n {
+		t.Errorf("tickfence_command_reply_refused_total = %v, want %d", got, n)
+	}
 }

@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -103,5 +104,100 @@ func TestForgedFrameDoesNotBlindWatchers(t *testing.T) {
 	}
 	if shown == 0 {
 		t.Error("the operator's watcher showed no frame of the owner after the forgery")
+	}
+}
+
+// TestForgedFrameTickDoesNotBlindWatchers: a node credential of its own (n2, never granted d1's
+// shard) publishes one frame on d1's subject stamped with d1's current grant, read from any frame,
+// and tick 2^62. A player's watcher shows d1's real frames again within the stale time. (From the
+// review of issue 33.)
+func TestForgedFrameTickDoesNotBlindWatchers(t *testing.T) {
+	e := newEnv(t)
+	alice := e.player(t, "alice")
+	if _, err := auth.NewUser(e.dir, auth.Node, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	n2, _ := e.connect(t, "n2")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := alice.Watch(ctx, "d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first wire.FrameStamp
+	select {
+	case f := <-w.C:
+		first = f.FrameStamp
+	case <-time.After(5 * time.Second):
+		t.Fatal("no frame of d1")
+	}
+	m := nats.NewMsg(wire.FrameSubject(e.shard, "d1", ""))
+	m.Header.Set(wire.HeaderEpoch, strconv.FormatUint(first.Epoch, 10))
+	m.Header.Set(wire.HeaderToken, strconv.FormatUint(first.Token, 10))
+	m.Header.Set(wire.HeaderTick, strconv.FormatUint(1<<62, 10))
+	m.Data = []byte("forged")
+	if err := n2.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	_ = n2.Flush()
+	forgedAt := time.Now()
+	sawForged := false
+	deadline := time.After(wire.DefaultFrameStale + 3*time.Second)
+	for {
+		select {
+		case f := <-w.C:
+			if f.Tick == 1<<62 {
+				sawForged = true
+				continue
+			}
+			if sawForged {
+				t.Logf("the owner's frames shown again %v after the forged one", time.Since(forgedAt).Round(time.Millisecond))
+				return
+			}
+		case <-deadline:
+			t.Fatalf("after one forged frame (d1's own grant %d/%d, tick 2^62) from node credential n2, the watcher showed none of d1's real frames for %v (forged shown: %v, dropped as stale: %d)",
+				first.Epoch, first.Token, wire.DefaultFrameStale+3*time.Second, sawForged, w.Stale())
+		}
+	}
+}
+
+// TestAnswerAimedAtFramesIsNoFrame: a player names d1's frame subject as its command's reply
+// subject; the server delivers the node's answer there in the players' account (it rewrites
+// only the node's side). No watcher shows it: it carries no frame's stamp (natscmd.Watch counts it
+// invalid; the player page lists no instance from it).
+func TestAnswerAimedAtFramesIsNoFrame(t *testing.T) {
+	e := newEnv(t)
+	bob, mallory := e.player(t, "bob"), e.player(t, "mallory")
+	_ = mallory
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := bob.Watch(ctx, "d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, mc := e.connect(t, "mallory")
+	for i, reply := range []string{wire.FrameSubject(e.shard, "d1", ""), wire.FrameSubject(e.shard, "d1", "fake")} {
+		m := nats.NewMsg(wire.PlayerSubject(e.shard, "d1", "mallory"))
+		m.Reply = reply
+		m.Header.Set(wire.HeaderRequestID, "m-"+strconv.Itoa(i))
+		m.Data = mustCanonical(t, map[string]any{"type": "status"})
+		if err := mc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = mc.Flush()
+	deadline := time.After(time.Second)
+	for done := false; !done; {
+		select {
+		case f := <-w.C:
+			if len(f.Payload) > 0 && looksLikeReply(f.Payload) {
+				t.Fatalf("bob's watcher showed a node's answer as a frame: %q", f.Payload)
+			}
+		case <-deadline:
+			done = true
+		}
+	}
+	if w.Invalid() == 0 {
+		t.Log("no answer reached the frame subjects (nothing for the watcher to drop)")
 	}
 }

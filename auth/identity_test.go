@@ -23,7 +23,9 @@ func (e *env) player(t *testing.T, name string) *natscmd.Client {
 		t.Fatal(err)
 	}
 	nc, _ := e.connect(t, name)
-	return natscmd.NewClient(nc, shards)
+	c := natscmd.NewClient(nc, shards)
+	c.Player = name // a player sends on its own subjects
+	return c
 }
 
 // code sends cmd once (no retries) and returns the reply's code ("ok" for an ok).
@@ -131,7 +133,7 @@ func TestCommandsKnowTheirSender(t *testing.T) {
 	// answer), not hers.
 	compact := func(player string) map[string]any { return map[string]any{"type": "join", "player": player} }
 	send := func(conn *nats.Conn, player string) wire.Reply {
-		m := nats.NewMsg(wire.Subject(e.shard, "d1"))
+		m := nats.NewMsg(wire.PlayerSubject(e.shard, "d1", player))
 		m.Header.Set(wire.HeaderClient, "shared-client")
 		m.Header.Set(wire.HeaderSeq, "1")
 		m.Data = mustCanonical(t, compact(player))

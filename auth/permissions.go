@@ -36,7 +36,8 @@ import "github.com/tickfence/tickfence/store"
 const (
 	controlKV   = "$KV.tickfence-control." // control bucket keys
 	blobsO      = "$O.tickfence-blobs.>"   // its chunk and meta subjects
-	cmds        = "tickfence.cmd.>"        // commands (DESIGN 5)
+	cmds        = "tickfence.cmd.>"        // commands of trusted senders (DESIGN 5)
+	playCmds    = "tickfence.play.>"       // players' commands, the player named by the last token (DESIGN 9)
 	frames      = "tickfence.out.>"        // frames (DESIGN 8)
 	fxSubj      = "tickfence.fx.>"         // effects' subjects
 	fxStream    = "tickfence-effects"      // the effects stream (natscmd.EffectsStream)
@@ -74,7 +75,7 @@ type perms struct {
 
 // rolePerms is the permissions of role r for the user named name (its inbox prefix is
 // InboxPrefix(name)).
-func rolePerms(r Role, name string) perms {
+func rolePerms(r Role, name string, trusted bool) perms {
 	inbox := InboxPrefix(name) + ".>" // replies to this user's own requests (nats.CustomInboxPrefix)
 	switch r {
 	case Node:
@@ -118,8 +119,9 @@ func rolePerms(r Role, name string) perms {
 				jsAPI + "STREAM.DELETE.>",    // never delete a bucket (DESIGN 9): nor create, update or purge one (none allowed)
 			}, foreignConsumers...),
 			subAllow: []string{
-				cmds,  // serve commands of the shards it owns
-				inbox, // its own requests' replies: JetStream API, KV acknowledgements, watches' deliveries
+				cmds,     // serve commands of the shards it owns
+				playCmds, // and its players' commands
+				inbox,    // its own requests' replies: JetStream API, KV acknowledgements, watches' deliveries
 			},
 		}
 	case Admin:
@@ -136,11 +138,24 @@ func rolePerms(r Role, name string) perms {
 			},
 		}
 	case Gateway:
-		// In the players' account (Init): tickfence.cmd.> and tickfence.out.> are its imports of
-		// the trusted account's command service and frames, and nothing else is there.
+		// In the players' account (Init): tickfence.cmd.>, tickfence.play.> and tickfence.out.> are
+		// its imports of the trusted account's command services and frames, and nothing else is there.
+		if !trusted {
+			// A player: its commands only on its own subject, so that the subject — which the
+			// server authorises — says who sent them, whatever the message's headers say.
+			return perms{
+				pubAllow: []string{
+					"tickfence.play.*.*." + name, // its commands: tickfence.play.<S>.<id>.<name> (wire.PlayerSubject)
+				},
+				subAllow: []string{
+					inbox,  // its own commands' replies, and nobody else's
+					frames, // watch instances' frames
+				},
+			}
+		}
 		return perms{
 			pubAllow: []string{
-				cmds, // send commands (DESIGN 5)
+				cmds, // send commands as a trusted sender, naming the player it acts for (DESIGN 5, 9)
 			},
 			subAllow: []string{
 				inbox,  // its own commands' replies, and nobody else's

@@ -39,8 +39,8 @@ type Command struct {
 	// refused afterwards would waste the decode.
 	Screened bool
 	// Sender is who sent it, as the transport authenticated it (actor.Sender); its request or
-	// client ID is already filed under it. A command with no account and no SenderKey (submitted
-	// within the process, or by a transport without identities) is trusted.
+	// client ID is already filed under it. A command without a SenderKey (submitted within the
+	// process, or by a transport without identities) is trusted.
 	Sender actor.Sender
 	// SenderKey is what an untrusted sender's exactly-once state and the instances it created
 	// are filed under (a digest of its account and user); "" for a trusted sender.
@@ -51,9 +51,9 @@ type Command struct {
 }
 
 // SenderKey is what an untrusted sender's exactly-once state and the instances it creates are
-// filed under: a digest of its account and user (store.SenderOf reads it back from an ID).
-func SenderKey(account, user string) string {
-	sum := sha256.Sum256([]byte(account + "/" + user))
+// filed under: a digest of who it is (store.SenderOf reads it back from an ID).
+func SenderKey(s actor.Sender) string {
+	sum := sha256.Sum256([]byte(s.Account + "/" + s.User + "/" + s.Name + "/" + s.Player))
 	return "s:" + hex.EncodeToString(sum[:8])
 }
 
@@ -66,7 +66,7 @@ func (c *Command) SetSender(s actor.Sender) {
 	if s.Trusted {
 		return
 	}
-	c.SenderKey = SenderKey(s.Account, s.User)
+	c.SenderKey = SenderKey(s)
 	if c.Client != "" {
 		c.Client = c.SenderKey + " " + c.Client
 	} else {

@@ -451,7 +451,7 @@ func (sh *shardRun) stop(reason string, attrs ...any) {
 
 // submit routes a command to its instance's mailbox, or creates the instance.
 func (sh *shardRun) submit(c Command) {
-	if c.Sender.Account == "" && c.SenderKey == "" {
+	if c.SenderKey == "" {
 		c.Sender.Trusted = true // from within the process or the trusted account (DESIGN 9)
 	}
 	if !sh.h.admit(&c) {

@@ -50,7 +50,11 @@ func (c *cluster) deputy(insts map[string]uint32, run int) {
 	}
 	for name, nc := range conns {
 		for id, sh := range insts {
-			m := nats.NewMsg(wire.Subject(sh, id))
+			subj := wire.Subject(sh, id)
+			if name != "operator" {
+				subj = wire.PlayerSubject(sh, id, name) // a player's own subject
+			}
+			m := nats.NewMsg(subj)
 			m.Reply = "$KV." + store.ControlBucket + "." + store.ClusterKey
 			m.Header.Set(wire.HeaderRequestID, "deputy-"+name)
 			m.Data = []byte{0x81, 0xa4, 't', 'y', 'p', 'e', 0xa6, 's', 't', 'a', 't', 'u', 's'} // {"type":"status"}

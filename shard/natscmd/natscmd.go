@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/internal/logkey"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/internal/session"
@@ -51,7 +52,7 @@ type Server struct {
 	// DefaultQuota; the zero Quota: no limit).
 	Quota    Quota
 	limit    logkey.Limiter
-	deputies onceSet // senders whose dropped replies were logged
+	deputies every // the last log line of a dropped reply
 	quotas   quotas
 }
 
@@ -83,83 +84,111 @@ func NewServer(nc *nats.Conn, shards uint32, reg prometheus.Registerer) *Server 
 	return &Server{nc: nc, shards: shards, metrics: metrics.For(reg), Quota: DefaultQuota}
 }
 
-// Serve implements shard.Commands: it subscribes tickfence.cmd.<S>.*.
+// Serve implements shard.Commands: it subscribes tickfence.cmd.<S>.> (trusted senders) and
+// tickfence.play.<S>.> (players, named by the subject's last token: DESIGN 9).
 func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
-	var queue intake // the handler's own (the client calls it one message at a time)
-	sub, err := s.nc.Subscribe(wire.ShardSubject(sh), func(m *nats.Msg) {
-		delivered, behind, ok := queued(m.Sub)
-		now := time.Now() // after counting: an arrival counted must not look older than it is
-		var waited time.Duration
-		if ok {
-			waited = queue.wait(now, delivered, behind)
+	var subs []*nats.Subscription
+	stop := func() {
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
 		}
-		received := now.Add(-waited)
-		if s.metrics != nil {
-			s.metrics.CommandQueueSeconds.Observe(waited.Seconds())
+	}
+	for _, player := range []bool{false, true} {
+		subj := wire.ShardSubject(sh)
+		if player {
+			subj = wire.PlayerShardSubject(sh)
 		}
-		if m.Reply == "" {
-			return // a publish, not a request: there is no one to answer
-		}
-		if !InboxReply(m.Reply) {
-			s.refuseReply(m) // never publish where a requester aims (DESIGN 9: confused deputy)
-			return
-		}
-		content := m.Header.Get(wire.HeaderContent)
-		asJSON := strings.HasPrefix(content, wire.ContentJSON)
-		reply := func(b []byte) {
-			out := nats.NewMsg(m.Reply)
-			out.Data = wire.ForClient(b, asJSON)
-			if asJSON {
-				out.Header.Set(wire.HeaderContent, wire.ContentJSON)
-			}
-			_ = s.nc.PublishMsg(out) // the requester retries if this is lost
-		}
-		// The queue first: a command refused for its wait must not draw on admission's share.
-		if s.MaxQueueWait > 0 && waited > s.MaxQueueWait {
-			s.refuse(m, reply, slog.LevelDebug, wire.CodeBusy, "the command waited too long in the node's queue", 0, queuedReply)
-			return
-		}
-		if s.Shedding != nil && s.Shedding() {
-			s.refuse(m, reply, slog.LevelDebug, wire.CodeBusy, "the node is shedding load", 0, busyReply)
-			return
-		}
-		req, err := wire.DecodeCommand(m.Subject, wire.Headers{RequestID: m.Header.Get(wire.HeaderRequestID),
-			Client: m.Header.Get(wire.HeaderClient), Seq: m.Header.Get(wire.HeaderSeq), Ack: m.Header.Get(wire.HeaderAck),
-			ContentType: content}, m.Data, s.shards)
+		queue := new(intake) // the handler's own (the client calls it one message at a time)
+		sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) { s.serve(m, queue, player, handle) })
 		if err != nil {
-			werr := &wire.Error{}
-			if !errors.As(err, &werr) {
-				werr = wire.Errorf(wire.CodeBadRequest, "%v", err)
-			}
-			s.refuse(m, reply, slog.LevelWarn, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
-			return
+			stop()
+			return nil, fmt.Errorf("subscribe %s: %w", subj, err)
 		}
-		who, err := sender(m)
-		if err != nil {
-			werr := err.(*wire.Error)
-			s.refuse(m, reply, slog.LevelWarn, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
-			return
+		subs = append(subs, sub)
+		if err := sub.SetPendingLimits(65536, 64<<20); err != nil {
+			stop()
+			return nil, err
 		}
-		c := shard.Command{Request: req, Received: received, Reply: reply, Screened: s.Shedding != nil}
-		c.SetSender(who)
-		if c.SenderKey != "" {
-			if ok, wait := s.quotas.allow(s.Quota, c.SenderKey, req.Type == "create", time.Now()); !ok {
-				werr := wire.Errorf(wire.CodeRateLimited, "sender %s is past its quota on this node (%s); nothing was applied: retry the same request in %s",
-					who.Name, s.Quota, wait.Round(time.Millisecond))
-				s.refuse(m, reply, slog.LevelDebug, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
-				return
-			}
+	}
+	return stop, nil
+}
+
+// serve takes one command off a shard's subscription; player: from tickfence.play.
+func (s *Server) serve(m *nats.Msg, queue *intake, player bool, handle func(shard.Command)) {
+	delivered, behind, ok := queued(m.Sub)
+	now := time.Now() // after counting: an arrival counted must not look older than it is
+	var waited time.Duration
+	if ok {
+		waited = queue.wait(now, delivered, behind)
+	}
+	received := now.Add(-waited)
+	if s.metrics != nil {
+		s.metrics.CommandQueueSeconds.Observe(waited.Seconds())
+	}
+	if m.Reply == "" {
+		return // a publish, not a request: there is no one to answer
+	}
+	if !InboxReply(m.Reply) {
+		s.refuseReply(m) // never publish where a requester aims (DESIGN 9: confused deputy)
+		return
+	}
+	content := m.Header.Get(wire.HeaderContent)
+	asJSON := strings.HasPrefix(content, wire.ContentJSON)
+	reply := func(b []byte) {
+		out := nats.NewMsg(m.Reply)
+		out.Data = wire.ForClient(b, asJSON)
+		if asJSON {
+			out.Header.Set(wire.HeaderContent, wire.ContentJSON)
 		}
-		handle(c)
-	})
+		_ = s.nc.PublishMsg(out) // the requester retries if this is lost
+	}
+	// The queue first: a command refused for its wait must not draw on admission's share.
+	if s.MaxQueueWait > 0 && waited > s.MaxQueueWait {
+		s.refuse(m, reply, slog.LevelDebug, wire.CodeBusy, "the command waited too long in the node's queue", 0, queuedReply)
+		return
+	}
+	if s.Shedding != nil && s.Shedding() {
+		s.refuse(m, reply, slog.LevelDebug, wire.CodeBusy, "the node is shedding load", 0, busyReply)
+		return
+	}
+	subject := m.Subject
+	var who actor.Sender
+	var err error
+	if player {
+		var name string
+		if subject, name, err = wire.ParsePlayerSubject(m.Subject); err == nil {
+			who, err = playerSender(name)
+		}
+	} else {
+		who, err = trustedSender(m.Header)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("subscribe %s: %w", wire.ShardSubject(sh), err)
+		werr := err.(*wire.Error)
+		s.refuse(m, reply, slog.LevelWarn, werr.Code, werr.Message, 0, wire.EncodeReply(wire.Reply{Error: werr}))
+		return
 	}
-	if err := sub.SetPendingLimits(65536, 64<<20); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, err
+	req, err := wire.DecodeCommand(subject, wire.Headers{RequestID: m.Header.Get(wire.HeaderRequestID),
+		Client: m.Header.Get(wire.HeaderClient), Seq: m.Header.Get(wire.HeaderSeq), Ack: m.Header.Get(wire.HeaderAck),
+		ContentType: content}, m.Data, s.shards)
+	if err != nil {
+		werr := &wire.Error{}
+		if !errors.As(err, &werr) {
+			werr = wire.Errorf(wire.CodeBadRequest, "%v", err)
+		}
+		s.refuse(m, reply, slog.LevelWarn, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
+		return
 	}
-	return func() { _ = sub.Unsubscribe() }, nil
+	c := shard.Command{Request: req, Received: received, Reply: reply, Screened: s.Shedding != nil}
+	c.SetSender(who)
+	if c.SenderKey != "" {
+		if ok, wait := s.quotas.allow(s.Quota, c.SenderKey, req.Type == "create", time.Now()); !ok {
+			werr := wire.Errorf(wire.CodeRateLimited, "player %s is past its quota on this node (%s); nothing was applied: retry the same request in %s",
+				who.Player, s.Quota, wait.Round(time.Millisecond))
+			s.refuse(m, reply, slog.LevelDebug, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
+			return
+		}
+	}
+	handle(c)
 }
 
 // InboxReply reports whether a node may answer on reply: an inbox (_INBOX.…, the prefix of
@@ -174,9 +203,9 @@ func InboxReply(reply string) bool {
 	return !strings.ContainsAny(reply, "*> \t\r\n")
 }
 
-// refuseReply drops a command whose reply subject is not an inbox: counted, and logged once per
-// sender (the server-injected identity of a request that crossed accounts, else the subject's
-// shard) so that an attacker's flood does not flood the log.
+// refuseReply drops a command whose reply subject is not an inbox: counted, and logged at most
+// once every 10 s with how many were dropped since (nothing in such a request says reliably who
+// sent it, so a flood cannot flood the log either).
 func (s *Server) refuseReply(m *nats.Msg) {
 	if s.metrics != nil {
 		s.metrics.RepliesRefused.Inc()
@@ -184,17 +213,19 @@ func (s *Server) refuseReply(m *nats.Msg) {
 	if s.Logger == nil {
 		return
 	}
-	who := requestInfo(m.Header)
-	if !s.deputies.first(who.key()) {
+	emit, suppressed := s.deputies.allow(time.Now())
+	if !emit {
 		return
 	}
 	attrs := []slog.Attr{slog.String("subject", m.Subject), slog.String("reply", m.Reply)}
 	if sh, inst, err := wire.ParseSubject(m.Subject, s.shards); err == nil {
 		attrs = append(attrs, slog.Any(logkey.Shard, sh), slog.String(logkey.Instance, inst))
 	}
-	attrs = append(attrs, slog.String("sender_account", who.Account), slog.String("sender_user", who.User), slog.String("sender_name", who.NameTag))
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int(logkey.Suppressed, suppressed))
+	}
 	s.Logger.LogAttrs(context.Background(), slog.LevelWarn,
-		"command dropped: its reply subject is not an inbox (a node never writes where a requester aims it); further ones from this sender are only counted (tickfence_command_reply_refused_total)", attrs...)
+		"command dropped: its reply subject is not an inbox (a node never writes where a requester aims it); more are only counted for 10 s (tickfence_command_reply_refused_total)", attrs...)
 }
 
 // refuse answers a command before it reaches its shard with body, counting and logging it.
@@ -245,6 +276,10 @@ type Client struct {
 	// context would, without the cost of a context per command (a sender of thousands of commands
 	// per second that gives each the same time).
 	GiveUp time.Duration
+	// Player, if set, sends as that player, on its own subjects (wire.PlayerSubject): what a
+	// player's credential (the players' account, not trusted) must do, and may do only with its
+	// own name. Empty: a trusted sender's subjects (tickfence.cmd).
+	Player string
 	// GrantOf, if set, returns the current grant (epoch, token) of a shard; Watch then drops a
 	// frame stamped with a newer grant than the shard has given (wire.FrameFilter.Verify: a
 	// forgery). GrantReader makes one from a store.
@@ -353,7 +388,11 @@ func (c *Client) ack(instance string) uint64 {
 // message makes one attempt of a command: the request ID, or (seq != 0) the session headers
 // with the current ack.
 func (c *Client) message(instance, requestID string, seq uint64, body []byte, asJSON bool) *nats.Msg {
-	m := nats.NewMsg(wire.Subject(store.ShardOf(instance, c.shards), instance))
+	subj := wire.Subject(store.ShardOf(instance, c.shards), instance)
+	if c.Player != "" {
+		subj = wire.PlayerSubject(store.ShardOf(instance, c.shards), instance, c.Player)
+	}
+	m := nats.NewMsg(subj)
 	m.Data = body
 	if seq == 0 {
 		m.Header.Set(wire.HeaderRequestID, requestID)

@@ -1,10 +1,9 @@
 package natscmd
 
 import (
-	"encoding/json"
-	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -13,86 +12,65 @@ import (
 )
 
 // HeaderPlayer names the player a trusted sender acts for (a trusted gateway, an operator's
-// tickctl). An untrusted sender is its player whatever it writes here.
+// tickctl). Players send on their own subjects instead (wire.PlayerSubject).
 const HeaderPlayer = "Tickfence-Player"
 
-// trustedTag is the tag of a trusted gateway's credential (auth.TrustedTag).
-const trustedTag = "trusted"
+// Who sent a command comes from its subject, which the NATS server authorises, never from a
+// header (DESIGN 9): a player's credential may publish only on tickfence.play.*.*.<its name>,
+// and only trusted senders on tickfence.cmd.>. Headers are not used for identity at all, not even
+// the Nats-Request-Info a server writes for a request that crossed accounts: nats-server 2.15.2
+// removes a client's own copy only where it follows CRLF, while nats.go on the node reads a line
+// after a bare LF too and stops at the first blank line, so a client can hide the server's value
+// and show its own (the review of issue 33 forged a trusted sender and another player that way).
 
-// HeaderRequestInfo is the header the NATS server sets on a request that crossed from one
-// account into another through a service import whose importer shares its client's details
-// (jwt.Import.Share): the requester's account, user and the name and tags of its credential.
-// The server replaces any value a client wrote, so on such a request it is the server's word.
-const HeaderRequestInfo = "Nats-Request-Info"
-
-// requester is what the server says of a request's sender (the fields of its ClientInfo that
-// tickfence reads).
-type requester struct {
-	Account string   `json:"acc"`
-	User    string   `json:"user"`
-	NameTag string   `json:"name_tag"`
-	Tags    []string `json:"tags"`
+// playerSender is the sender of a command on tickfence.play.<S>.<id>.<name>.
+func playerSender(name string) (actor.Sender, error) {
+	if err := checkName(name); err != nil {
+		return actor.Sender{}, wire.Errorf(wire.CodeBadRequest, "player %q in the subject: %v", name, err)
+	}
+	return actor.Sender{Name: name, Player: name}, nil
 }
 
-func (r requester) key() string { return r.Account + "/" + r.User }
-
-// requestInfo reads the server-injected identity of a request ("" fields when there is none).
-func requestInfo(h nats.Header) requester {
-	var r requester
-	if v := h.Get(HeaderRequestInfo); v != "" {
-		_ = json.Unmarshal([]byte(v), &r)
-	}
-	return r
-}
-
-// onceSet remembers up to onceSetMax keys, forgetting them all when full: first reports whether
-// a key is new (a flood of distinct keys costs a bounded map and, after each reset, one line
-// per key again).
-type onceSet struct {
-	mu   sync.Mutex
-	seen map[string]struct{}
-}
-
-const onceSetMax = 4096
-
-func (o *onceSet) first(key string) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if _, ok := o.seen[key]; ok {
-		return false
-	}
-	if o.seen == nil || len(o.seen) >= onceSetMax {
-		o.seen = map[string]struct{}{}
-	}
-	o.seen[key] = struct{}{}
-	return true
-}
-
-// sender is who sent m (DESIGN 9). A request that crossed from another account has a reply
-// subject the server made (_R_.…) and the requester's details the server wrote over anything
-// the client did (Nats-Request-Info, when the import shares them): that is an untrusted sender
-// unless its credential is tagged trusted. Anything else was sent within the trusted account or
-// on a server without credentials: trusted.
-func sender(m *nats.Msg) (actor.Sender, error) {
-	var s actor.Sender
-	if strings.HasPrefix(m.Reply, "_R_.") {
-		if ri := requestInfo(m.Header); ri.Account != "" {
-			s = actor.Sender{Account: ri.Account, User: ri.User, Name: ri.NameTag, Tags: ri.Tags,
-				Trusted: slices.Contains(ri.Tags, trustedTag)}
-			if !s.Trusted {
-				s.Player = s.Name
-				return s, nil
-			}
-		}
-	}
-	if s.Account == "" {
-		s.Trusted = true
-	}
-	if p := m.Header.Get(HeaderPlayer); p != "" {
-		if len(p) > wire.MaxRequestID || strings.ContainsFunc(p, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
-			return s, wire.Errorf(wire.CodeBadRequest, "header %s must be 1..%d printable ASCII characters without spaces", HeaderPlayer, wire.MaxRequestID)
+// trustedSender is the sender of a command on tickfence.cmd: trusted, acting for the player its
+// Tickfence-Player header names, if any.
+func trustedSender(h nats.Header) (actor.Sender, error) {
+	s := actor.Sender{Trusted: true}
+	if p := h.Get(HeaderPlayer); p != "" {
+		if err := checkName(p); err != nil {
+			return s, wire.Errorf(wire.CodeBadRequest, "header %s: %v", HeaderPlayer, err)
 		}
 		s.Player = p
 	}
 	return s, nil
+}
+
+// checkName: a player's name is a credential's name, 1-64 of A-Z a-z 0-9 _ - (auth.NewUser).
+func checkName(n string) error {
+	if n == "" || len(n) > wire.MaxRequestID || strings.ContainsFunc(n, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
+	}) {
+		return errBadName
+	}
+	return nil
+}
+
+var errBadName = wire.Errorf(wire.CodeBadRequest, "want 1-%d of A-Z a-z 0-9 _ -", wire.MaxRequestID)
+
+// every lets one event through every 10 s, counting the others.
+type every struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (e *every) allow(now time.Time) (bool, int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.last.IsZero() && now.Sub(e.last) < 10*time.Second {
+		e.suppressed++
+		return false, 0
+	}
+	n := e.suppressed
+	e.last, e.suppressed = now, 0
+	return true, n
 }

@@ -62,26 +62,33 @@ func ParseFrameStamp(get func(string) string) (FrameStamp, error) {
 // only until the new owner's first frame does; frames of one tick all pass, in order; topics are
 // ordered each on its own (NATS orders one publisher's messages per subject, not across them).
 //
-// One frame stamped with a grant no owner holds (a forgery: only a node's credential may publish
-// frames, DESIGN 9) would otherwise hide every later frame of the real owner. So the highest grant
-// seen holds only while it keeps sending: once it has sent nothing for Stale, a frame under
-// another grant is shown and its grant becomes the one to follow. A watcher that can read the
-// store also sets Verify, and a newer grant is followed only if the shard's current grant is at
-// least that new. The zero value is ready (Stale 0: DefaultFrameStale).
+// One forged frame (only a node's credential may publish frames, DESIGN 9) must not hide the real
+// owner's for long: stamped with a grant no owner holds, or with the owner's own grant and a tick
+// far ahead, it would otherwise hide every later frame. So what a watcher follows holds only
+// while it is fed: once the followed grant has passed nothing for Stale, a frame under another
+// grant is shown and its grant followed; once a topic has passed nothing for Stale while its
+// grant's frames keep coming, the next one is shown and that topic starts again from it. A
+// watcher that can read the store also sets Verify, and follows a grant only if it is the shard's
+// current one. The zero value is ready (Stale 0: DefaultFrameStale).
 type FrameFilter struct {
-	// Stale is how long the followed grant may be silent before another grant's frames are
-	// shown (0: DefaultFrameStale; negative: never).
+	// Stale is how long what is followed may pass nothing before other frames are shown
+	// (0: DefaultFrameStale; negative: never).
 	Stale time.Duration
 	// Verify, if set, returns the current grant of the instance's shard (its epoch and token),
-	// re-read when a frame claims a newer grant than the one followed: a frame above it is
-	// dropped, whatever it claims. An error lets the frame be judged without it.
+	// read when a frame would make the watcher follow another grant: a frame under a grant that
+	// is not the shard's current one is dropped. An error lets the frame be judged without it.
 	Verify func() (epoch, token uint64, err error)
 
 	seen  bool
 	epoch uint64
 	token uint64
-	at    time.Time            // when the followed grant's last frame passed
-	last  map[string][2]uint64 // topic → (tick, index) last shown under the current grant
+	at    time.Time            // when a frame of the followed grant last passed
+	last  map[string]lastShown // per topic, under the followed grant
+}
+
+type lastShown struct {
+	tick, index uint64
+	at          time.Time
 }
 
 // DefaultFrameStale is FrameFilter's Stale unless set: a few frames' time at any tick rate.
@@ -97,26 +104,27 @@ func (f *FrameFilter) PassAt(topic string, st FrameStamp, now time.Time) bool {
 	if stale == 0 {
 		stale = DefaultFrameStale
 	}
+	silent := func(since time.Time) bool { return stale > 0 && now.Sub(since) > stale }
 	newer := st.Epoch > f.epoch || st.Epoch == f.epoch && st.Token > f.token
 	older := st.Epoch < f.epoch || st.Epoch == f.epoch && st.Token < f.token
 	switch {
-	case !f.seen, newer, older && stale > 0 && now.Sub(f.at) > stale:
-		if f.Verify != nil && (!f.seen || newer) {
-			if e, tok, err := f.Verify(); err == nil && (st.Epoch > e || st.Epoch == e && st.Token > tok) {
-				return false // a grant the shard has not given: forged
+	case !f.seen, newer, older && silent(f.at):
+		if f.Verify != nil {
+			if e, tok, err := f.Verify(); err == nil && (st.Epoch != e || st.Token != tok) {
+				return false // not the shard's current grant: a zombie's, or forged
 			}
 		}
 		// A grant to follow: a newer one, or another after the followed one fell silent.
 		f.seen, f.epoch, f.token = true, st.Epoch, st.Token // every topic starts again
-		f.last = map[string][2]uint64{}
+		f.last = map[string]lastShown{}
 	case older:
 		return false // an older grant: a zombie, or a frame overtaken on the wire
 	default:
-		if l, ok := f.last[topic]; ok && (st.Tick < l[0] || st.Tick == l[0] && st.Index <= l[1]) {
+		if l, ok := f.last[topic]; ok && (st.Tick < l.tick || st.Tick == l.tick && st.Index <= l.index) && !silent(l.at) {
 			return false // not after the last one shown on this subject
 		}
 	}
 	f.at = now
-	f.last[topic] = [2]uint64{st.Tick, st.Index}
+	f.last[topic] = lastShown{st.Tick, st.Index, now}
 	return true
 }

@@ -72,3 +72,49 @@ func TestJSONTrailingDataRefused(t *testing.T) {
 		t.Errorf("trailing white space: %v", err)
 	}
 }
+
+// TestForgedTickUnderCurrentGrant: one frame stamped with the owner's own grant (its epoch and
+// token are in every frame a watcher sees) and a huge tick hides the owner's next frames for
+// Stale at most, with or without Verify. (From the review of issue 33.)
+func TestForgedTickUnderCurrentGrant(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	real := func(tick uint64) wire.FrameStamp { return wire.FrameStamp{Epoch: 1, Token: 7, Tick: tick} }
+	forged := wire.FrameStamp{Epoch: 1, Token: 7, Tick: 1 << 62}
+	for _, verify := range []bool{false, true} {
+		f := wire.FrameFilter{}
+		if verify {
+			f.Verify = func() (uint64, uint64, error) { return 1, 7, nil }
+		}
+		if !f.PassAt("", real(1), t0) {
+			t.Fatal("the owner's first frame")
+		}
+		f.PassAt("", forged, t0.Add(10*time.Millisecond))
+		var back time.Time
+		for i := uint64(2); i < 400; i++ { // 20 s of the owner's frames, every 50 ms
+			now := t0.Add(time.Duration(i) * 50 * time.Millisecond)
+			if f.PassAt("", real(i), now) && back.IsZero() {
+				back = now
+			}
+		}
+		if back.IsZero() || back.Sub(t0) > wire.DefaultFrameStale+200*time.Millisecond {
+			t.Errorf("verify=%v: after a forged tick 2^62 under the owner's grant, its frames came back at %v (want within %v)", verify, back.Sub(t0), wire.DefaultFrameStale)
+		}
+	}
+}
+
+// TestVerifiedWatcherFollowsNoOlderGrant: a watcher that reads the store follows only the
+// shard's current grant: when the owner falls silent, a zombie's older grant is not followed.
+// (From the review of issue 33.)
+func TestVerifiedWatcherFollowsNoOlderGrant(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	f := wire.FrameFilter{Verify: func() (uint64, uint64, error) { return 1, 7, nil }}
+	if !f.PassAt("", wire.FrameStamp{Epoch: 1, Token: 7, Tick: 10}, t0) {
+		t.Fatal("the owner's frame")
+	}
+	if f.PassAt("", wire.FrameStamp{Epoch: 1, Token: 3, Tick: 99}, t0.Add(3*time.Second)) {
+		t.Error("a verified watcher showed a frame of grant (1,3) while the shard's grant is (1,7)")
+	}
+	if !f.PassAt("", wire.FrameStamp{Epoch: 1, Token: 7, Tick: 11}, t0.Add(3100*time.Millisecond)) {
+		t.Error("the owner's next frame")
+	}
+}

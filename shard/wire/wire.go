@@ -67,6 +67,32 @@ func Subject(shard uint32, id string) string {
 	return SubjectPrefix + "." + strconv.FormatUint(uint64(shard), 10) + "." + id
 }
 
+// PlayerPrefix is where players send commands (DESIGN 9): tickfence.play.<S>.<instanceID>.<player>.
+// A player's credential may publish only under its own name (package auth), so the last token
+// is the server's word for who sent it; tickfence.cmd.> is for trusted senders only.
+const PlayerPrefix = "tickfence.play"
+
+// PlayerSubject is where player sends commands to an instance.
+func PlayerSubject(shard uint32, id, player string) string {
+	return PlayerPrefix + "." + strconv.FormatUint(uint64(shard), 10) + "." + id + "." + player
+}
+
+// PlayerShardSubject is what the owner of a shard subscribes to for players' commands.
+func PlayerShardSubject(shard uint32) string {
+	return PlayerPrefix + "." + strconv.FormatUint(uint64(shard), 10) + ".>"
+}
+
+// ParsePlayerSubject splits tickfence.play.<S>.<id>.<player>: the command subject it stands for
+// (tickfence.cmd.<S>.<id>) and the player.
+func ParsePlayerSubject(subject string) (cmdSubject, player string, err error) {
+	rest, ok := strings.CutPrefix(subject, PlayerPrefix+".")
+	i := strings.LastIndexByte(rest, '.')
+	if !ok || i < 0 {
+		return "", "", Errorf(CodeBadRequest, "subject %q: want %s.<shard>.<instance>.<player>", subject, PlayerPrefix)
+	}
+	return SubjectPrefix + "." + rest[:i], rest[i+1:], nil
+}
+
 // ShardSubject is what the owner of a shard subscribes to: ">" so that a malformed instance ID
 // (one with dots) still reaches the owner and gets a clear error instead of silence.
 func ShardSubject(shard uint32) string {

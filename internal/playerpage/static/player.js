@@ -94,6 +94,13 @@ function addKnown(id, how) {
 // rescan listens to every instance's frames for 2 s and lists the IDs it sees.
 function rescan() {
   const sub = nc.subscribe("tickfence.out.>", (m) => {
+    // Only a frame lists its instance: a message without a frame's stamp is not a node's frame
+    // (a player can aim a command's answer at any subject of the players' account).
+    try {
+      stampOf(m);
+    } catch {
+      return;
+    }
     const t = m.subject.split(".");
     if (t.length >= 4 && addKnown(t[3], "seen")) scheduleRender();
   });
@@ -206,7 +213,8 @@ setInterval(() => {
 // ---- commands ----
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const RETRYABLE = new Set(["retry", "not_owner", "busy"]);
+const RETRYABLE = new Set(["retry", "not_owner", "busy", "rate_limited"]);
+let asPlayer = ""; // the player of a player's credential: its commands go on its own subject
 
 // command sends {type, player} to the selected dungeon, with one request ID for every attempt:
 // on "retry", "not_owner", "busy", no answer in time or nobody subscribed (the shard between
@@ -225,7 +233,9 @@ async function command(type) {
   const res = li.querySelector(".res");
   res.textContent = "…";
   $("log").prepend(li);
-  const subject = `tickfence.cmd.${shardOf(id)}.${id}`;
+  // A player's credential sends on its own subject (the server lets it use no other: DESIGN 9);
+  // without credentials, or with a trusted gateway's, on the trusted senders' subject.
+  const subject = asPlayer ? `tickfence.play.${shardOf(id)}.${id}.${asPlayer}` : `tickfence.cmd.${shardOf(id)}.${id}`;
   const body = JSON.stringify({ type, player });
   const started = performance.now();
   let backoff = 100, attempt = 0, why = "";
@@ -319,6 +329,7 @@ async function main() {
     if (c && c.name && !c.tags.includes("trusted")) {
       $("player").value = c.name;
       $("player").readOnly = true;
+      asPlayer = c.name;
     }
     nc = new Conn(url, { onStatus: setConn, creds });
   } catch (e) {

@@ -15,9 +15,11 @@ export function fnv1a32(s) {
 // FrameFilter is the watcher's rule (shard/wire.FrameFilter): keep the highest (epoch, token)
 // seen on any of the instance's subjects and drop frames below it; under that grant keep per
 // topic the last (tick, frame) shown and drop one not after it. A zombie's frames die here as
-// soon as the new owner's first frame has arrived. The grant followed holds only while it keeps
-// sending: silent for stale ms, another grant's frame is shown and followed, so one forged frame
-// with a huge token cannot hide the real owner's for longer than that.
+// soon as the new owner's first frame has arrived. What is followed holds only while it is fed:
+// once the followed grant has passed nothing for stale ms another grant's frame is shown and
+// followed, and once a topic has passed nothing for stale ms the next frame of it is shown, so one
+// forged frame (a huge token, or the owner's own grant with a huge tick) hides the owner's for
+// that long at most.
 export const DEFAULT_FRAME_STALE_MS = 2000;
 
 export class FrameFilter {
@@ -27,12 +29,13 @@ export class FrameFilter {
     this.epoch = 0n;
     this.token = 0n;
     this.at = 0;
-    this.last = new Map();
+    this.last = new Map(); // topic → [tick, frame, at]
   }
   pass(topic, st, now = performance.now()) {
+    const silent = (since) => this.stale > 0 && now - since > this.stale;
     const newer = st.epoch > this.epoch || (st.epoch === this.epoch && st.token > this.token);
     const older = st.epoch < this.epoch || (st.epoch === this.epoch && st.token < this.token);
-    if (!this.seen || newer || (older && this.stale > 0 && now - this.at > this.stale)) {
+    if (!this.seen || newer || (older && silent(this.at))) {
       this.seen = true;
       this.epoch = st.epoch;
       this.token = st.token;
@@ -41,10 +44,10 @@ export class FrameFilter {
       return false;
     } else {
       const l = this.last.get(topic);
-      if (l && (st.tick < l[0] || (st.tick === l[0] && st.index <= l[1]))) return false;
+      if (l && (st.tick < l[0] || (st.tick === l[0] && st.index <= l[1])) && !silent(l[2])) return false;
     }
     this.at = now;
-    this.last.set(topic, [st.tick, st.index]);
+    this.last.set(topic, [st.tick, st.index, now]);
     return true;
   }
 }
