@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -15,9 +16,8 @@ import (
 
 // BenchmarkCommandAccountHop measures what the trust boundary costs a command's round trip: the
 // same responder (on node credentials, answering at once) asked by an operator within the
-// trusted account, and by a gateway and a player from the players' account, whose requests cross
-// the service import (the server rewrites the reply subject and writes the requester's details
-// into a header). Run it interleaved and compare the ratios within one run:
+// trusted account, and by a trusted gateway and a player from the players' account, whose
+// requests cross the service imports (the server rewrites the reply subject). Run it interleaved and compare the ratios within one run:
 //
 //	go test -run '^$' -bench CommandAccountHop -count 5 ./auth
 func BenchmarkCommandAccountHop(b *testing.B) {
@@ -48,21 +48,28 @@ func BenchmarkCommandAccountHop(b *testing.B) {
 	}
 	node := connect("node")
 	ok := wire.EncodeReply(wire.Reply{OK: true})
-	if _, err := node.Subscribe(wire.ShardSubject(0), func(m *nats.Msg) {
-		if natscmd.InboxReply(m.Reply) {
-			_ = m.Respond(ok)
+	for _, subj := range []string{wire.ShardSubject(0), wire.PlayerShardSubject(0)} {
+		if _, err := node.Subscribe(subj, func(m *nats.Msg) {
+			if natscmd.InboxReply(m.Reply) {
+				_ = m.Respond(ok)
+			}
+		}); err != nil {
+			b.Fatal(err)
 		}
-	}); err != nil {
-		b.Fatal(err)
 	}
 	if err := node.Flush(); err != nil {
 		b.Fatal(err)
 	}
 	for _, who := range []string{"operator", "gateway", "ann"} {
 		c := natscmd.NewClient(connect(who), 1)
+		if who == "ann" {
+			c.Player = who // a player: its own subjects
+		}
 		b.Run(who, func(b *testing.B) {
 			for b.Loop() {
-				r, err := c.Once(context.Background(), "bench-1", "", map[string]any{"type": "status"})
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				r, err := c.Once(ctx, "bench-1", "", map[string]any{"type": "status"})
+				cancel()
 				if err != nil || !r.OK {
 					b.Fatalf("%+v %v", r, err)
 				}
