@@ -301,6 +301,9 @@ func NewUserWith(dir string, r Role, name string, o UserOptions) (string, error)
 	if !o.Expires.IsZero() && !o.Expires.After(time.Now()) {
 		return "", fmt.Errorf("expiry %s is not in the future", o.Expires.Format(time.RFC3339))
 	}
+	if err := nameInUse(dir, name, time.Now()); err != nil {
+		return "", err
+	}
 	keyFile := accountKey
 	if r == Gateway {
 		keyFile = playersKey
@@ -347,6 +350,9 @@ func NewUserWith(dir string, r Role, name string, o UserOptions) (string, error)
 	if err != nil {
 		return "", err
 	}
+	if err := keepIssued(dir, name, token); err != nil {
+		return "", err
+	}
 	path := CredsFile(dir, name)
 	if err := os.WriteFile(path, creds, 0o600); err != nil {
 		return "", err
@@ -356,10 +362,12 @@ func NewUserWith(dir string, r Role, name string, o UserOptions) (string, error)
 
 // User is what a credentials file says about its user.
 type User struct {
-	Name    string    // the JWT's name: the inbox prefix is InboxPrefix(Name)
-	Role    Role      // from the role tag ("" if it has none)
-	Trusted bool      // a trusted gateway (the TrustedTag tag)
-	Expires time.Time // zero: never
+	Name    string // the JWT's name: the inbox prefix is InboxPrefix(Name)
+	Role    Role   // from the role tag ("" if it has none)
+	Trusted bool   // a trusted gateway (the TrustedTag tag)
+
+	servesPlayers bool      // a node's: it may subscribe players' commands (tickfence.play.>)
+	Expires       time.Time // zero: never
 }
 
 // ReadCreds reads a credentials file's user.
@@ -376,7 +384,7 @@ func ReadCreds(file string) (User, error) {
 	if err != nil {
 		return User{}, fmt.Errorf("credentials %s: %w", file, err)
 	}
-	u := User{Name: uc.Name}
+	u := User{Name: uc.Name, servesPlayers: slices.Contains(uc.Sub.Allow, playCmds)}
 	for _, t := range uc.Tags {
 		if r, ok := strings.CutPrefix(t, "role:"); ok {
 			u.Role = Role(r)
@@ -436,6 +444,9 @@ func CheckNode(file, nodeID string) error {
 		return fmt.Errorf("credentials %s are a %s's (user %s): a node needs a node credential (node.creds, or tickctl auth user DIR node %s)", file, u.Role, u.Name, nodeID)
 	case u.Name != string(Node) && u.Name != nodeID:
 		return fmt.Errorf("credentials %s are node %s's and may write only its lease: run this node as --node-id %s, or give node %s its own (tickctl auth user DIR node %s)", file, u.Name, u.Name, nodeID, nodeID)
+	case !u.servesPlayers:
+		return fmt.Errorf("credentials %s predate players' own command subjects (tickfence.play.>): this node could not serve players, "+
+			"and the gateways of its directory are not told from players; make a new directory with tickctl auth init and restart the servers with it", file)
 	}
 	return nil
 }

@@ -169,3 +169,63 @@ func TestCommandsKnowTheirSender(t *testing.T) {
 		t.Errorf("bob created %d dungeons at once, none refused rate_limited", natscmd.DefaultQuota.CreateBurst+5)
 	}
 }
+
+// TestPlayerCannotTakeAnEndedID: while its tombstone lasts, an ended instance's ID is its
+// creator's: a player cannot create the trusted gateway's ended d1 again, nor another player's
+// ended instance; its own it may. (Review of issue 33: a player revived d1 and became its creator.)
+func TestPlayerCannotTakeAnEndedID(t *testing.T) {
+	e := newEnv(t)
+	gw, _ := e.connect(t, "gateway")
+	g := natscmd.NewClient(gw, shards)
+	alice, mallory := e.player(t, "alice"), e.player(t, "mallory")
+	if c := code(t, g, "d1", "g-end", map[string]any{"type": "end"}); c != "ok" {
+		t.Fatalf("the gateway ends d1: %s", c)
+	}
+	if c := code(t, mallory, "d1", "m-revive", map[string]any{"type": "create", "kind": "dungeon"}); c != wire.CodeForbidden {
+		t.Errorf("a player creates the trusted gateway's ended d1: %s, want forbidden", c)
+	}
+	if c := code(t, alice, "da", "a-create", map[string]any{"type": "create", "kind": "dungeon"}); c != "ok" {
+		t.Fatalf("alice creates da: %s", c)
+	}
+	if c := code(t, alice, "da", "a-end", map[string]any{"type": "end"}); c != "ok" {
+		t.Fatalf("alice ends da: %s", c)
+	}
+	if c := code(t, mallory, "da", "m-take", map[string]any{"type": "create", "kind": "dungeon"}); c != wire.CodeForbidden {
+		t.Errorf("mallory creates alice's ended da: %s, want forbidden", c)
+	}
+	if c := code(t, alice, "da", "a-again", map[string]any{"type": "create", "kind": "dungeon"}); c != "ok" {
+		t.Errorf("alice creates her own ended da again: %s", c)
+	}
+	if c := code(t, g, "d1", "g-again", map[string]any{"type": "create", "kind": "dungeon"}); c != "ok" {
+		t.Errorf("the gateway creates its ended d1 again: %s", c)
+	}
+}
+
+// TestMalformedCommandsCountAgainstTheQuota: a player's malformed commands cost the node a
+// decode each and are counted against its quota like good ones: past its burst, they are refused
+// rate_limited before they are decoded. (Review of issue 33: 1 000 malformed commands were each
+// decoded and answered bad_request.)
+func TestMalformedCommandsCountAgainstTheQuota(t *testing.T) {
+	e := newEnv(t)
+	e.player(t, "mallory")
+	_, m := e.connect(t, "mallory")
+	codes := map[string]int{}
+	n := natscmd.DefaultQuota.Burst + 50
+	for i := range n {
+		msg := nats.NewMsg(wire.PlayerSubject(e.shard, "d1", "mallory"))
+		msg.Header.Set(wire.HeaderRequestID, fmt.Sprintf("bad-%d", i))
+		msg.Data = []byte{0xc1} // never msgpack
+		r, err := m.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := wire.DecodeReply(r.Data, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes[rep.Error.Code]++
+	}
+	if codes[wire.CodeRateLimited] == 0 || codes[wire.CodeBadRequest] > natscmd.DefaultQuota.Burst+int(natscmd.DefaultQuota.Commands)*2 {
+		t.Errorf("%d malformed commands of one player answered %v: want those past the quota rate_limited", n, codes)
+	}
+}

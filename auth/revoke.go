@@ -219,7 +219,7 @@ func Revoke(dir, name string) (Revocation, error) {
 	if name == SystemUser {
 		return Revocation{}, fmt.Errorf("%s is the system account's user: make a new directory with tickctl auth init to replace it", name)
 	}
-	file := CredsFile(dir, name)
+	file := userFile(dir, name) // its .creds file, or the JWT NewUser kept when the file left
 	uc, err := readUserClaims(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Revocation{}, fmt.Errorf("no credential %s in %s (tickctl auth list %s shows them)", name, dir, dir)

@@ -590,6 +590,14 @@ func (h *Host) remember(rec *store.Record, c Command, tick uint64, reply []byte)
 // revive makes a new instance of an ended ID from a create command; false if the command is
 // refused (a's reply says why). The tombstone's request window and tick carry on.
 func (in *instance) revive(c Command, a *answer) bool {
+	// While its tombstone lasts, an ID is its last creator's: only it, or a trusted sender, may
+	// make it again (a player must not take over an ID the trusted side made, or another's).
+	if !mayEnd(c, in.rec.Creator) {
+		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeForbidden,
+			"instance %s has ended; only its creator or a trusted sender may create it again until its tombstone expires", in.id)})
+		a.result = wire.CodeForbidden
+		return false
+	}
 	var args struct {
 		Kind string `msgpack:"kind"`
 	}

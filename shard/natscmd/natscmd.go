@@ -167,6 +167,11 @@ func (s *Server) serve(m *nats.Msg, queue *intake, player bool, handle func(shar
 		s.refuse(m, reply, slog.LevelWarn, werr.Code, werr.Message, 0, wire.EncodeReply(wire.Reply{Error: werr}))
 		return
 	}
+	// A player's command counts against its quota before it is decoded: a malformed one costs
+	// the node a decode, and must cost its sender as much as a good one.
+	if player && !s.playerAllowed(m, reply, who, true, false) {
+		return
+	}
 	req, err := wire.DecodeCommand(subject, wire.Headers{RequestID: m.Header.Get(wire.HeaderRequestID),
 		Client: m.Header.Get(wire.HeaderClient), Seq: m.Header.Get(wire.HeaderSeq), Ack: m.Header.Get(wire.HeaderAck),
 		ContentType: content}, m.Data, s.shards)
@@ -178,17 +183,24 @@ func (s *Server) serve(m *nats.Msg, queue *intake, player bool, handle func(shar
 		s.refuse(m, reply, slog.LevelWarn, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
 		return
 	}
+	if player && req.Type == "create" && !s.playerAllowed(m, reply, who, false, true) {
+		return
+	}
 	c := shard.Command{Request: req, Received: received, Reply: reply, Screened: s.Shedding != nil}
 	c.SetSender(who)
-	if c.SenderKey != "" {
-		if ok, wait := s.quotas.allow(s.Quota, c.SenderKey, req.Type == "create", time.Now()); !ok {
-			werr := wire.Errorf(wire.CodeRateLimited, "player %s is past its quota on this node (%s); nothing was applied: retry the same request in %s",
-				who.Player, s.Quota, wait.Round(time.Millisecond))
-			s.refuse(m, reply, slog.LevelDebug, werr.Code, werr.Message, req.Fingerprint, wire.EncodeReply(wire.Reply{Error: werr}))
-			return
-		}
-	}
 	handle(c)
+}
+
+// playerAllowed takes a command (cmd) or a create from the player's quota; false: refused
+// rate_limited, answered.
+func (s *Server) playerAllowed(m *nats.Msg, reply func([]byte), who actor.Sender, cmd, create bool) bool {
+	ok, wait := s.quotas.allow(s.Quota, shard.SenderKey(who), cmd, create, time.Now())
+	if !ok {
+		werr := wire.Errorf(wire.CodeRateLimited, "player %s is past its quota on this node (%s); nothing was applied: retry the same request in %s",
+			who.Player, s.Quota, wait.Round(time.Millisecond))
+		s.refuse(m, reply, slog.LevelDebug, werr.Code, werr.Message, 0, wire.EncodeReply(wire.Reply{Error: werr}))
+	}
+	return ok
 }
 
 // InboxReply reports whether a node may answer on reply: an inbox (_INBOX.…, the prefix of

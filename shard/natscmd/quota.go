@@ -42,9 +42,9 @@ type senderQuota struct {
 	used          time.Time
 }
 
-// allow takes one command (and one create if create) from key's buckets at now; false with the
-// time to wait when either is empty (nothing is taken then).
-func (qs *quotas) allow(q Quota, key string, create bool, now time.Time) (bool, time.Duration) {
+// allow takes one command (if cmd) and one create (if create) from key's buckets at now; false
+// with the time to wait when either is empty (nothing is taken then).
+func (qs *quotas) allow(q Quota, key string, cmd, create bool, now time.Time) (bool, time.Duration) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if qs.senders == nil {
@@ -75,7 +75,7 @@ func (qs *quotas) allow(q Quota, key string, create bool, now time.Time) (bool, 
 	s.used = now
 	var wait time.Duration
 	var rc, rk *rate.Reservation
-	if s.cmds != nil {
+	if cmd && s.cmds != nil {
 		rc = s.cmds.ReserveN(now, 1)
 		wait = rc.DelayFrom(now)
 	}
