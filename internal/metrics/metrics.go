@@ -30,8 +30,8 @@ type Node struct {
 	// RepliesRefused: commands dropped unanswered because their reply subject was not an inbox
 	// (DESIGN 9: a node never writes where a requester aims it).
 	RepliesRefused prometheus.Counter
-	ShardStops          *prometheus.CounterVec
-	Rotations           prometheus.Counter
+	ShardStops     *prometheus.CounterVec
+	Rotations      prometheus.Counter
 	// Admission control: commands admitted and not answered; 1 while new ones are refused busy.
 	CommandsPending prometheus.Gauge
 	Shedding        prometheus.Gauge
