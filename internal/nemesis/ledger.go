@@ -10,7 +10,8 @@ import (
 // exactly-once and order are checkable from the stored state alone. {"type":"add","op":ID} appends
 // ID, emits one effect of kind effectKind whose payload is ID (so the effects stream maps back to
 // operations) and returns its position (1-based); the create command's "tag" is kept, so a create
-// remade with default arguments shows.
+// remade with default arguments shows. {"type":"get"} changes nothing and returns the number of
+// ops: the flooder's junk.
 type ledgerKind struct{}
 
 func (ledgerKind) Name() string { return "ledger" }
@@ -27,6 +28,10 @@ func (ledgerKind) New(_ string, c actor.Command) (actor.Logic, error) {
 	}
 	return &ledger{Tag: a.Tag}, nil
 }
+
+// AuthorizeCreate implements actor.CreateAuthorizer: a player may make a ledger too (the
+// nemesis's untrusted clients create instances, and end them as their creator).
+func (ledgerKind) AuthorizeCreate(string, actor.Command) error { return nil }
 
 func (ledgerKind) Restore(_ string, b []byte) (actor.Logic, error) {
 	l := &ledger{}

@@ -21,7 +21,13 @@
 // a write, and another operator's takeover. No restore passes FromEpoch: a retry whose first
 // attempt may have succeeded is the case issue 9.4 is about. The nodes follow the epoch as they
 // do in production; clients keep sending across it (one of the three, g2, in the compact form of
-// a client session, the others with opaque request IDs). Every node life publishes its effects to
+// a client session, the others with opaque request IDs; g3, and g2 in three seeds in four, as
+// untrusted players, shard.Command.SetSender, g1 as a trusted gateway; g2 sometimes starts over
+// with a new client ID). An untrusted flooder (flooder.go) sends bursts of junk to the same
+// instances: more opaque request IDs than a record's window holds, just before a client
+// retransmits a command that may have landed, and more throw-away client IDs than a record
+// keeps sessions, just before a session client's first command to an instance; its per-sender
+// quotas must keep both from touching the clients' exactly-once state. Every node life publishes its effects to
 // one fake effects stream (effects.go) that deduplicates by key and fails, loses acknowledgements,
 // delays and drops publishes from the seed; a frozen or killed node's publisher is frozen or
 // killed with it. Then the Net heals, the cluster settles, every stored effect reaches the stream,
@@ -50,7 +56,8 @@
 //     write against the epoch changes exactly and names the restorer and the key;
 //   - liveness: within Config.Settle after healing, every shard is assigned to the live session
 //     of a node whose host runs it, no move older than the hand-off timeout is unsettled, and every
-//     command still being retried is answered;
+//     command still being retried is answered; a client's new session (its first command to an
+//     instance) is never refused busy for longer than Config.Settle in a row;
 //   - one coordinator at a time: every coordinator write (the leader key itself aside) is issued
 //     while the leader key names that coordinator's session;
 //   - effects (DESIGN 8; checkEffects): every effect in the stream was held, with the same kind and
@@ -119,6 +126,8 @@ type Config struct {
 	// (store.RestoreOptions.SkipClaim): the protocol before issue 9.4, which a second or retried
 	// restore turns into a clobbered live epoch.
 	RestoreSkipClaim bool
+	// NoFlood turns the flooder (flooder.go) off.
+	NoFlood bool
 	// WriteStrategy of every node (DESIGN 10). Empty: chosen by the seed, atomic batches per
 	// shard for odd seeds and single writes for even ones, so both strategies meet every fault.
 	WriteStrategy shard.WriteStrategy
@@ -175,6 +184,7 @@ type Result struct {
 	Restores int    // restores that succeeded
 	Epoch    uint64 // the final epoch
 	Effects  EffectCounts
+	Flood    FloodCounts
 	// MaxUnserved is the longest a shard stayed assigned to a live, unfrozen session that did
 	// not run it, outside a hand-off.
 	MaxUnserved time.Duration
@@ -185,8 +195,8 @@ func (r Result) OK() bool { return len(r.Violations) == 0 }
 
 func (r Result) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d adds sent, %d acknowledged, %d nemesis actions, restore episode %q (%d restores, final epoch %d); %s; %s\n",
-		r.Seed, r.Sent, r.Acked, r.Actions, r.Restore, r.Restores, r.Epoch, r.Effects, faultstore.FormatCounts(r.Counts))
+	fmt.Fprintf(&b, "seed %d: %d adds sent, %d acknowledged, %d nemesis actions, restore episode %q (%d restores, final epoch %d); %s; %s; %s\n",
+		r.Seed, r.Sent, r.Acked, r.Actions, r.Restore, r.Restores, r.Epoch, r.Effects, r.Flood, faultstore.FormatCounts(r.Counts))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
 	}
@@ -220,6 +230,7 @@ type cluster struct {
 	audit    *auditStore // mem as the Net sees it
 	net      *faultstore.Net
 	fx       *effectStream // the effects stream every node life publishes to
+	flood    *flooder      // nil with Config.NoFlood
 	kinds    *actor.Kinds
 	op       *faultstore.Client // the operator
 
@@ -385,6 +396,11 @@ func Run(seed uint64, cfg Config) Result {
 		clients.Add(1)
 		go func() { defer clients.Done(); c.client(fmt.Sprintf("g%d", i+1), stopClients) }()
 	}
+	if !cfg.NoFlood {
+		c.flood = newFlooder(c)
+		clients.Add(1)
+		go func() { defer clients.Done(); c.flood.run(stopClients) }()
+	}
 
 	// The nemesis. Some runs scale the cluster down once, for good; some restore a backup.
 	chaosEnd := time.Now().Add(cfg.Chaos)
@@ -454,6 +470,7 @@ func Run(seed uint64, cfg Config) Result {
 		MaxUnserved: maxUnserved, Restore: restoreKind, Restores: int(c.restores.Load()), Epoch: finalEpoch}
 	c.mu.Unlock()
 	res.Effects = c.effectCounts()
+	res.Flood = c.flood.counts()
 	res.Effects.CutLost, res.Effects.CutTwice = cutLost, cutTwice
 	for k, v := range c.fx.faultCounts() {
 		res.Counts[k] = v
@@ -1037,6 +1054,9 @@ func (c *cluster) client(name string, stop <-chan struct{}) {
 		}
 		c.mu.Unlock()
 		r := c.float()
+		if r > 0.985 {
+			c.renewSession(name) // a session client restarted
+		}
 		switch {
 		case len(live) == 0 || r < 0.06 && len(live) < 8:
 			c.create(name, n)
@@ -1179,11 +1199,14 @@ func toInt(v any) (int, bool) {
 	return 0, false
 }
 
-// session is a gateway client's session in the compact form (DESIGN 5): its ID and the last
-// sequence number it used. Only its own client goroutine touches it.
+// session is a gateway client's session in the compact form (DESIGN 5): its ID, the last
+// sequence number it used and the instances it has sent to (in any other, its first command
+// opens a new session of the record). Only its own client goroutine touches it.
 type session struct {
-	id  string
-	seq uint64
+	id      string
+	seq     uint64
+	seen    map[string]bool
+	renewed int // how many times the client started over with a new client ID
 }
 
 // sessionClients send the compact form; the others send opaque request IDs. Both forms stay
@@ -1199,10 +1222,46 @@ func (c *cluster) sessionOf(client string) *session {
 	defer c.mu.Unlock()
 	s := c.sessions[client]
 	if s == nil {
-		s = &session{id: fmt.Sprintf("nemesis-%s-%d", client, c.seed)}
+		s = &session{id: fmt.Sprintf("nemesis-%s-%d", client, c.seed), seen: map[string]bool{}}
 		c.sessions[client] = s
 	}
 	return s
+}
+
+// maxRenewals bounds how often a session client starts over with a new client ID (a restarted
+// client): its abandoned sessions keep their last, unacknowledged answer until they expire, and
+// an untrusted sender holds at most store.MaxSenderSessions of one record, so more would lock
+// the client out of the instances it used by its own doing (a refusal, rate_limited).
+const maxRenewals = store.MaxSenderSessions - 1
+
+// renewSession starts client over with a new client ID, sequence numbers from 1: every
+// instance it sends to next sees a new session.
+func (c *cluster) renewSession(client string) {
+	s := c.sessionOf(client)
+	if s == nil || s.renewed >= maxRenewals {
+		return
+	}
+	s.renewed++
+	s.id, s.seq, s.seen = fmt.Sprintf("nemesis-%s-%d-r%d", client, c.seed, s.renewed), 0, map[string]bool{}
+	c.net.Logf("client: %s starts over as client %s", client, s.id)
+}
+
+// playerOf is the sender of client if it is an untrusted player of the players' account (its
+// request and client IDs filed under its own sender, at most store.MaxSenderRequests and
+// store.MaxSenderSessions of them per record, shard.Command.SetSender); the other clients are
+// trusted (gateways of the trusted account, zero Sender: unlimited). g3 sends opaque request
+// IDs as a player; g2, the session client, is a player too except in one seed in four, so the
+// compact form of a trusted client stays covered; g1 is trusted.
+func (c *cluster) playerOf(client string) (actor.Sender, bool) {
+	if client != "g3" && (client != "g2" || c.seed%4 == 0) {
+		return actor.Sender{}, false
+	}
+	return playerSender(client), true
+}
+
+// playerSender is the identity the NATS server would inject for a player's credential.
+func playerSender(name string) actor.Sender {
+	return actor.Sender{Account: "APLAYERS", User: "U" + name, Name: name, Player: name}
 }
 
 func retryable(code string) bool {
@@ -1221,16 +1280,37 @@ func (c *cluster) send(client string, in *inst, reqID string, cmd map[string]any
 	if err != nil {
 		panic(err)
 	}
-	if s := c.sessionOf(client); s != nil {
+	s := c.sessionOf(client)
+	newSession := false // the first command of s to in: a new session of its record
+	if s != nil {
 		// The compact form (a client session, as the Go client sends it): a sequence number
 		// instead of the request ID. A client has one command in flight at a time, so every
 		// earlier one is settled: it acknowledges them all.
 		s.seq++
 		req.ID, req.Client, req.Seq, req.Ack = "", s.id, s.seq, s.seq-1
 		reqID += fmt.Sprintf(" (session %s seq %d)", s.id, s.seq)
+		if !s.seen[in.id] {
+			// A new session of the instance's record: often the flooder fills the record's
+			// sessions with throw-away client IDs first. It must not lock this client out.
+			s.seen[in.id] = true
+			newSession = true
+			c.flood.beforeNewSession(in)
+		}
+	}
+	sender, player := c.playerOf(client)
+	if player {
+		reqID += " (player " + sender.Name + ")"
 	}
 	var last string
+	var busySince time.Time // a new session refused busy since (zero: its last answer was not busy)
 	for attempt := 0; ; attempt++ {
+		if !busySince.IsZero() && time.Since(busySince) > c.cfg.Settle {
+			// A client's new session refused for this long: locked out (by sessions that others
+			// hold, e.g. the flooder's throw-away ones).
+			c.violate("liveness: %s %s on %s: its new session refused busy for %v (last: %s)", req.Type, reqID, in.id,
+				time.Since(busySince).Round(time.Millisecond), last)
+			return wire.Reply{}, false
+		}
 		if d := c.deadline.Load(); d != 0 && time.Now().UnixNano() > d {
 			c.violate("liveness: %s %s on %s not answered %v after healing (last: %s)", req.Type, reqID, in.id,
 				c.cfg.Settle+20*time.Second, last)
@@ -1238,21 +1318,29 @@ func (c *cluster) send(client string, in *inst, reqID string, cmd map[string]any
 		}
 		if attempt > 0 {
 			time.Sleep(c.dur(20*time.Millisecond, 100*time.Millisecond))
-		}
-		var hosts []*shard.Host
-		for _, p := range c.procs {
-			if h := p.host(); h != nil && slices.Contains(h.Shards(), in.shard) {
-				hosts = append(hosts, h)
+			if s == nil && req.Type == "add" && mayHaveLanded(last) {
+				// The last attempt may have been applied and stored (its answer lost): often the
+				// flooder sends more junk request IDs than the record's window holds before this
+				// retransmission. It must not evict this one. (Not before a create's: the
+				// instance may not be there yet; nor an end's: a tombstone answers junk without
+				// remembering it.)
+				c.flood.beforeRetransmission(in)
 			}
 		}
+		hosts := c.hostsOf(in.shard)
 		if len(hosts) == 0 {
 			last = "no host has the shard"
 			continue
 		}
 		replies := make(chan []byte, len(hosts))
 		for _, h := range hosts {
-			h.Submit(shard.Command{Request: req, Received: time.Now(), Reply: func(b []byte) { replies <- b }})
+			cmd := shard.Command{Request: req, Received: time.Now(), Reply: func(b []byte) { replies <- b }}
+			if player {
+				cmd.SetSender(sender)
+			}
+			h.Submit(cmd)
 		}
+		refused := false // busy from a host
 		timeout := time.NewTimer(2 * time.Second)
 	wait:
 		for range hosts {
@@ -1269,13 +1357,38 @@ func (c *cluster) send(client string, in *inst, reqID string, cmd map[string]any
 					return r, true
 				}
 				last = r.Error.Error()
+				refused = refused || r.Error.Code == wire.CodeBusy
 			case <-timeout.C:
 				last = "timeout"
 				break wait
 			}
 		}
 		timeout.Stop()
+		switch {
+		case !newSession || !refused:
+			busySince = time.Time{}
+		case busySince.IsZero():
+			busySince = time.Now()
+		}
 	}
+}
+
+// mayHaveLanded: a command whose last attempt got this answer (send's last) may have been
+// applied and stored: no answer in time, or a write whose outcome the owner does not know
+// (shard's "write of instance … failed"), rather than a refusal that applied nothing.
+func mayHaveLanded(last string) bool {
+	return last == "timeout" || strings.HasPrefix(last, wire.CodeRetry+": write of instance ")
+}
+
+// hostsOf lists the hosts that have shard s (running, loading or handing it on).
+func (c *cluster) hostsOf(s uint32) []*shard.Host {
+	var hosts []*shard.Host
+	for _, p := range c.procs {
+		if h := p.host(); h != nil && slices.Contains(h.Shards(), s) {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
 }
 
 // --- final checks ---

@@ -19,6 +19,7 @@ var (
 	chaos   = flag.Duration("nemesis.chaos", 0, "fault phase of each run, in fake time (default 12s)")
 	tail    = flag.Int("nemesis.tail", 300, "how many events of the log a failing seed prints")
 	repeat  = flag.Int("nemesis.repeat", 1, "with -nemesis.seed: run it this many times, four at once (a failure that needs an interleaving)")
+	noFlood = flag.Bool("nemesis.noflood", false, "run without the flooder (an untrusted player sending junk to the clients' instances)")
 	// With the restore claim reverted, the nemesis must find issue 9.4 (a second or retried
 	// restore clobbering the live epoch) by itself.
 	restoreSkipClaim = flag.Bool("nemesis.restore-skip-claim", false, "restore without the restore claim (store.RestoreOptions.SkipClaim): issue 9.4 reverted")
@@ -28,12 +29,13 @@ var (
 // its own synctest bubble; a failing seed prints its violations and event log.
 func TestNemesis(t *testing.T) {
 	start := time.Now()
-	cfg := Config{Chaos: *chaos, LogTail: *tail, LogAlways: *oneSeed != 0, RestoreSkipClaim: *restoreSkipClaim}
+	cfg := Config{Chaos: *chaos, LogTail: *tail, LogAlways: *oneSeed != 0, RestoreSkipClaim: *restoreSkipClaim, NoFlood: *noFlood}
 	var mu sync.Mutex
 	totals := map[string]uint64{}
 	var runs, sent, acked, actions, restoreRuns, restores int
 	var maxUnserved time.Duration
 	var effects EffectCounts
+	var flood FloodCounts
 	var failed []uint64
 	run := func(t *testing.T, seed uint64) {
 		synctest.Test(t, func(t *testing.T) {
@@ -49,6 +51,7 @@ func TestNemesis(t *testing.T) {
 			restores += res.Restores
 			maxUnserved = max(maxUnserved, res.MaxUnserved)
 			effects.add(res.Effects)
+			flood.add(res.Flood)
 			for k, v := range res.Counts {
 				totals[k] += v
 			}
@@ -104,7 +107,7 @@ func TestNemesis(t *testing.T) {
 		total += v
 	}
 	slices.Sort(failed)
-	t.Logf("%d runs in %v: %d adds sent, %d acknowledged, %d nemesis actions, %d runs with a restore episode (%d restores), longest unserved shard %v, %s, %s; failing seeds (%d): %v",
-		runs, time.Since(start).Round(time.Millisecond), sent, acked, actions, restoreRuns, restores, maxUnserved, effects, faultstore.FormatCounts(totals),
+	t.Logf("%d runs in %v: %d adds sent, %d acknowledged, %d nemesis actions, %d runs with a restore episode (%d restores), longest unserved shard %v, %s, %s, %s; failing seeds (%d): %v",
+		runs, time.Since(start).Round(time.Millisecond), sent, acked, actions, restoreRuns, restores, maxUnserved, effects, flood, faultstore.FormatCounts(totals),
 		len(failed), failed)
 }
