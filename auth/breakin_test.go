@@ -58,12 +58,29 @@ func (s *syncBuffer) String() string {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	e, _ := newEnvWith(t, false)
+	return e
+}
+
+// newEnvWS is newEnv with a WebSocket listener too (as tickd server --websocket with --auth); it
+// returns its host:port.
+func newEnvWS(t *testing.T) (*env, string) {
+	t.Helper()
+	return newEnvWith(t, true)
+}
+
+func newEnvWith(t *testing.T, ws bool) (*env, string) {
+	t.Helper()
 	dir := t.TempDir()
 	adir := filepath.Join(dir, "auth")
 	if _, err := auth.Init(adir); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:0", AuthDir: adir})
+	cfg := natsserver.Config{DataDir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:0", AuthDir: adir}
+	if ws {
+		cfg.WebSocket = "127.0.0.1:0"
+	}
+	srv, err := natsserver.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +109,11 @@ func newEnv(t *testing.T) *env {
 			t.Fatal(err)
 		}
 	}
-	return e
+	var wsHost string
+	if ws {
+		wsHost = strings.TrimPrefix(srv.WebSocketURL(), "ws://")
+	}
+	return e, wsHost
 }
 
 // conn is a client connection and the permission violations the server sent it.

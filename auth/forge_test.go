@@ -3,29 +3,20 @@ package auth_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tickfence/tickfence"
-	"github.com/tickfence/tickfence/actor"
-	"github.com/tickfence/tickfence/actor/dungeon"
 	"github.com/tickfence/tickfence/auth"
-	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
@@ -155,37 +146,6 @@ func (w *wsConn) Read(p []byte) (int, error) {
 	n := copy(p, w.left)
 	w.left = w.left[n:]
 	return n, nil
-}
-
-// newEnvWS is newEnv with a WebSocket listener too (as tickd server --websocket with --auth); it
-// returns its host:port.
-func newEnvWS(t *testing.T) (*env, string) {
-	t.Helper()
-	dir := t.TempDir()
-	adir := filepath.Join(dir, "auth")
-	if _, err := auth.Init(adir); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := natsserver.Start(natsserver.Config{DataDir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:0", WebSocket: "127.0.0.1:0", AuthDir: adir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	e := &env{dir: adir, url: srv.ClientURL(), shard: store.ShardOf("d1", shards), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
-	initCluster(t, adir, e.url, shards)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	n, err := tickfence.Start(ctx, tickfence.Options{Kinds: []actor.Kind{dungeon.Kind{FrameEvery: 1}}, NodeID: "n1", NATS: e.url,
-		Creds: auth.CredsFile(adir, "node"), Shards: shards, Registerer: e.reg, Logger: slog.New(slog.NewJSONHandler(e.logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	gw, _ := e.connect(t, "gateway")
-	if r, err := natscmd.NewClient(gw, shards).SendMap(ctx, "d1", "c1", map[string]any{"type": "create", "kind": "dungeon", "boss_hp": 100}); err != nil || !r.OK {
-		t.Fatalf("gateway creates d1: %+v %v", r, err)
-	}
-	return e, strings.TrimPrefix(srv.WebSocketURL(), "ws://")
 }
 
 // TestPlayerCannotForgeRequestInfo: an untrusted player (auth.NewUser(dir, auth.Gateway, name),
