@@ -1,7 +1,6 @@
 package auth_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"github.com/tickfence/tickfence/actor/dungeon"
 	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/internal/natsserver"
+	"github.com/tickfence/tickfence/internal/syncbuf"
 	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/store"
 )
@@ -35,25 +35,7 @@ type env struct {
 	js       jetstream.JetStream
 	shard    uint32               // d1's shard
 	reg      *prometheus.Registry // node n1's metrics
-	logs     *syncBuffer          // node n1's log (JSON lines)
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test reading it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs     *syncbuf.Buffer      // node n1's log (JSON lines)
 }
 
 func newEnv(t *testing.T) *env {
@@ -86,7 +68,7 @@ func newEnvWith(t *testing.T, ws bool) (*env, string) {
 	}
 	t.Cleanup(srv.Stop)
 	e := &env{dir: adir, url: srv.ClientURL(), kv: map[string]jetstream.KeyValue{}, shard: store.ShardOf("d1", shards),
-		reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+		reg: prometheus.NewRegistry(), logs: &syncbuf.Buffer{}}
 	initCluster(t, adir, e.url, shards) // as admin: the node makes no storage (dataplane_test.go)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -10,35 +9,18 @@ import (
 	"net/http/cookiejar"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/tickfence/tickfence/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer the listener's goroutines may log to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // metricsListener runs a node's --metrics listener (serveMetrics: /metrics, the demo page, the
 // profiler, the flight recorder's POST) on o.metricsAddr and returns its base URL (by
 // 127.0.0.1), the login URL it logged ("" if none) and its logs.
-func metricsListener(t *testing.T, o options) (base, login string, logs *syncBuffer) {
+func metricsListener(t *testing.T, o options) (base, login string, logs *syncbuf.Buffer) {
 	t.Helper()
-	logs = &syncBuffer{}
+	logs = &syncbuf.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	fl, err := startFlight(t.TempDir(), "tickd", 15*time.Second, 0, log)
 	if err != nil {

@@ -2,36 +2,18 @@ package natsserver
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/tickfence/tickfence/auth"
+	"github.com/tickfence/tickfence/internal/syncbuf"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestSlogLogger: the server's own log goes to slog as JSON (tickd server --log-json): a client
 // refused for speaking plain text to a TLS listener is an error line of component nats-server,
@@ -42,7 +24,7 @@ func TestSlogLogger(t *testing.T) {
 	if _, err := auth.InitTLS(ca, nil); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	s, err := Start(Config{DataDir: filepath.Join(dir, "js"), Listen: "127.0.0.1:0", TLSCert: filepath.Join(ca, auth.TLSCert),
 		TLSKey: filepath.Join(ca, auth.TLSCertKey), TLSCA: filepath.Join(ca, auth.TLSCA), Logger: SlogLogger(log)})
