@@ -64,14 +64,9 @@ type Command struct {
 // tickfence.cmd come from trusted senders only: a trusted gateway, an operator's tickctl, a
 // node's own players, and every command on a cluster without credentials.
 type Sender struct {
-	// Account and User are the public keys of the sender's account and user, where the
-	// transport authenticates them (natscmd does not: a player is its Name).
-	Account string
-	User    string
-	// Name is a player's credential name (tickctl auth user DIR gateway NAME).
+	// Name is a player's credential name (tickctl auth user DIR gateway NAME): the last token of
+	// its subject, which the server let it publish on.
 	Name string
-	// Tags are the credential's tags, where the transport authenticates them.
-	Tags []string
 	// Trusted: sent by a trusted sender (see above). A trusted sender may name the player it
 	// acts for; an untrusted one is that player.
 	Trusted bool

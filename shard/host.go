@@ -53,7 +53,7 @@ type Command struct {
 // SenderKey is what an untrusted sender's exactly-once state and the instances it creates are
 // filed under: a digest of who it is (store.SenderOf reads it back from an ID).
 func SenderKey(s actor.Sender) string {
-	sum := sha256.Sum256([]byte(s.Account + "/" + s.User + "/" + s.Name + "/" + s.Player))
+	sum := sha256.Sum256([]byte(s.Name + "/" + s.Player))
 	return "s:" + hex.EncodeToString(sum[:8])
 }
 

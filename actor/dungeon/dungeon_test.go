@@ -234,7 +234,7 @@ func mustCanonical(m map[string]any) []byte {
 // player its credential names; a trusted one as anyone, or as the player it names.
 func TestPlayersActOnlyForThemselves(t *testing.T) {
 	d := newDungeon(t, "d", 100)
-	ann := actor.Sender{Account: "APLAYERS", User: "UANN", Name: "ann", Player: "ann"}
+	ann := actor.Sender{Name: "ann", Player: "ann"}
 	as := func(s actor.Sender, m map[string]any) actor.Command { c := cmd(t, m); c.Sender = s; return c }
 	if _, err := d.Handle(1, as(ann, map[string]any{"type": "join", "player": "ann"})); err != nil {
 		t.Fatalf("ann joins as ann: %v", err)
@@ -246,7 +246,7 @@ func TestPlayersActOnlyForThemselves(t *testing.T) {
 			t.Errorf("ann %s as bob: %v, want forbidden", typ, err)
 		}
 	}
-	gw := actor.Sender{Account: "APLAYERS", Name: "gw", Trusted: true, Player: "cat"}
+	gw := actor.Sender{Name: "gw", Trusted: true, Player: "cat"}
 	if _, err := d.Handle(3, as(gw, map[string]any{"type": "join", "player": "dan"})); err == nil {
 		t.Error("a trusted gateway acting for cat joined as dan")
 	}

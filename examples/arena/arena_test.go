@@ -29,7 +29,7 @@ func TestPlayersMoveOnlyThemselves(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := l.(*Arena)
-	ann := actor.Sender{Account: "APLAYERS", Name: "ann", Player: "ann"}
+	ann := actor.Sender{Name: "ann", Player: "ann"}
 	as := func(m map[string]any) actor.Command { c := command(t, m); c.Sender = ann; return c }
 	if _, err := a.Handle(0, as(map[string]any{"type": "join", "player": "ann"})); err != nil {
 		t.Fatalf("ann joins as ann: %v", err)

@@ -1261,7 +1261,7 @@ func (c *cluster) playerOf(client string) (actor.Sender, bool) {
 
 // playerSender is the identity the NATS server would inject for a player's credential.
 func playerSender(name string) actor.Sender {
-	return actor.Sender{Account: "APLAYERS", User: "U" + name, Name: name, Player: name}
+	return actor.Sender{Name: name, Player: name}
 }
 
 func retryable(code string) bool {
