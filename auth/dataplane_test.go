@@ -165,6 +165,48 @@ func TestNodeIsDataPlaneOnly(t *testing.T) {
 			t.Error("the data bucket allows roll-ups")
 		}
 	})
+	t.Run("empty the control bucket by a roll-up", func(t *testing.T) {
+		// The node's own lease and the operator's drain key are subjects each may publish: a
+		// roll-up of all there would purge the cluster record, every lease and every placement
+		// input. The control bucket takes no roll-up (its leases expire without delete markers).
+		op, _ := e.connect(t, "operator")
+		if _, err := e.kv[store.ControlBucket].Put(ctx, store.DrainKey("n9"), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []struct {
+			who  string
+			nc   *nats.Conn
+			subj string
+		}{
+			{"node", nd.Conn, "$KV." + store.ControlBucket + "." + store.NodeKey("n1")},
+			{"operator", op, "$KV." + store.ControlBucket + "." + store.DrainKey("n9")},
+		} {
+			js, err := jetstream.New(a.nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, rollup := range []string{"sub", "all"} {
+				m := &nats.Msg{Subject: a.subj, Header: nats.Header{"KV-Operation": {"PURGE"}, "Nats-Rollup": {rollup}}}
+				_, err := js.PublishMsg(ctx, m)
+				var ae *jetstream.APIError
+				if !errors.As(err, &ae) || !strings.Contains(ae.Description, "rollup") {
+					t.Errorf("%s rolls up (%s) the control bucket on %s: %v, want refused (rollup not permitted)", a.who, rollup, a.subj, err)
+				}
+			}
+		}
+		for _, k := range []string{store.ClusterKey, store.DrainKey("n9")} {
+			if _, err := e.kv[store.ControlBucket].Get(ctx, k); err != nil {
+				t.Errorf("%s after the roll-up attempts: %v", k, err)
+			}
+		}
+		s, err := e.js.Stream(ctx, "KV_"+store.ControlBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg := s.CachedInfo().Config; cfg.AllowRollup || !cfg.AllowMsgTTL {
+			t.Errorf("the control bucket: roll-ups %v, per-message TTL %v; want no roll-ups, TTLs", cfg.AllowRollup, cfg.AllowMsgTTL)
+		}
+	})
 	t.Run("write the cluster record", func(t *testing.T) {
 		before, err := e.kv[store.ControlBucket].Get(ctx, store.ClusterKey)
 		if err != nil {

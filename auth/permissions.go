@@ -28,9 +28,10 @@ import "github.com/tickfence/tickfence/store"
 //     as well as an ephemeral one (ordered consumers, every KV watch, use it). Where another's
 //     durable lives (the effects stream) creating and deleting are denied.
 //   - headers: a publish with Nats-Rollup purges the subject (sub) or the stream (all). The data
-//     buckets refuse roll-ups (their streams' AllowRollup is off); the control bucket cannot (its
-//     per-message TTL delete markers need it) nor can the blobs bucket (an object's put rolls up
-//     its meta): whoever may put a key there may roll it up (README, Security).
+//     buckets and the control bucket refuse roll-ups (their streams' AllowRollup is off; the
+//     control bucket's leases expire without delete markers, which would need roll-ups); the
+//     blobs bucket cannot (an object's put rolls up its meta): whoever may put an object there may
+//     roll it up (README, Security).
 
 // Stream and bucket names of the storage layout (DESIGN 3), as subject tokens.
 const (

@@ -98,9 +98,9 @@ func TestInitMakesEverythingOnce(t *testing.T) {
 	}
 }
 
-// TestInitHardensAnOlderCluster: a cluster made before Init (data buckets allowing roll-ups, no
-// effects or audit stream) gets what is missing and its live data buckets refuse roll-ups; the
-// records stay.
+// TestInitHardensAnOlderCluster: a cluster made before Init (data buckets allowing roll-ups, a
+// control bucket with delete markers, which takes roll-ups; no effects or audit stream) gets what
+// is missing, and its live data buckets and its control bucket refuse roll-ups; the records stay.
 func TestInitHardensAnOlderCluster(t *testing.T) {
 	nc, js := connect(t)
 	name := store.DataBucket(1, 0)
@@ -127,7 +127,7 @@ func TestInitHardensAnOlderCluster(t *testing.T) {
 	for _, s := range res.Steps {
 		states[s.Name] = s.State
 	}
-	for name, want := range map[string]string{store.ControlBucket: natskv.StepExists, store.ClusterKey: natskv.StepExists, name: natskv.StepUpdated,
+	for name, want := range map[string]string{store.ControlBucket: natskv.StepUpdated, store.ClusterKey: natskv.StepExists, name: natskv.StepUpdated,
 		natscmd.EffectsStream: natskv.StepCreated, auth.AuditStream: natskv.StepCreated, store.BlobBucket: natskv.StepCreated} {
 		if states[name] != want {
 			t.Errorf("%s: %q, want %q (%+v)", name, states[name], want, res.Steps)
@@ -145,6 +145,16 @@ func TestInitHardensAnOlderCluster(t *testing.T) {
 	}
 	if err := kv.Purge(ctx(t), "inst.0.d1"); err == nil {
 		t.Error("a KV purge of a record was taken")
+	}
+	cs, _ := js.Stream(ctx(t), "KV_"+store.ControlBucket)
+	if cfg := cs.CachedInfo().Config; cfg.AllowRollup || cfg.SubjectDeleteMarkerTTL != 0 || !cfg.AllowMsgTTL {
+		t.Errorf("the control bucket: roll-ups %v, markers %v, TTLs %v; want no roll-ups, no markers, TTLs", cfg.AllowRollup, cfg.SubjectDeleteMarkerTTL, cfg.AllowMsgTTL)
+	}
+	if err := ctl.Purge(ctx(t), store.ClusterKey); err == nil {
+		t.Error("a KV purge of the cluster record was taken")
+	}
+	if e, err := ctl.Get(ctx(t), store.ClusterKey); err != nil || len(e.Value()) == 0 {
+		t.Errorf("the cluster record after init: %v", err)
 	}
 }
 

@@ -242,8 +242,9 @@ type Store interface {
 	Close() error
 }
 
-// Entry is one value of a key in the control bucket. Deleted marks a delete, a purge or the
-// server's marker for a per-message TTL that ran out (then Expired is set too).
+// Entry is one value of a key in the control bucket. Deleted marks a delete, a purge or a
+// per-message TTL that ran out (then Expired is set too: a marker of the server's, or one a
+// watch makes when it finds the key gone; its Revision is then the lease's revision + 1).
 type Entry struct {
 	Key      string
 	Value    []byte

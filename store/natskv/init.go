@@ -49,8 +49,8 @@ func (s *Store) Init(ctx context.Context, want store.Cluster, check func(store.C
 	return c, nil
 }
 
-// checkControl refuses a control bucket that is not tickfence's: its subjects, and per-message TTL
-// with delete markers (leases expire, and watchers see them go).
+// checkControl refuses a control bucket that is not tickfence's: its subjects, per-message TTL
+// (leases expire) and no roll-ups (controlShape, which Bootstrap ran).
 func (s *Store) checkControl(ctx context.Context) error {
 	info, err := s.streamInfo(ctx, store.ControlBucket)
 	if err != nil {
@@ -60,11 +60,36 @@ func (s *Store) checkControl(ctx context.Context) error {
 	if want := []string{"$KV." + store.ControlBucket + ".>"}; !slices.Equal(cfg.Subjects, want) {
 		return fmt.Errorf("control bucket %s: its stream captures %v, want %v: not made by tickfence", store.ControlBucket, cfg.Subjects, want)
 	}
-	if !cfg.AllowMsgTTL || cfg.SubjectDeleteMarkerTTL <= 0 {
-		return fmt.Errorf("control bucket %s has no per-message TTL with delete markers (LimitMarkerTTL): leases could not expire; "+
+	if !cfg.AllowMsgTTL {
+		return fmt.Errorf("control bucket %s has no per-message TTL: leases could not expire; "+
 			"it was made by something else than tickfence (or a NATS server older than 2.11)", store.ControlBucket)
 	}
+	if cfg.AllowRollup {
+		return fmt.Errorf("control bucket %s takes roll-ups: one publish with Nats-Rollup could empty it", store.ControlBucket)
+	}
 	return nil
+}
+
+// controlShape makes the control bucket take no roll-up (DESIGN 9: a node's or an operator's
+// credential, which may put a key there, must not be able to purge the bucket with one
+// Nats-Rollup header), keeping per-message TTL for the leases. A bucket made with delete markers
+// for expired leases (LimitMarkerTTL, as nats.go makes a KV bucket with per-key TTL, and as
+// tickfence did before) is updated: the server allows roll-ups wherever it writes markers, so
+// the markers go, and watchers learn of an expiry from ControlWatch's own check instead.
+func (s *Store) controlShape(ctx context.Context) (updated bool, err error) {
+	info, err := s.streamInfo(ctx, store.ControlBucket)
+	if err != nil {
+		return false, err
+	}
+	cfg := info.Config
+	if !cfg.AllowRollup && cfg.SubjectDeleteMarkerTTL == 0 && cfg.AllowMsgTTL {
+		return false, nil
+	}
+	cfg.AllowRollup, cfg.SubjectDeleteMarkerTTL, cfg.AllowMsgTTL = false, 0, true
+	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+		return false, fmt.Errorf("control bucket %s: refuse roll-ups: %w", store.ControlBucket, err)
+	}
+	return true, nil
 }
 
 // refuseRollups makes sure a data bucket's stream refuses roll-ups (createDataBucket), updating one

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,7 +19,8 @@ type leaderMsg struct {
 	seq     uint64
 	data    []byte
 	time    time.Time
-	deleted bool // a delete, purge or TTL marker
+	deleted bool          // a delete, purge or TTL marker
+	ttl     time.Duration // its per-message TTL (Nats-TTL), 0 if none
 }
 
 // leaderGet reads the last message on a key (or a key filter with wildcards) of a bucket through
@@ -76,6 +78,19 @@ func (s *Store) leaderGetBy(ctx context.Context, bucket, key string, request map
 		if op := h.Get(headerKVOp); op == "DEL" || op == "PURGE" || h.Get(jetstream.MarkerReasonHeader) != "" {
 			m.deleted = true
 		}
+		m.ttl = parseTTL(h.Get(jetstream.MsgTTLHeader))
 	}
 	return m, nil
+}
+
+// parseTTL reads a Nats-TTL header as the server does: a Go duration ("2s", what nats.go writes)
+// or whole seconds; "never", empty or malformed is no TTL.
+func parseTTL(v string) time.Duration {
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return d
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return 0
 }

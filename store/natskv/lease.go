@@ -2,6 +2,7 @@ package natskv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,9 +12,10 @@ import (
 	"github.com/tickfence/tickfence/store"
 )
 
-// The control bucket: leases are keys with per-message TTLs (LimitMarkerTTL is set on the bucket,
-// so an expiry leaves a marker that watchers see). kv.Update would drop a key's TTL, so renewals
-// publish directly with the expected-last-subject-sequence and TTL options (DESIGN.md section 3).
+// The control bucket: leases are keys with per-message TTLs (AllowMsgTTL on the bucket's stream,
+// without delete markers, which would force it to take roll-ups: controlShape; ControlWatch finds
+// expiries itself). kv.Update would drop a key's TTL, so renewals publish directly with the
+// expected-last-subject-sequence and TTL options (DESIGN.md section 3).
 
 func (s *Store) ctl(ctx context.Context) (jetstream.KeyValue, error) {
 	return s.kv(ctx, store.ControlBucket)
@@ -120,7 +122,12 @@ func (s *Store) ControlList(ctx context.Context, filter string) ([]store.Entry, 
 	return out, nil
 }
 
-// ControlWatch implements store.Control.
+// ControlWatch implements store.Control. The control bucket writes no delete marker when a lease
+// expires (it would have to take roll-ups: controlShape), so the watch finds expiries itself: a
+// key not written again within its per-message TTL of being seen is read through the stream
+// leader, and if the server has removed it the watch delivers a marker (Deleted and Expired, at
+// the lease's revision + 1). A key without a TTL is read once, a second after it is seen, and
+// then never again until it is written.
 func (s *Store) ControlWatch(ctx context.Context, filter string) (<-chan store.Entry, error) {
 	kv, err := s.ctl(ctx)
 	if err != nil {
@@ -134,7 +141,25 @@ func (s *Store) ControlWatch(ctx context.Context, filter string) (<-chan store.E
 	go func() {
 		defer close(out)
 		defer w.Stop()
+		send := func(e store.Entry) bool {
+			select {
+			case out <- e:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		exp := expiries{s: s, keys: map[string]*expiring{}, ttls: map[string]time.Duration{}}
+		defer func() {
+			if exp.tick != nil {
+				exp.tick.Stop()
+			}
+		}()
 		for {
+			var check <-chan time.Time
+			if len(exp.keys) > 0 {
+				check = exp.ticker()
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -145,13 +170,100 @@ func (s *Store) ControlWatch(ctx context.Context, filter string) (<-chan store.E
 				if e == nil {
 					continue
 				}
-				select {
-				case out <- entryOf(e):
-				case <-ctx.Done():
+				ent := entryOf(e)
+				exp.seen(ent, time.Now())
+				if !send(ent) {
 					return
+				}
+			case now := <-check:
+				for _, ent := range exp.due(ctx, now) {
+					if !send(ent) {
+						return
+					}
 				}
 			}
 		}
 	}()
 	return out, nil
+}
+
+// expiries is what a control watch knows of the keys it has seen, to tell when one expired.
+type expiries struct {
+	s    *Store
+	keys map[string]*expiring     // keys seen put, not yet known gone or without a TTL
+	ttls map[string]time.Duration // each key's TTL, once read
+	tick *time.Ticker
+}
+
+type expiring struct {
+	rev uint64
+	due time.Time // read it through the leader then
+}
+
+// expiryPoll is how often a watch looks for keys due to be read, and how soon it reads again a key
+// the server has not yet removed past its TTL.
+const expiryPoll = 100 * time.Millisecond
+
+func (x *expiries) ticker() <-chan time.Time {
+	if x.tick == nil {
+		x.tick = time.NewTicker(expiryPoll)
+	}
+	return x.tick.C
+}
+
+// seen notes a delivered entry: a put is due to be read one TTL later (one second if its TTL is
+// not known yet); a delete is gone.
+func (x *expiries) seen(e store.Entry, now time.Time) {
+	if e.Deleted {
+		delete(x.keys, e.Key)
+		return
+	}
+	ttl, known := x.ttls[e.Key]
+	if known && ttl == 0 {
+		return // a key without a TTL; written again, it would still have none
+	}
+	if !known {
+		ttl = time.Second
+	}
+	x.keys[e.Key] = &expiring{rev: e.Revision, due: now.Add(ttl)}
+}
+
+// due reads the keys whose time has come and returns a marker for each the server removed.
+func (x *expiries) due(ctx context.Context, now time.Time) []store.Entry {
+	var gone []store.Entry
+	for key, k := range x.keys {
+		if now.Before(k.due) {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		m, err := x.s.leaderGet(rctx, store.ControlBucket, key)
+		cancel()
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			gone = append(gone, store.Entry{Key: key, Revision: k.rev + 1, Deleted: true, Expired: true})
+			delete(x.keys, key)
+		case err != nil:
+			k.due = now.Add(2 * expiryPoll) // the leader is away: read again soon
+		case m.deleted:
+			delete(x.keys, key) // deleted: the watch delivers it
+		case m.seq != k.rev:
+			k.due = now.Add(max(x.ttls[key], time.Second)) // written again: the watch delivers it
+		case m.ttl == 0:
+			x.ttls[key] = 0
+			delete(x.keys, key)
+		default:
+			if _, known := x.ttls[key]; !known {
+				k.due = k.due.Add(m.ttl - time.Second) // seen + TTL
+			}
+			x.ttls[key] = m.ttl
+			if !now.Before(k.due) {
+				k.due = now.Add(expiryPoll) // past its TTL, not removed yet: the server's expiry is due
+			}
+		}
+	}
+	if len(x.keys) == 0 && x.tick != nil {
+		x.tick.Stop()
+		x.tick = nil
+	}
+	return gone
 }

@@ -357,9 +357,11 @@ func (s *Store) kv(ctx context.Context, name string) (jetstream.KeyValue, error)
 	return kv, nil
 }
 
-func (s *Store) createBucket(ctx context.Context, cfg jetstream.KeyValueConfig, replicas int) error {
-	cfg.Storage = s.opts.Storage
-	cfg.Replicas = replicas
+// createControl makes the control bucket (controlShape then takes its roll-ups away): StepCreated,
+// or StepExists if another made it first.
+func (s *Store) createControl(ctx context.Context, replicas int) (string, error) {
+	cfg := jetstream.KeyValueConfig{Bucket: store.ControlBucket, History: 1, LimitMarkerTTL: time.Second,
+		Storage: s.opts.Storage, Replicas: replicas}
 	state := StepCreated
 	kv, err := s.js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) {
@@ -367,13 +369,12 @@ func (s *Store) createBucket(ctx context.Context, cfg jetstream.KeyValueConfig, 
 		kv, err = s.js.KeyValue(ctx, cfg.Bucket)
 	}
 	if err != nil {
-		return fmt.Errorf("create bucket %s: %w", cfg.Bucket, err)
+		return "", fmt.Errorf("create bucket %s: %w", cfg.Bucket, err)
 	}
 	s.mu.Lock()
 	s.buckets[cfg.Bucket] = kv
 	s.mu.Unlock()
-	s.step("control bucket", cfg.Bucket, state, fmt.Sprintf("%d replicas, per-message TTL", replicas))
-	return nil
+	return state, nil
 }
 
 // Bootstrap implements store.Store. Data buckets are created before the cluster record names
@@ -409,18 +410,24 @@ func (s *Store) bootstrap(ctx context.Context, want store.Cluster) (store.Cluste
 		return store.Cluster{}, err
 	}
 	replicas := int(want.ReplicasOr1())
-	// The control bucket keeps per-message TTL markers for the leases of nodes and the leader.
-	// It exists already unless this is a new cluster: then it gets the new cluster's replicas.
+	// The control bucket keeps the leases of nodes and the leader as per-message TTLs, and takes
+	// no roll-up (controlShape). It exists already unless this is a new cluster: then it gets the
+	// new cluster's replicas.
+	state, note := StepExists, ""
 	if _, err := s.kv(ctx, store.ControlBucket); errors.Is(err, store.ErrNotFound) {
-		if err := s.createBucket(ctx, jetstream.KeyValueConfig{Bucket: store.ControlBucket, History: 1,
-			LimitMarkerTTL: time.Second}, replicas); err != nil {
+		if state, err = s.createControl(ctx, replicas); err != nil {
 			return store.Cluster{}, err
 		}
+		note = fmt.Sprintf("%d replicas, per-message TTL, no roll-ups", replicas)
 	} else if err != nil {
 		return store.Cluster{}, err
-	} else {
-		s.step("control bucket", store.ControlBucket, StepExists, "")
 	}
+	if updated, err := s.controlShape(ctx); err != nil {
+		return store.Cluster{}, err
+	} else if updated && state == StepExists {
+		state, note = StepUpdated, "roll-ups refused (one Nats-Rollup publish could empty it); leases expire without delete markers"
+	}
+	s.step("control bucket", store.ControlBucket, state, note)
 	c, err := s.Cluster(ctx)
 	if err == nil {
 		s.step("cluster record", store.ClusterKey, StepExists, clusterNote(c))
@@ -443,7 +450,7 @@ func (s *Store) bootstrap(ctx context.Context, want store.Cluster) (store.Cluste
 		return store.Cluster{}, err
 	}
 	v, _ := json.Marshal(want)
-	state := StepCreated
+	state = StepCreated
 	if _, err := ctl.Create(ctx, store.ClusterKey, v); errors.Is(err, jetstream.ErrKeyExists) {
 		state = StepExists // another node or admin won the Create
 	} else if err != nil {

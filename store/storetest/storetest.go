@@ -593,13 +593,23 @@ func testLeaseExpiry(t *testing.T, f *fixture) {
 	}
 }
 
+// testLeaseRenewal: renewals keep a lease alive, and a watch sees no expiry of it, nor of a key
+// without a TTL.
 func testLeaseRenewal(t *testing.T, f *fixture) {
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := f.s.ControlCreate(ctx, "drain.n1", []byte(`{}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := f.s.ControlWatch(ctx, ">")
+	if err != nil {
+		t.Fatal(err)
+	}
 	rev, err := f.s.ControlCreate(ctx, "leader", []byte(`{"node":"n1"}`), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 6; i++ { // 1.8 s of renewals every 300 ms keep a 1 s lease alive
+	for i := 0; i < 8; i++ { // 2.4 s of renewals every 300 ms keep a 1 s lease alive
 		time.Sleep(300 * time.Millisecond)
 		if rev, err = f.s.ControlUpdate(ctx, "leader", []byte(`{"node":"n1"}`), rev, time.Second); err != nil {
 			t.Fatalf("renewal %d: %v", i, err)
@@ -607,6 +617,17 @@ func testLeaseRenewal(t *testing.T, f *fixture) {
 	}
 	if e, err := f.s.ControlGet(ctx, "leader"); err != nil || e.Revision != rev {
 		t.Fatalf("renewed lease: %+v, %v", e, err)
+	}
+	for {
+		select {
+		case e := <-ch:
+			if e.Deleted {
+				t.Fatalf("the watch reported %+v while the lease was renewed", e)
+			}
+			continue
+		default:
+		}
+		break
 	}
 }
 
