@@ -338,6 +338,12 @@ func NewUserWith(dir string, r Role, name string, o UserOptions) (string, error)
 	uc.Pub.Deny.Add(p.pubDeny...)
 	uc.Sub.Allow.Add(p.subAllow...)
 	uc.Sub.Deny.Add(p.subDeny...)
+	if p.subs > 0 {
+		uc.Limits.Subs = p.subs
+	}
+	if p.payload > 0 {
+		uc.Limits.Payload = p.payload
+	}
 	if p.responses {
 		uc.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: 5 * time.Minute}
 	}

@@ -2,8 +2,10 @@ package auth_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,5 +229,53 @@ func TestMalformedCommandsCountAgainstTheQuota(t *testing.T) {
 	}
 	if codes[wire.CodeRateLimited] == 0 || codes[wire.CodeBadRequest] > natscmd.DefaultQuota.Burst+int(natscmd.DefaultQuota.Commands)*2 {
 		t.Errorf("%d malformed commands of one player answered %v: want those past the quota rate_limited", n, codes)
+	}
+}
+
+// TestPlayerLimits: a player's credential holds at most auth.PlayerMaxSubs subscriptions and sends
+// no message over auth.PlayerMaxPayload, whatever its client does: the server refuses the rest.
+func TestPlayerLimits(t *testing.T) {
+	e := newEnv(t)
+	if _, err := auth.NewUser(e.dir, auth.Gateway, "mallory"); err != nil {
+		t.Fatal(err)
+	}
+	nc, c := e.connect(t, "mallory")
+	for i := range auth.PlayerMaxSubs + 8 {
+		if _, err := nc.SubscribeSync(wire.FrameSubject(uint32(i), fmt.Sprintf("w%d", i), "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	refusedSubs := 0
+	for _, err := range c.violations() {
+		if strings.Contains(strings.ToLower(err.Error()), "maximum subscriptions") {
+			refusedSubs++
+		}
+	}
+	if refusedSubs == 0 {
+		t.Errorf("%d subscriptions of a player: none refused, want those over %d", auth.PlayerMaxSubs+8, auth.PlayerMaxSubs)
+	}
+
+	// One command over the payload limit, on mallory's own subject: the server refuses it (and
+	// closes the connection), the node never sees it.
+	big := nats.NewMsg(wire.PlayerSubject(e.shard, "d1", "mallory"))
+	big.Header.Set(wire.HeaderRequestID, "m-big")
+	big.Data = make([]byte, auth.PlayerMaxPayload+1)
+	nc2, c2 := e.connect(t, "mallory")
+	_, err := nc2.RequestMsg(big, 2*time.Second)
+	if err == nil {
+		t.Fatal("a command over the player's payload limit was answered")
+	}
+	if nc2.IsConnected() {
+		var saw bool
+		for _, v := range c2.violations() {
+			saw = saw || strings.Contains(strings.ToLower(v.Error()), "payload")
+		}
+		if !saw && !errors.Is(err, nats.ErrMaxPayload) {
+			t.Errorf("a command of %d bytes: %v, the connection still up and no payload violation", len(big.Data), err)
+		}
 	}
 }

@@ -72,7 +72,17 @@ type perms struct {
 	// whatever its own permissions deny, so a requester could aim a node's answer at any subject
 	// (the confused deputy of DESIGN 9). Nodes answer with the narrow rights of their pubAllow.
 	responses bool
+	// subs and payload, if not 0, bound the user's subscriptions and each message's size (a
+	// player's: the server refuses more, whatever the player's client does).
+	subs, payload int64
 }
+
+// A player's limits: its replies' inbox and a few watches; one command (store.MaxCommandBytes)
+// with its headers.
+const (
+	PlayerMaxSubs    = 32
+	PlayerMaxPayload = 2 * store.MaxCommandBytes
+)
 
 // rolePerms is the permissions of role r for the user named name (its inbox prefix is
 // InboxPrefix(name)).
@@ -152,6 +162,7 @@ func rolePerms(r Role, name string, trusted bool) perms {
 					inbox,  // its own commands' replies, and nobody else's
 					frames, // watch instances' frames
 				},
+				subs: PlayerMaxSubs, payload: PlayerMaxPayload,
 			}
 		}
 		return perms{
