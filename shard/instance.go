@@ -259,7 +259,7 @@ func (in *instance) addEffects(tick uint64, effs []actor.Effect) {
 			continue
 		}
 		in.rec.FxSeq++
-		fx = append(fx, store.Effect{Key: store.EffectKey(in.id, in.grant.Epoch, in.rec.FxSeq), Kind: e.Kind, Payload: e.Payload})
+		fx = append(fx, store.Effect{Key: store.EffectKey(in.id, in.rec.FxEpoch, in.rec.FxSeq), Kind: e.Kind, Payload: e.Payload})
 		in.sh.h.cfg.metrics.EffectsEmitted.Inc()
 		in.forceWrite = true
 	}

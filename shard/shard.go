@@ -237,8 +237,12 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 		sh.log.Error("instance state unreadable, not loaded", "instance", id, "revision", rev, "err", err)
 		return nil
 	}
-	if len(rec.State) == 0 && rec.FxSeq == 0 { // a placeholder: its life starts here
-		rec.FxSeq = store.FxSeqBase(rev)
+	if rec.FxEpoch != g.Epoch {
+		// A placeholder (its life starts here), or a record of an earlier epoch (a restore: this
+		// epoch's revisions started again at 1, so a base of the earlier epoch could meet one a
+		// new life of this ID takes here), or one written before FxEpoch: its effect keys go on
+		// from a base of this epoch (store.FxSeqBase). What its outbox holds keeps its keys.
+		rec.FxSeq, rec.FxEpoch = store.FxSeqBase(rev), g.Epoch
 	}
 	in := newInstance(sh, g, id, kind, logic, rec)
 	if len(rec.State) == 0 {
@@ -618,7 +622,7 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 		return
 	}
 	rec.State, rec.Create = state, nil
-	rec.FxSeq = store.FxSeqBase(createRev)
+	rec.FxSeq, rec.FxEpoch = store.FxSeqBase(createRev), g.Epoch
 	if sh.uncertain(g.Token) {
 		sh.h.answerErr(c, wire.CodeRetry, "shard %d is being rebuilt after an uncertain write; retry with the same request id", sh.id)
 		return

@@ -64,6 +64,11 @@ type Record struct {
 	Fx []Effect `msgpack:"fx,omitempty"`
 	// FxSeq is the sequence number of the last effect this instance made (its keys never repeat).
 	FxSeq uint64 `msgpack:"fx_seq,omitempty"`
+	// FxEpoch is the epoch of FxSeq's base: the epoch whose bucket revision FxSeqBase took it
+	// from (the life's creation, or its first load in a later epoch: a restore). An instance's
+	// effect keys carry it, so that no two effects of an ID share a key across lives, epochs and
+	// restores (EffectKey). 0 in a record written before it existed: the next owner rebases.
+	FxEpoch uint64 `msgpack:"fx_epoch,omitempty"`
 	// Blob, if set, says the state is in the Object Store (DESIGN 8): State is empty in the
 	// stored record. Backends set and follow it themselves: a caller's State is always the
 	// state (Load fills it from the blob; Write moves a state over BlobThreshold to a new blob).
@@ -123,10 +128,15 @@ const MaxOutbox = 256
 // MaxOutboxBytes bounds the payload bytes an outbox holds unpublished (the same rule applies).
 const MaxOutboxBytes = 64 << 10
 
-// FxSeqBase is where the effect sequence of an instance created at revision rev of its key
-// starts: an ID created again (after its tombstone expired) never reuses a key of an earlier
-// life, whose keys all lie below its own base plus what its writes held (a record holds fewer
-// than 2^24 effects, and every write of the earlier life is a revision below rev).
+// FxSeqBase is where the effect sequence of an instance starts when its life starts at
+// revision rev of its key, or when it is first loaded at revision rev in an epoch later than its
+// FxEpoch (a restore: its bucket's revisions start again at 1). Effect keys are
+// <id>:<FxEpoch>:<seq>, and within one epoch's bucket a base is taken from a revision of that
+// key and the keys above it are bounded by what that key's later writes held: every effect
+// needs a write (at most MaxOutbox each, far below 2^24), and every write is a revision of the
+// key, so the next base of the same key in the same epoch, taken at a later revision r2, lies
+// above everything the earlier base produced ((r2-rev) << 24 > MaxOutbox * (r2-rev)). A life that
+// emits more than 2^24 effects is no exception: it has written more than 2^24/MaxOutbox times.
 func FxSeqBase(rev uint64) uint64 { return rev << 24 }
 
 // EffectKey is the key of an instance's seq-th effect, made under epoch.

@@ -33,6 +33,9 @@ func appendRecord(b []byte, r *Record) []byte {
 	if r.FxSeq != 0 {
 		n++
 	}
+	if r.FxEpoch != 0 {
+		n++
+	}
 	if r.Blob != nil {
 		n++
 	}
@@ -104,6 +107,9 @@ func appendRecord(b []byte, r *Record) []byte {
 	}
 	if r.FxSeq != 0 {
 		b = mpenc.Uint(mpenc.Str(b, "fx_seq"), r.FxSeq)
+	}
+	if r.FxEpoch != 0 {
+		b = mpenc.Uint(mpenc.Str(b, "fx_epoch"), r.FxEpoch)
 	}
 	if r.Blob != nil {
 		b = mpenc.MapLen(mpenc.Str(b, "blob"), 3)

@@ -128,7 +128,7 @@ func TestAppendRecordMatchesTheReflectiveEncoder(t *testing.T) {
 // list) has it — an omitempty field would otherwise pass the encoding test while never set.
 func TestAppendRecordKnowsEveryField(t *testing.T) {
 	known := map[reflect.Type][]string{
-		reflect.TypeFor[store.Record]():        {"v", "token", "tick", "kind", "state", "reqs", "create", "clients", "creator", "ended", "ended_at", "fx", "fx_seq", "blob"},
+		reflect.TypeFor[store.Record]():        {"v", "token", "tick", "kind", "state", "reqs", "create", "clients", "creator", "ended", "ended_at", "fx", "fx_seq", "fx_epoch", "blob"},
 		reflect.TypeFor[store.Request]():       {"id", "fp", "res", "at"},
 		reflect.TypeFor[store.ClientSession](): {"id", "ack", "seen", "done"},
 		reflect.TypeFor[store.SeqResult]():     {"seq", "fp", "res"},

@@ -6,6 +6,7 @@ package nemesis
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -61,10 +62,18 @@ type oneNode struct {
 
 // newOneNode runs a host owning shard 0 of a one-shard cluster (call inside a synctest bubble).
 func newOneNode(t *testing.T, tombstoneTTL time.Duration) *oneNode {
+	return newOneNodeWith(t, tombstoneTTL, nil)
+}
+
+// newOneNodeWith is newOneNode with before run on the store before the host takes the shard.
+func newOneNodeWith(t *testing.T, tombstoneTTL time.Duration, before func(*memstore.Store)) *oneNode {
 	ctx := context.Background()
 	mem := memstore.New()
 	if _, err := mem.Bootstrap(ctx, store.Cluster{Shards: 1, Partitions: 1, Epoch: 1}); err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(mem)
 	}
 	eng, err := actor.NewEngine(actor.EngineConfig{Rate: 10, Workers: 1, Slot: 100 * time.Millisecond, Start: time.Now()})
 	if err != nil {
@@ -92,8 +101,13 @@ func newOneNode(t *testing.T, tombstoneTTL time.Duration) *oneNode {
 
 // submit sends a command to instance i1; its answer arrives on the channel.
 func (n *oneNode) submit(reqID string, cmd map[string]any) <-chan wire.Reply {
+	return n.submitTo("i1", reqID, cmd)
+}
+
+// submitTo sends a command to instance id.
+func (n *oneNode) submitTo(id, reqID string, cmd map[string]any) <-chan wire.Reply {
 	body, _ := wire.Canonical(cmd)
-	req, err := wire.DecodeRequest(wire.Subject(0, "i1"), reqID, "", body, 1)
+	req, err := wire.DecodeRequest(wire.Subject(0, id), reqID, "", body, 1)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -174,4 +188,69 @@ func TestEffectKeyReusedAfterTombstoneExpiry(t *testing.T) {
 			seen[e.Key] = string(e.Payload)
 		}
 	})
+}
+
+// TestEffectKeyReusedAfterARestore (issue 34.3): a restore copies a record into a new epoch, whose
+// bucket's revisions start again at 1. The restored life of i1 was created at revision 30 of the
+// earlier epoch (its effect sequence at 30<<24 + 5); here it is ended, and i1 is created again at
+// revision 30 of this epoch's bucket. Keys were <id>:<epoch now>:<seq from the creation's base>,
+// so the restored life's next effects and the new life's first ones had the same keys.
+func TestEffectKeyReusedAfterARestore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		restored, err := store.EncodeRecord(store.Record{V: store.SchemaVersion, Kind: "ledger", Tick: 50,
+			State: mustState(t, ledger{Ops: []string{"old"}}), FxSeq: store.FxSeqBase(30) + 5, FxEpoch: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := newOneNodeWith(t, time.Second, func(mem *memstore.Store) {
+			mem.PutRaw(1, 0, "i1", restored) // what a restore wrote: revision 1 of this bucket
+		})
+		for i := range 3 {
+			id := fmt.Sprintf("r%d", i)
+			n.mustOK(id, n.submit(id, map[string]any{"type": "add", "op": id}))
+		}
+		n.mustOK("e1", n.submit("e1", map[string]any{"type": "end"}))
+		time.Sleep(3 * time.Second) // the tombstone expires
+		// Another instance's writes take the revisions up to 29, one at a time: the new life of
+		// i1 is created at revision 30, as the restored one was in its epoch.
+		n.mustOK("pc", n.submitTo("pad", "pc", map[string]any{"type": "create", "kind": "ledger"}))
+		for i := 0; ; i++ {
+			_, rev, err := n.mem.Load(context.Background(), 1, 0, "pad")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rev >= 29 {
+				if rev > 29 {
+					t.Fatalf("padding reached revision %d, want 29", rev)
+				}
+				break
+			}
+			id := fmt.Sprintf("p%d", i)
+			n.mustOK(id, n.submitTo("pad", id, map[string]any{"type": "add", "op": id}))
+		}
+		n.mustOK("c2", n.submit("c2", map[string]any{"type": "create", "kind": "ledger"}))
+		for i := range 8 {
+			id := fmt.Sprintf("n%d", i)
+			n.mustOK(id, n.submit(id, map[string]any{"type": "add", "op": id}))
+		}
+		time.Sleep(time.Second)
+		seen := map[string]string{}
+		for _, e := range n.pub.effects() {
+			if p, dup := seen[e.Key]; dup && p != string(e.Payload) {
+				t.Fatalf("key %s carried %q and then %q: one key, two effects", e.Key, p, e.Payload)
+			}
+			seen[e.Key] = string(e.Payload)
+		}
+		if len(seen) < 11 {
+			t.Fatalf("%d effect keys, want 11 (3 of the restored life, 8 of the new one)", len(seen))
+		}
+	})
+}
+
+func mustState(t *testing.T, l ledger) []byte {
+	b, err := l.MarshalState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
