@@ -59,6 +59,7 @@ type instance struct {
 	failed     error     // the last write failed: its outcome may be unknown, so no more writes under this token
 	poisoned   bool      // the game's code panicked in it: what it holds in memory is never stored
 	fxRetrying bool      // poisoned: a retry of failed effect publishes is scheduled
+	isolate    int       // how many commands at the mailbox's head are applied one write each (sortTooLargeLocked)
 	taking     []Command // during a tick: the commands not applied yet (see tickBody)
 	collected  []answer  // during a tick: the answers waiting for its write
 	// fx is the state of the stored effects this owner published: fxSending while the stream
@@ -396,8 +397,21 @@ func (in *instance) tickBody() *write {
 	if !ended {
 		tick++ // a tombstone does not tick
 	}
-	cmds := in.mailbox
-	in.mailbox, in.spare = in.spare[:0], cmds
+	var cmds []Command
+	if len(in.mailbox) == 0 {
+		in.isolate = 0
+	}
+	switch {
+	case in.isolate == 0:
+		cmds = in.mailbox
+		in.mailbox, in.spare = in.spare[:0], cmds
+	case in.pending == nil && len(in.mailbox) > 0:
+		// After a write refused as too large: one command per write until those it held have
+		// gone again (sortTooLargeLocked), so that only the one that makes it too large is refused.
+		cmds = []Command{in.mailbox[0]}
+		in.mailbox = append([]Command(nil), in.mailbox[1:]...)
+		in.isolate--
+	}
 	if !in.rec.Ended && outboxFull(in.rec.Fx) {
 		// The effects stream has not taken this instance's effects for a while: hold new
 		// commands (which could make more) with busy; ticks go on.
@@ -732,6 +746,7 @@ func (in *instance) written(w *write, err error) {
 		return
 	}
 	var next *write
+	var known []answer // too large: retransmissions the stored record answers
 	wasEnded := in.acked.Ended
 	if err == nil {
 		if !w.end {
@@ -745,6 +760,9 @@ func (in *instance) written(w *write, err error) {
 		answers = in.revertLocked(answers)
 		if w.end {
 			in.expiring = false // the delete marker was not stored: a later tick sends it again
+		}
+		if errors.Is(err, store.ErrTooLarge) {
+			answers, known = in.sortTooLargeLocked(answers)
 		}
 	}
 	in.mu.Unlock()
@@ -768,8 +786,11 @@ func (in *instance) written(w *write, err error) {
 			h.enqueueWrite(in, next)
 		}
 	case errors.Is(err, store.ErrTooLarge):
+		for _, a := range known {
+			h.answer(a.c, a.reply, a.result)
+		}
 		for _, a := range answers {
-			h.answerWriteErr(a.c, err, wire.CodeTooLarge, "the instance's record would exceed %d bytes; the command was undone", store.MaxRecordBytes)
+			h.answerWriteErr(a.c, err, wire.CodeTooLarge, "the instance's record would be too large (%v); the command was undone", err)
 		}
 		in.logWrite(slog.LevelError, "record too large: instance reverted to its last stored state", answers, err)
 	case refused:
@@ -790,6 +811,38 @@ func (in *instance) written(w *write, err error) {
 		// Not on the acknowledgement path: settling it may read from the store.
 		h.spawn(func() { in.sh.writeFailed(in, err) })
 	}
+}
+
+// sortTooLargeLocked sorts the answers of a write the store refused as too large (the instance
+// is reverted already) so that only the command that made it too large is refused: a
+// retransmission the stored record holds gets its first answer (known), and when the write held
+// more than one command, the others go back to the head of the mailbox to be applied again one
+// write each (isolate), so that the offender's write holds it alone and only it is answered
+// too_large. What it returns as offenders is the one command of a write that held only one.
+func (in *instance) sortTooLargeLocked(answers []answer) (offenders, known []answer) {
+	var again []Command
+	for _, a := range answers {
+		if a.result == "duplicate" {
+			var refused answer
+			if fp, first, ok := in.sh.h.remembered(&in.acked, a.c, in.rec.Tick, &refused); ok && fp == a.c.Fingerprint {
+				a.reply = first
+				known = append(known, a)
+				continue
+			}
+		}
+		again = append(again, a.c) // its original was undone too, or it is new: apply it again
+	}
+	if len(again) <= 1 {
+		for _, a := range answers {
+			if len(again) == 1 && a.c.Key() == again[0].Key() && a.c.Client == again[0].Client {
+				offenders = append(offenders, a)
+			}
+		}
+		return offenders, known
+	}
+	in.mailbox = append(again, in.mailbox...)
+	in.isolate += len(again)
+	return nil, known
 }
 
 // revertLocked restores the last acknowledged record after a write the store refused outright;
