@@ -111,6 +111,13 @@ func (in *instance) schedule() {
 
 func (in *instance) enqueue(c Command) {
 	in.mu.Lock()
+	if c.AckOnly() && !in.dead {
+		// At once, not through the mailbox (it may be full): the session drops the answers the
+		// ack covers, in memory; the next write stores it. No one waits for an answer.
+		in.rec.AckSession(c.Client, c.Ack)
+		in.mu.Unlock()
+		return
+	}
 	switch {
 	case in.dead:
 		in.mu.Unlock()
@@ -496,6 +503,14 @@ func (in *instance) expireLocked() *write {
 // apply runs one command; now reports an answer that does not wait for a write.
 func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 	a.c = c
+	if c.AckOnly() {
+		// An acknowledgement alone: the session drops the answers it covers (in memory; the next
+		// write stores it). Nothing to answer: it was published without a reply subject.
+		in.rec.AckSession(c.Client, c.Ack)
+		a.reply = wire.EncodeReply(wire.Reply{OK: true})
+		a.result = "ok"
+		return a, true
+	}
 	if fp, res, ok := in.sh.h.remembered(&in.rec, c, tick, &a); ok {
 		if fp != c.Fingerprint {
 			a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRequestIDReused,

@@ -458,7 +458,9 @@ func (sh *shardRun) submit(c Command) {
 	if c.SenderKey == "" {
 		c.Sender.Trusted = true // from within the process or the trusted account (DESIGN 9)
 	}
-	if !sh.h.admit(&c) {
+	// An acknowledgement alone costs the instance nothing and frees its client's session:
+	// admission control never refuses one.
+	if !c.AckOnly() && !sh.h.admit(&c) {
 		return
 	}
 	sh.mu.Lock()

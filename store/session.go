@@ -205,6 +205,22 @@ func (r *Record) RememberSession(client string, ack uint64, q SeqResult, tick, t
 	r.Clients = out
 }
 
+// AckSession applies an acknowledgement alone (no command) of client: the answers up to ack are
+// dropped, and a session that then holds none may give its place to a new client. It reports
+// whether anything changed. Like RememberSession it never changes what a copy holds.
+func (r *Record) AckSession(client string, ack uint64) bool {
+	i := r.session(client)
+	if i < 0 || ack <= r.Clients[i].Ack {
+		return false
+	}
+	out := slices.Clone(r.Clients)
+	s := &out[i]
+	s.Ack = ack
+	s.Done = unacked(s.Done, ack)
+	r.Clients = out
+	return true
+}
+
 // dropOwnOldest removes, when sender p holds MaxSenderSessions sessions of out already, its least
 // recently seen one that holds no unacknowledged answer (else its least recently seen: CheckSession
 // refuses that case). out is the caller's own copy.

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"cmp"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -329,5 +330,36 @@ func BenchmarkRememberSessionFullWindow(b *testing.B) {
 	for b.Loop() {
 		seq++
 		r.RememberSession("gen", seq-store.MaxClientInFlight+1, store.SeqResult{Seq: seq, Result: res}, 2, ttl)
+	}
+}
+
+// An acknowledgement alone drops the answers it covers, and the session it frees gives its place
+// to a new client when every place is taken (issue 34.4); a copy taken before keeps its answers.
+func TestAckSessionFreesThePlace(t *testing.T) {
+	var r store.Record
+	for i := range store.MaxClientSessions {
+		c := fmt.Sprintf("c%d", i)
+		r.RememberSession(c, 0, store.SeqResult{Seq: 1, Result: []byte("ok")}, 1, 100)
+	}
+	if st, _ := r.CheckSession("new", 1, 0, 2, 100); st != store.SessionNoRoom {
+		t.Fatalf("a new client with every session holding an answer: %v, want store.SessionNoRoom", st)
+	}
+	snap := r.Capped()
+	if !r.AckSession("c7", 1) {
+		t.Fatal("AckSession changed nothing")
+	}
+	if r.AckSession("c7", 1) || r.AckSession("nobody", 5) {
+		t.Fatal("a repeated or unknown acknowledgement changed something")
+	}
+	if st, _ := r.CheckSession("new", 1, 0, 2, 100); st != store.SessionNew {
+		t.Fatalf("a new client after c7 acknowledged: %v, want store.SessionNew", st)
+	}
+	if st, _ := r.CheckSession("c7", 1, 0, 2, 100); st != store.SessionStale {
+		t.Fatalf("c7's acknowledged command: %v, want store.SessionStale", st)
+	}
+	for _, c := range snap.Clients {
+		if c.ID == "c7" && len(c.Done) != 1 {
+			t.Fatal("the acknowledgement changed a copy taken before it")
+		}
 	}
 }

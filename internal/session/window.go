@@ -60,6 +60,9 @@ func (w *Window) Settle(seq uint64) (idle bool) {
 	return len(w.open) == 0
 }
 
+// Holding reports numbers sent and not covered by an ack sent yet: the owner keeps their answers.
+func (w *Window) Holding() bool { return len(w.sent) > 0 }
+
 // Reset empties the window for reuse, keeping its memory: the same as a new Window (a client
 // drops an idle one, whose ack covers everything sent, and may reuse it for another instance).
 func (w *Window) Reset() {

@@ -125,16 +125,20 @@ func (s *Server) serve(m *nats.Msg, queue *intake, player bool, handle func(shar
 	if s.metrics != nil {
 		s.metrics.CommandQueueSeconds.Observe(waited.Seconds())
 	}
-	if m.Reply == "" {
+	ackOnly := m.Header.Get(wire.HeaderSeq) == "" && m.Header.Get(wire.HeaderClient) != "" && m.Header.Get(wire.HeaderAck) != "" && len(m.Data) == 0
+	if m.Reply == "" && !ackOnly {
 		return // a publish, not a request: there is no one to answer
 	}
-	if !InboxReply(m.Reply) {
+	if m.Reply != "" && !InboxReply(m.Reply) {
 		s.refuseReply(m) // never publish where a requester aims (DESIGN 9: confused deputy)
 		return
 	}
 	content := m.Header.Get(wire.HeaderContent)
 	asJSON := strings.HasPrefix(content, wire.ContentJSON)
 	reply := func(b []byte) {
+		if m.Reply == "" {
+			return // an acknowledgement alone: no one waits for an answer
+		}
 		out := nats.NewMsg(m.Reply)
 		out.Data = wire.ForClient(b, asJSON)
 		if asJSON {
@@ -143,11 +147,11 @@ func (s *Server) serve(m *nats.Msg, queue *intake, player bool, handle func(shar
 		_ = s.nc.PublishMsg(out) // the requester retries if this is lost
 	}
 	// The queue first: a command refused for its wait must not draw on admission's share.
-	if s.MaxQueueWait > 0 && waited > s.MaxQueueWait {
+	if s.MaxQueueWait > 0 && waited > s.MaxQueueWait && !ackOnly {
 		s.refuse(m, reply, slog.LevelDebug, wire.CodeBusy, "the command waited too long in the node's queue", 0, queuedReply)
 		return
 	}
-	if s.Shedding != nil && s.Shedding() {
+	if s.Shedding != nil && s.Shedding() && !ackOnly {
 		s.refuse(m, reply, slog.LevelDebug, wire.CodeBusy, "the node is shedding load", 0, busyReply)
 		return
 	}
@@ -378,12 +382,36 @@ func (c *Client) assign(ctx context.Context, instance string, giveUp time.Time) 
 func (c *Client) settle(instance string, seq uint64) {
 	st := c.stripe(instance)
 	st.mu.Lock()
-	defer st.mu.Unlock()
+	var ack uint64
 	if q := st.inst[instance]; q.Settle(seq) {
 		delete(st.inst, instance) // the ack is then the last number: it covers everything sent
+		if q.Holding() {
+			// Read under the lock that numbers this instance's commands: no number it covers
+			// can be one opened after.
+			ack = c.last.Load()
+		}
 		q.Reset()
 		windows.Put(q)
 	}
+	st.mu.Unlock()
+	if ack > 0 {
+		c.acknowledge(instance, ack)
+	}
+}
+
+// acknowledge tells the owner of instance that the client has every answer up to ack and nothing
+// in flight (an acknowledgement alone, published: no answer), so that its session there holds no
+// answer and can give its place to another client (store.MaxClientSessions). A lost one costs
+// nothing: the next command carries the ack too.
+func (c *Client) acknowledge(instance string, ack uint64) {
+	subj := wire.Subject(store.ShardOf(instance, c.shards), instance)
+	if c.Player != "" {
+		subj = wire.PlayerSubject(store.ShardOf(instance, c.shards), instance, c.Player)
+	}
+	m := nats.NewMsg(subj)
+	m.Header.Set(wire.HeaderClient, c.ID)
+	m.Header.Set(wire.HeaderAck, strconv.FormatUint(ack, 10))
+	_ = c.nc.PublishMsg(m)
 }
 
 // ack is the highest number up to which every command to instance is settled.

@@ -27,6 +27,11 @@ const (
 	// The compact form (client sessions): instead of a request ID, a client ID, the command's
 	// sequence number to this instance (1, 2, 3…) and the client's ack (it has every answer up to
 	// that number from this instance; optional, default 0, below the sequence number).
+	//
+	// An acknowledgement alone (no command): the client ID and the ack, no sequence number and no
+	// body, published without a reply subject. A client sends one when it has nothing left in
+	// flight to an instance, so that the owner drops the answers it kept and the session holds
+	// nothing: a session holding no answer gives its place to a new client (store.MaxClientSessions).
 	HeaderClient  = "Tickfence-Client"
 	HeaderSeq     = "Tickfence-Seq"
 	HeaderAck     = "Tickfence-Ack"
@@ -168,6 +173,9 @@ func (r *Request) Key() string {
 	return r.ID
 }
 
+// AckOnly reports an acknowledgement alone (HeaderAck without HeaderSeq or a body): no command.
+func (r *Request) AckOnly() bool { return r.Client != "" && r.Seq == 0 }
+
 // Headers are the identifying headers of a command.
 type Headers struct {
 	RequestID, Client, Seq, Ack, ContentType string
@@ -197,6 +205,17 @@ func DecodeCommand(subject string, h Headers, data []byte, shards uint32) (Reque
 	}
 	if err := checkToken(HeaderClient, h.Client); err != nil {
 		return bad, err
+	}
+	if h.Seq == "" && h.Ack != "" && len(data) == 0 { // an acknowledgement alone
+		ack, err := strconv.ParseUint(h.Ack, 10, 64)
+		if err != nil || ack == 0 {
+			return bad, Errorf(CodeBadRequest, "header %s must be a decimal number from 1", HeaderAck)
+		}
+		if bad.Shard, bad.Instance, err = ParseSubject(subject, shards); err != nil {
+			return bad, err
+		}
+		bad.Client, bad.Ack = h.Client, ack
+		return bad, nil
 	}
 	seq, err := strconv.ParseUint(h.Seq, 10, 64)
 	if err != nil || seq == 0 {
