@@ -329,10 +329,19 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// The effects stream (and the audit stream, which a node never uses) came with the cluster.
-	if _, err := js.Stream(ctx, natscmd.EffectsStream); errors.Is(err, jetstream.ErrStreamNotFound) {
+	// The effects stream (and the audit stream, which a node never uses) came with the cluster, shaped
+	// for it: effects leave their records once it acknowledges them, so a node publishes none to a
+	// stream with fewer replicas than the cluster's, a short duplicate window, or one that is not
+	// tickfence's. It repairs nothing (with the roles it may not): initCluster did, if it may.
+	_, err = natscmd.OpenEffectsStream(ctx, js, int(n.cluster.ReplicasOr1()))
+	var shape *natscmd.EffectsShapeError
+	switch {
+	case errors.Is(err, natscmd.ErrNoEffectsStream):
 		return nil, n.notInitialised(fmt.Errorf("no effects stream (%s): %w", natscmd.EffectsStream, natskv.ErrNotInitialised), want)
-	} else if err != nil {
+	case errors.As(err, &shape):
+		shape.Init = "tickctl --nats " + n.urlOr() + " --creds DIR/admin.creds cluster init"
+		return nil, fmt.Errorf("tickfence: refusing to start, publishing no effect: %w", err)
+	case err != nil:
 		return nil, fmt.Errorf("tickfence: effects stream: %w", err)
 	}
 	if n.effects, err = natscmd.NewEffectPublisher(fxConn); err != nil {
@@ -417,7 +426,11 @@ func (n *Node) initCluster(ctx context.Context, nc *nats.Conn, want store.Cluste
 	}
 	_, err := clusterinit.Init(ctx, nc, clusterinit.Options{Shards: want.Shards, Partitions: want.Partitions, Replicas: want.Replicas,
 		Require: req, History: n.opt.DataHistory, Progress: func(s natskv.Step) {
-			if s.State != natskv.StepExists {
+			switch s.State {
+			case natskv.StepExists:
+			case natskv.StepUpdated: // found wrongly shaped (a hand-made stream, an older cluster): say so loudly
+				n.log.Warn("cluster storage was wrongly shaped and is repaired", "what", s.What, "name", s.Name, "repair", s.Note)
+			default:
 				n.log.Info("cluster storage "+s.State, "what", s.What, "name", s.Name, "note", s.Note)
 			}
 		}})
@@ -432,12 +445,16 @@ func (n *Node) notInitialised(err error, want store.Cluster) error {
 	if !errors.Is(err, natskv.ErrNotInitialised) {
 		return err
 	}
-	url := n.opt.NATS
-	if url == "" {
-		url = "URL"
-	}
 	return fmt.Errorf("tickfence: %w: tickctl --nats %s --creds DIR/admin.creds cluster init --shards %d --partitions %d --replicas %d",
-		err, url, want.Shards, want.Partitions, want.ReplicasOr1())
+		err, n.urlOr(), want.Shards, want.Partitions, want.ReplicasOr1())
+}
+
+// urlOr is the NATS URL the node was given, for a command it names ("URL" with the embedded server).
+func (n *Node) urlOr() string {
+	if n.opt.NATS == "" {
+		return "URL"
+	}
+	return n.opt.NATS
 }
 
 func (n *Node) openNATS() error {

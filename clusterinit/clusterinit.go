@@ -6,8 +6,10 @@
 //
 // which calls Init: the control bucket, the cluster record, the data buckets of its epoch, the
 // blobs bucket, the effects stream and the audit stream — each created if it is missing and checked
-// if it exists. Nodes then open what is there (natskv.Options.OpenOnly) and fail with an error
-// naming the command when it is not. A node that runs its own embedded server, or connects
+// if it exists (and repaired where an update can: an effects stream with fewer replicas than the
+// cluster's or a short duplicate window is updated). Nodes then open what is there
+// (natskv.Options.OpenOnly) and fail with an error naming the command when it is not, or when the
+// effects stream is wrongly shaped. A node that runs its own embedded server, or connects
 // without credentials, calls Init itself (tickfence.Start): a newcomer's tickd --demo needs no
 // step more.
 package clusterinit
@@ -17,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,7 +61,9 @@ func (r Result) Changed() bool {
 // whose user may shape storage (admin.creds, or none on a server without the roles). It is
 // idempotent: run again, it changes nothing and reports every part as natskv.StepExists.
 // Something there that tickfence would not have made (a stream of the same name capturing other
-// subjects, a control bucket without per-message TTL) is an error, changed nothing.
+// subjects, an effects stream in memory, a control bucket without per-message TTL) is an error,
+// changed nothing; what an update repairs (an effects stream with fewer replicas than the
+// cluster's or a duplicate window under 10 minutes) is updated and reported as natskv.StepUpdated.
 func Init(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	want := store.DefaultCluster()
 	if o.Shards != 0 {
@@ -95,13 +100,36 @@ func Init(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 		return res, err
 	}
 	replicas := int(c.ReplicasOr1())
-	if err := ensureStream(ctx, js, "effects stream", natscmd.EffectsStreamConfig(replicas), step); err != nil {
+	if err := ensureEffects(ctx, js, replicas, step); err != nil {
 		return res, err
 	}
 	if err := ensureStream(ctx, js, "audit stream", auth.AuditStreamConfig(replicas), step); err != nil {
 		return res, err
 	}
 	return res, nil
+}
+
+// ensureEffects makes the effects stream, or checks it, and repairs what an update repairs: a
+// stream a consumer made before the cluster (one replica on a 3-server cluster) or one made by hand
+// (JetStream's default 2-minute duplicate window) is updated to the cluster's replicas and the
+// 10-minute window, keeping its effects. One no update repairs (other subjects, memory storage,
+// another retention) is an error naming what to do, changed nothing.
+func ensureEffects(ctx context.Context, js jetstream.JetStream, replicas int, step func(natskv.Step)) error {
+	const what = "effects stream"
+	_, ch, err := natscmd.EnsureEffectsStream(ctx, js, replicas)
+	switch {
+	case err != nil:
+		return err
+	case ch.Created:
+		cfg := natscmd.EffectsStreamConfig(replicas)
+		step(natskv.Step{What: what, Name: cfg.Name, State: natskv.StepCreated, Note: fmt.Sprintf("%d replicas, %v", cfg.Replicas, cfg.Subjects)})
+	case len(ch.Repaired) > 0:
+		step(natskv.Step{What: what, Name: natscmd.EffectsStream, State: natskv.StepUpdated,
+			Note: strings.Join(ch.Repaired, ", ") + " (effects leave their records once it acknowledges them)"})
+	default:
+		step(natskv.Step{What: what, Name: natscmd.EffectsStream, State: natskv.StepExists})
+	}
+	return nil
 }
 
 // ensureStream creates stream cfg if it is missing, and refuses one of that name that captures

@@ -50,7 +50,9 @@ var clusterInitVerb = &verb{path: "cluster init", args: "[--shards N] [--partiti
 		"roles (tickd server --auth): nodes there may not create, update or delete streams, and a node that\n" +
 		"finds no cluster says to run this. It is idempotent: each part is created if it is missing and\n" +
 		"checked if it exists (a second run changes nothing; on a cluster made by older nodes it makes the\n" +
-		"live epoch's data buckets refuse roll-ups). The shape flags given must match an existing\n" +
+		"live epoch's data buckets refuse roll-ups; an effects stream with fewer replicas than the cluster's\n" +
+		"or a duplicate window under 10 minutes is updated in place, one in memory or on other subjects is\n" +
+		"refused). The shape flags given must match an existing\n" +
 		"cluster's. tickd with its embedded server, or without credentials, does this by itself.",
 	check: func(_ *globals, _ []string) error {
 		if clusterOpts.history < 1 {

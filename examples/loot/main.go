@@ -5,6 +5,10 @@
 //	go run ./cmd/tickd --nats-listen 127.0.0.1:4222 --demo 10 --demo-rate 20   # kills come quickly
 //	go run ./examples/loot --nats nats://127.0.0.1:4222
 //
+// Start it after the cluster's storage exists (tickd above makes it; with the roles enforced, an
+// admin's tickctl cluster init): a consumer never makes the effects stream, and exits naming what
+// is missing if it is not there.
+//
 // A real service would apply the grant and record the key in one transaction of its own
 // database; the KV create stands in for that here.
 package main

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,22 +36,150 @@ func EffectsStreamConfig(replicas int) jetstream.StreamConfig {
 		Storage: jetstream.FileStorage, Duplicates: EffectsDuplicates, MaxAge: 7 * 24 * time.Hour, Replicas: max(replicas, 1)}
 }
 
-// EnsureEffectsStream creates the effects stream if it is missing (EffectsStreamConfig) and
-// returns it. Creating it takes a right to create streams: with the roles enforced, only admin
-// has it (tickctl cluster init makes it), and anyone else finds it there.
-func EnsureEffectsStream(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {
-	s, err := js.Stream(ctx, EffectsStream)
-	if err == nil {
-		return s, nil
+// ErrNoEffectsStream: the effects stream does not exist. Only who shapes storage makes it (DESIGN
+// 9): an admin's tickctl cluster init (clusterinit.Init), or a node that makes its own storage
+// (tickd with its embedded server, or on a server without credentials) as it starts. A consumer
+// never does, and neither does a node on credentials: a stream made by either would have its
+// shape, not the cluster's (one replica on a 3-server cluster).
+var ErrNoEffectsStream = errors.New("no effects stream " + EffectsStream +
+	": an admin makes it (tickctl --creds DIR/admin.creds cluster init), or the first node of a cluster that makes its own storage; consumers never do")
+
+// EffectsShapeError is an effects stream that exists but is not shaped as tickfence needs it
+// (CheckEffectsStream). Effects leave their records once the stream acknowledges them, so the
+// stream must keep them as well as the records would.
+type EffectsShapeError struct {
+	// Repairable: what an update of the stream corrects in place, keeping its effects (tickctl
+	// cluster init does it): fewer replicas than the cluster's, a shorter duplicate window.
+	Repairable []string
+	// Unrepairable: what no update changes (its subjects, storage, retention): the stream must be
+	// made again.
+	Unrepairable []string
+	// Init is the command Error names to shape the stream ("": tickctl --creds DIR/admin.creds
+	// cluster init); a node sets its own URL in it.
+	Init string
+}
+
+func (e *EffectsShapeError) Error() string {
+	what := strings.Join(append(slices.Clone(e.Unrepairable), e.Repairable...), "; ")
+	cmd := e.Init
+	if cmd == "" {
+		cmd = "tickctl --creds DIR/admin.creds cluster init"
 	}
-	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+	if len(e.Unrepairable) > 0 {
+		return fmt.Sprintf("effects stream %s is not shaped as tickfence needs it: %s. No update can change that: once its consumers "+
+			"have read every effect it holds, delete it as admin (nats stream rm %s) and run %s, which makes it anew",
+			EffectsStream, what, EffectsStream, cmd)
+	}
+	return fmt.Sprintf("effects stream %s is not shaped as tickfence needs it: %s. Run %s (as admin): "+
+		"it updates the stream in place, keeping its effects", EffectsStream, what, cmd)
+}
+
+// CheckEffectsStream compares got, the effects stream's configuration as the server holds it, with
+// what tickfence makes for a cluster of replicas (EffectsStreamConfig): nil if tickfence can rely on
+// it, or an *EffectsShapeError saying what is wrong. More replicas than the cluster's and a longer
+// duplicate window are accepted (an admin's choice, and no weaker).
+func CheckEffectsStream(got jetstream.StreamConfig, replicas int) error {
+	want := EffectsStreamConfig(replicas)
+	var e EffectsShapeError
+	if !slices.Equal(got.Subjects, want.Subjects) {
+		e.Unrepairable = append(e.Unrepairable, fmt.Sprintf("it captures %v, want %v (not made by tickfence)", got.Subjects, want.Subjects))
+	}
+	if got.Storage != want.Storage {
+		e.Unrepairable = append(e.Unrepairable, fmt.Sprintf("its storage is %s, want %s (effects must outlive a server's restart)",
+			got.Storage, want.Storage))
+	}
+	if got.Retention != want.Retention {
+		e.Unrepairable = append(e.Unrepairable, fmt.Sprintf("its retention is %s, want %s (effects must wait for consumers that are not there yet)",
+			got.Retention, want.Retention))
+	}
+	if r := max(got.Replicas, 1); r < want.Replicas {
+		e.Repairable = append(e.Repairable, fmt.Sprintf("it has %s, want %d (the cluster's): effects leave their records once the "+
+			"stream acknowledges them, so losing a server of a smaller stream loses acknowledged effects", replicasOf(r), want.Replicas))
+	}
+	if got.Duplicates < want.Duplicates {
+		e.Repairable = append(e.Repairable, fmt.Sprintf("its duplicate window is %v, want at least %v (a republish by a new owner within it is "+
+			"stored once)", got.Duplicates, want.Duplicates))
+	}
+	if len(e.Repairable) == 0 && len(e.Unrepairable) == 0 {
+		return nil
+	}
+	return &e
+}
+
+func replicasOf(r int) string {
+	if r == 1 {
+		return "1 replica"
+	}
+	return fmt.Sprintf("%d replicas", r)
+}
+
+// OpenEffectsStream opens the effects stream and checks its shape for a cluster of replicas
+// (CheckEffectsStream), changing nothing: ErrNoEffectsStream if it is missing, an
+// *EffectsShapeError if it is wrongly shaped. A node on credentials, which may not shape storage,
+// opens it so before it publishes any effect.
+func OpenEffectsStream(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, EffectsStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, ErrNoEffectsStream
+	}
+	if err != nil {
+		return nil, fmt.Errorf("effects stream %s: %w", EffectsStream, err)
+	}
+	if err := CheckEffectsStream(s.CachedInfo().Config, replicas); err != nil {
 		return nil, err
 	}
-	s, err = js.CreateStream(ctx, EffectsStreamConfig(replicas))
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return js.Stream(ctx, EffectsStream)
+	return s, nil
+}
+
+// EffectsStreamChange is what EnsureEffectsStream did: created the stream, or repaired it (what
+// it changed), or neither (it was there, well shaped).
+type EffectsStreamChange struct {
+	Created  bool
+	Repaired []string // e.g. "replicas 1 → 3"
+}
+
+// EnsureEffectsStream makes the effects stream as its admin does (tickctl cluster init,
+// clusterinit.Init; DESIGN 9: only admin shapes storage): it creates it if it is missing
+// (EffectsStreamConfig), updates in place what an update repairs (replicas below the cluster's, a
+// shorter duplicate window: the effects it holds stay), and refuses, changing nothing, a stream
+// that no update can repair (an *EffectsShapeError). Consumers and nodes on credentials never call
+// it: they open the stream (ConsumeEffects, OpenEffectsStream).
+func EnsureEffectsStream(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, EffectsStreamChange, error) {
+	s, err := js.Stream(ctx, EffectsStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, EffectsStreamConfig(replicas))
+		if err == nil {
+			return s, EffectsStreamChange{Created: true}, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil, EffectsStreamChange{}, fmt.Errorf("create effects stream %s: %w", EffectsStream, err)
+		}
+		s, err = js.Stream(ctx, EffectsStream) // made meanwhile: check it
 	}
-	return s, err
+	if err != nil {
+		return nil, EffectsStreamChange{}, fmt.Errorf("effects stream %s: %w", EffectsStream, err)
+	}
+	got := s.CachedInfo().Config
+	var shape *EffectsShapeError
+	if err := CheckEffectsStream(got, replicas); err == nil {
+		return s, EffectsStreamChange{}, nil
+	} else if !errors.As(err, &shape) || len(shape.Unrepairable) > 0 {
+		return nil, EffectsStreamChange{}, err
+	}
+	want, fixed := EffectsStreamConfig(replicas), got
+	var ch EffectsStreamChange
+	if r := max(got.Replicas, 1); r < want.Replicas {
+		fixed.Replicas = want.Replicas
+		ch.Repaired = append(ch.Repaired, fmt.Sprintf("replicas %d → %d", r, want.Replicas))
+	}
+	if got.Duplicates < want.Duplicates {
+		fixed.Duplicates = want.Duplicates
+		ch.Repaired = append(ch.Repaired, fmt.Sprintf("duplicate window %v → %v", got.Duplicates, want.Duplicates))
+	}
+	if s, err = js.UpdateStream(ctx, fixed); err != nil {
+		return nil, EffectsStreamChange{}, fmt.Errorf("effects stream %s: repair (%s): %w", EffectsStream, strings.Join(ch.Repaired, ", "), err)
+	}
+	return s, ch, nil
 }
 
 // EffectPublisher implements shard.EffectPublisher on JetStream: effects wait in a bounded queue
@@ -78,7 +207,8 @@ var _ shard.EffectPublisher = (*EffectPublisher)(nil)
 // ErrEffectsQueueFull: the publisher's queue was full; the instance sends the effect later.
 var ErrEffectsQueueFull = errors.New("effects queue full")
 
-// NewEffectPublisher starts a publisher on nc (the effects stream must exist: EnsureEffectsStream).
+// NewEffectPublisher starts a publisher on nc (the effects stream must exist, well shaped:
+// OpenEffectsStream).
 func NewEffectPublisher(nc *nats.Conn) (*EffectPublisher, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -163,13 +293,19 @@ type EffectMsg struct {
 // durable consumer name, until ctx ends. An effect is acknowledged once handle returns nil, and
 // delivered again (after a second) if it returns an error: handle must be idempotent by Key —
 // a repeat can come from the stream keeping an old duplicate or from a redelivery after a crash.
+// It opens the effects stream and never makes it: without one it returns ErrNoEffectsStream at
+// once (start consumers after tickctl cluster init, or retry).
 func ConsumeEffects(ctx context.Context, nc *nats.Conn, name string, kinds []string, handle func(context.Context, EffectMsg) error) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}
-	if _, err := EnsureEffectsStream(ctx, js, 1); err != nil {
-		return fmt.Errorf("effects stream: %w", err)
+	// The stream is opened, never made: a consumer started before the cluster's storage would
+	// make it with its own shape (one replica), and the nodes would publish there.
+	if _, err := js.Stream(ctx, EffectsStream); errors.Is(err, jetstream.ErrStreamNotFound) {
+		return ErrNoEffectsStream
+	} else if err != nil {
+		return fmt.Errorf("effects stream %s: %w", EffectsStream, err)
 	}
 	cfg := jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second}
 	for _, k := range kinds {
