@@ -63,7 +63,7 @@ func startAdders(t *testing.T, n *node, ids []string, workers int) *adders {
 					if r.Error.Code == wire.CodeNotOwner { // the shard moved: a client would follow it
 						return
 					}
-					if r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeBusy {
+					if r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeBusy && r.Error.Code != wire.CodeUnknownOutcome {
 						t.Errorf("%s: %v", reqID, r.Error)
 						return
 					}

@@ -124,7 +124,7 @@ func sendRetrying(n *node, id, reqID string, cmd map[string]any) wire.Reply {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		r := n.send(id, reqID, cmd)
-		if r.OK || r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeBusy || time.Now().After(deadline) {
+		if r.OK || r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeBusy && r.Error.Code != wire.CodeUnknownOutcome || time.Now().After(deadline) {
 			return r
 		}
 		time.Sleep(10 * time.Millisecond)

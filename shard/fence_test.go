@@ -119,7 +119,7 @@ func TestUnknownOutcomeRotatesAndLateCopyIsRejected(t *testing.T) {
 		fi.HoldWrites(func(x string) bool { return x == id })
 		r := a.send(id, "r1", map[string]any{"type": "add", "by": 5})
 		fi.HoldWrites(nil)
-		wantCode(t, r, wire.CodeRetry, "command whose write outcome is unknown")
+		wantCode(t, r, wire.CodeUnknownOutcome, "command whose write outcome is unknown")
 		// The answer comes first; the rotation and rebuild follow.
 		waitFor(t, "A rotates its token and rebuilds shard S", func() bool {
 			_, tok, err := st.Assignment(context.Background(), 1, s)

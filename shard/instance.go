@@ -215,7 +215,8 @@ func (in *instance) Tick(time.Time) {
 		in.sh.h.answer(a.c, a.reply, a.result)
 	}
 	for _, c := range retry {
-		in.sh.h.answerErr(c, wire.CodeRetry, "instance %s failed on this node before the first answer of this retransmission was stored; retry with the same request id", in.id)
+		// Its original may be in the write in flight: applied or not, that write says.
+		in.sh.h.answerErr(c, wire.CodeUnknownOutcome, "instance %s failed on this node before the first answer of this retransmission was stored; retransmit the same request to learn whether it was applied", in.id)
 	}
 	if w != nil {
 		in.sh.h.enqueueWrite(in, w)
@@ -754,8 +755,9 @@ func (in *instance) written(w *write, err error) {
 		// Out of service (stopped, rebuilt under a rotated token, or stopped for a hand-off): a
 		// rejection here is the fence doing its job. Commands still attached had no effect.
 		in.mu.Unlock()
+		code, what := writeErrCode(err)
 		for _, a := range answers {
-			h.answerWriteErr(a.c, err, wire.CodeRetry, "write of instance %s failed: %v", in.id, err)
+			h.answerWriteErr(a.c, err, code, "write of instance %s %s: %v", in.id, what, err)
 		}
 		in.logWrite(slog.LevelInfo, "write of an instance out of service here rejected", answers, err)
 		return
@@ -815,8 +817,9 @@ func (in *instance) written(w *write, err error) {
 		}
 		in.logWrite(slog.LevelError, "write refused by the store: instance reverted to its last stored state", answers, err)
 	default:
+		code, what := writeErrCode(err)
 		for _, a := range answers {
-			h.answerWriteErr(a.c, err, wire.CodeRetry, "write of instance %s failed: %v", in.id, err)
+			h.answerWriteErr(a.c, err, code, "write of instance %s %s: %v", in.id, what, err)
 		}
 		if errors.Is(err, store.ErrStaleOwner) {
 			in.logWrite(slog.LevelWarn, "write rejected by the fence", answers, err)
@@ -826,6 +829,16 @@ func (in *instance) written(w *write, err error) {
 		// Not on the acknowledgement path: settling it may read from the store.
 		h.spawn(func() { in.sh.writeFailed(in, err) })
 	}
+}
+
+// writeErrCode is the answer to the commands of a write that failed with err: retry where it
+// certainly stored nothing (the store refused it, or the fence rejected it), unknown_outcome where
+// it may have landed (DESIGN 4: an uncertain write); what says which, for the message.
+func writeErrCode(err error) (code, what string) {
+	if store.Refused(err) || errors.Is(err, store.ErrStaleOwner) || errors.Is(err, errShardUncertain) {
+		return wire.CodeRetry, "was not stored (retry with the same request id)"
+	}
+	return wire.CodeUnknownOutcome, "may or may not have been stored (retransmit the same request to learn which)"
 }
 
 // sortTooLargeLocked sorts the answers of a write the store refused as too large (the instance

@@ -71,7 +71,7 @@ func testR3StreamLeaderKilled(t *testing.T, ws shard.WriteStrategy) {
 		// may still be electing its leader).
 		for attempt := 0; ; attempt++ {
 			r := n.send(ids[i], "c", map[string]any{"type": "create", "kind": "counter"})
-			if r.OK || attempt == 50 || r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeBusy {
+			if r.OK || attempt == 50 || r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeBusy && r.Error.Code != wire.CodeUnknownOutcome {
 				mustOK(t, r, "create")
 				break
 			}
@@ -113,7 +113,7 @@ func testR3StreamLeaderKilled(t *testing.T, ws shard.WriteStrategy) {
 						mu.Unlock()
 						break
 					}
-					if r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeNotOwner && r.Error.Code != wire.CodeBusy {
+					if r.Error.Code != wire.CodeRetry && r.Error.Code != wire.CodeNotOwner && r.Error.Code != wire.CodeBusy && r.Error.Code != wire.CodeUnknownOutcome {
 						t.Errorf("%s: %v", reqID, r.Error)
 						return
 					}

@@ -156,7 +156,7 @@ func TestSessionAnswersInPlaceUnderRevertsAndConcurrentEncoding(t *testing.T) {
 								bad.Add(1)
 								t.Errorf("%s/%d: retransmission answered %s, first answer %q", client, o.seq, got, f)
 							}
-						case r.Error != nil && (r.Error.Code == wire.CodeRetry || r.Error.Code == wire.CodeBusy):
+						case r.Error != nil && (r.Error.Code == wire.CodeRetry || r.Error.Code == wire.CodeBusy || r.Error.Code == wire.CodeUnknownOutcome):
 							// resend (pending ones go again; a retransmission need not)
 						default:
 							bad.Add(1)

@@ -1265,7 +1265,7 @@ func playerSender(name string) actor.Sender {
 }
 
 func retryable(code string) bool {
-	return code == wire.CodeRetry || code == wire.CodeNotOwner || code == "busy"
+	return code == wire.CodeRetry || code == wire.CodeNotOwner || code == "busy" || code == wire.CodeUnknownOutcome
 }
 
 // send delivers a command to every node whose host has its shard and returns the first final
@@ -1375,9 +1375,9 @@ func (c *cluster) send(client string, in *inst, reqID string, cmd map[string]any
 
 // mayHaveLanded: a command whose last attempt got this answer (send's last) may have been
 // applied and stored: no answer in time, or a write whose outcome the owner does not know
-// (shard's "write of instance … failed"), rather than a refusal that applied nothing.
+// (unknown_outcome), rather than a refusal that applied nothing.
 func mayHaveLanded(last string) bool {
-	return last == "timeout" || strings.HasPrefix(last, wire.CodeRetry+": write of instance ")
+	return last == "timeout" || strings.HasPrefix(last, wire.CodeUnknownOutcome+":")
 }
 
 // hostsOf lists the hosts that have shard s (running, loading or handing it on).

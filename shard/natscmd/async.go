@@ -65,6 +65,7 @@ type call struct {
 	giveUp              time.Time
 	backoff             time.Duration
 	last                error
+	uncertain           bool // an attempt may have been applied (uncertainAfter)
 	done                func([]byte, wire.Status, error)
 
 	mu      sync.Mutex
@@ -83,12 +84,12 @@ func (k *call) left(d time.Duration) (time.Duration, bool) {
 // attempt sends the command once more, unless the caller or the give-up time says stop.
 func (k *call) attempt() {
 	if err := k.ctx.Err(); err != nil {
-		k.finish(nil, wire.Status{}, k.c.gaveUp(k.instance, k.requestID, k.seq, err, k.last))
+		k.finish(nil, wire.Status{}, k.c.gaveUp(k.instance, k.requestID, k.seq, err, k.last, k.uncertain))
 		return
 	}
 	d, ok := k.left(k.c.Attempt)
 	if !ok {
-		k.finish(nil, wire.Status{}, k.c.gaveUp(k.instance, k.requestID, k.seq, context.DeadlineExceeded, k.last))
+		k.finish(nil, wire.Status{}, k.c.gaveUp(k.instance, k.requestID, k.seq, context.DeadlineExceeded, k.last, k.uncertain))
 		return
 	}
 	m := k.c.message(k.instance, k.requestID, k.seq, k.body, k.asJSON)
@@ -126,9 +127,10 @@ func (k *call) answered(a answer) {
 // together), or gives up if the give-up time comes first.
 func (k *call) retry(last error) {
 	k.last = last
+	k.uncertain = k.uncertain || uncertainAfter(last)
 	d, ok := k.left(time.Duration(rand.Int64N(int64(k.backoff))) + time.Millisecond)
 	if !ok {
-		k.finish(nil, wire.Status{}, k.c.gaveUp(k.instance, k.requestID, k.seq, context.DeadlineExceeded, last))
+		k.finish(nil, wire.Status{}, k.c.gaveUp(k.instance, k.requestID, k.seq, context.DeadlineExceeded, last, k.uncertain))
 		return
 	}
 	k.backoff = min(2*k.backoff, time.Second)

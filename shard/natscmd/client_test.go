@@ -241,3 +241,48 @@ func TestExecManyGoroutinesGetTheirOwnAnswers(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestGiveUpSaysWhetherTheOutcomeIsKnown (issue 34.5): a command given up after an attempt that
+// may have been applied (no answer in time, or unknown_outcome) is an unknown outcome, not a
+// failure — its error wraps ErrOutcomeUnknown, from Exec and from Go alike; one whose every attempt
+// was refused without effect (busy) does not.
+func TestGiveUpSaysWhetherTheOutcomeIsKnown(t *testing.T) {
+	unknown := wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeUnknownOutcome, "write may or may not have been stored")})
+	busy := wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy, "past capacity")})
+	for _, tc := range []struct {
+		name   string
+		answer func(k int) []byte
+		want   bool
+	}{
+		{"silence", func(int) []byte { return nil }, true},
+		{"unknown_outcome", func(int) []byte { return unknown }, true},
+		{"a timeout, then busy", func(k int) []byte {
+			if k == 1 {
+				return nil
+			}
+			return busy
+		}, true},
+		{"busy", func(int) []byte { return busy }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cnc, onc := clientConns(t)
+			id := "outcome-" + strings.ReplaceAll(tc.name, " ", "-")
+			id = strings.ReplaceAll(id, ",", "")
+			for _, suffix := range []string{"-exec", "-go"} { // an owner each: k counts one command's attempts
+				fakeOwner(t, onc, id+suffix, func(k int, _ *nats.Msg) ([]byte, time.Duration) { return tc.answer(k), 0 })
+			}
+			c := natscmd.NewClient(cnc, clientShards)
+			c.Attempt, c.GiveUp = 100*time.Millisecond, 700*time.Millisecond
+			_, _, err := c.Exec(context.Background(), id+"-exec", "", attack, false)
+			if err == nil || errors.Is(err, natscmd.ErrOutcomeUnknown) != tc.want {
+				t.Errorf("Exec: %v; want an error, ErrOutcomeUnknown %v", err, tc.want)
+			}
+			id += "-go"
+			done := make(chan error, 1)
+			c.Go(context.Background(), id, "", attack, false, func(_ []byte, _ wire.Status, err error) { done <- err })
+			if err := <-done; err == nil || errors.Is(err, natscmd.ErrOutcomeUnknown) != tc.want {
+				t.Errorf("Go: %v; want an error, ErrOutcomeUnknown %v", err, tc.want)
+			}
+		})
+	}
+}

@@ -343,7 +343,21 @@ var windows = sync.Pool{New: func() any { return new(session.Window) }}
 
 // Retryable reports the error codes after which the same request should be sent again.
 func Retryable(code string) bool {
-	return code == wire.CodeRetry || code == wire.CodeNotOwner || code == wire.CodeBusy || code == wire.CodeRateLimited
+	return code == wire.CodeRetry || code == wire.CodeNotOwner || code == wire.CodeBusy || code == wire.CodeRateLimited ||
+		code == wire.CodeUnknownOutcome
+}
+
+// ErrOutcomeUnknown is wrapped by the error of a command the client gave up on after an attempt
+// whose outcome it cannot know (no answer in time, an answer unknown_outcome, or the caller's
+// context ended while one was out): the command may have been applied. It is no failure to
+// report to a player as "nothing happened". An error that does not wrap it, from a command that
+// was sent, means every attempt was certainly refused without effect.
+var ErrOutcomeUnknown = errors.New("the command may or may not have been applied")
+
+// uncertainAfter reports whether an attempt that ended with last may have been applied.
+func uncertainAfter(last error) bool {
+	var we *wire.Error
+	return errors.Is(last, nats.ErrTimeout) || (errors.As(last, &we) && we.Code == wire.CodeUnknownOutcome)
 }
 
 // assign numbers a new command to instance. One counter numbers the commands to every instance
@@ -531,7 +545,10 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 	}
 	// The body goes out from the queue, perhaps after Exec returned: the caller may reuse its own.
 	body = bytes.Clone(body)
-	gaveUp := func(cause error, last error) error { return c.gaveUp(instance, requestID, seq, cause, last) }
+	uncertain := false // an attempt may have been applied (uncertainAfter), or one was out when ctx ended
+	gaveUp := func(cause error, last error) error {
+		return c.gaveUp(instance, requestID, seq, cause, last, uncertain || uncertainAfter(last))
+	}
 	// One timer for every attempt and backoff of this command, not a context per attempt.
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -581,8 +598,10 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 			last = nats.ErrTimeout
 		case <-ctx.Done():
 			c.replies.forget(tok)
+			uncertain = true // the attempt was out
 			return nil, wire.Status{}, gaveUp(ctx.Err(), last)
 		}
+		uncertain = uncertain || uncertainAfter(last)
 		// Full jitter: clients refused together do not come back together.
 		if !wait(time.Duration(rand.Int64N(int64(backoff))) + time.Millisecond) {
 			return nil, wire.Status{}, gaveUp(context.DeadlineExceeded, last)
@@ -611,10 +630,13 @@ func judge(a answer, asJSON bool) (final bool, raw []byte, st wire.Status, err, 
 	return false, nil, st, nil, st.Error
 }
 
-func (c *Client) gaveUp(instance, requestID string, seq uint64, cause, last error) error {
+func (c *Client) gaveUp(instance, requestID string, seq uint64, cause, last error, uncertain bool) error {
 	name := requestID
 	if seq != 0 {
 		name = fmt.Sprintf("%s/%d", c.ID, seq)
+	}
+	if uncertain {
+		return fmt.Errorf("command %s to %s: gave up: %w: %w (last: %v)", name, instance, ErrOutcomeUnknown, cause, last)
 	}
 	return fmt.Errorf("command %s to %s: gave up: %w (last: %v)", name, instance, cause, last)
 }

@@ -49,8 +49,14 @@ const (
 	CodeNotOwner        = "not_owner"
 	CodeInternal        = "internal"
 	// CodeRetry: the owner could not commit the command (its shard is being rebuilt or moved);
-	// the command had no effect. Retry with the same request ID.
+	// this attempt certainly had no effect. Retry with the same request ID.
 	CodeRetry = "retry"
+	// CodeUnknownOutcome: the owner cannot tell whether the command was applied: the write that
+	// held it was sent and its outcome is unknown (an acknowledgement lost, a timeout), or its
+	// instance stopped while it was in flight. It is no failure: retransmit the same request (same
+	// ID, or same session number) to learn it — the answer is then its first answer if it was
+	// applied, or it is applied then.
+	CodeUnknownOutcome = "unknown_outcome"
 	// CodeExists: create of an instance that already exists.
 	CodeExists = "already_exists"
 	// CodeRejected: the game refused the command (its own rules). Games may use other codes.
