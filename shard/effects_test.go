@@ -188,6 +188,9 @@ func TestFullOutboxHoldsCommandsWithBusy(t *testing.T) {
 	if r.OK || r.Error.Code != wire.CodeBusy {
 		t.Fatalf("a command with a full outbox: %+v, want busy", r)
 	}
+	// A retransmission of a command already applied and stored gets its first answer, not busy
+	// ("without effect" would be false: issue 34).
+	mustOK(t, n.send(id, fmt.Sprintf("e%d", store.MaxOutbox-1), map[string]any{"type": "emit", "what": "x"}), "a stored command retransmitted while the outbox is full")
 	ticks := n.engine.Ticks()
 	waitFor(t, "ticks go on", func() bool { return n.engine.Ticks() > ticks+10 })
 	pub.fail(false)

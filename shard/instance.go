@@ -424,8 +424,15 @@ func (in *instance) tickBody() *write {
 		// The effects stream has not taken this instance's effects for a while: hold new
 		// commands (which could make more) with busy; ticks go on.
 		for i, c := range cmds {
-			in.sh.h.answerErr(c, wire.CodeBusy, "instance %s holds %d effects not yet delivered (the effects stream is unavailable?); retry later", in.id, len(in.rec.Fx))
 			cmds[i] = Command{}
+			// A retransmission of a command the stored record holds gets its first answer: busy
+			// says "without effect", which it had.
+			var refused answer
+			if fp, first, ok := in.sh.h.remembered(&in.acked, c, tick, &refused); ok && fp == c.Fingerprint {
+				in.sh.h.answer(c, first, "duplicate")
+				continue
+			}
+			in.sh.h.answerErr(c, wire.CodeBusy, "instance %s holds %d effects not yet delivered (the effects stream is unavailable?); retry later", in.id, len(in.rec.Fx))
 		}
 		cmds = cmds[:0]
 	}
