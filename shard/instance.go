@@ -413,9 +413,12 @@ func (in *instance) tickBody() *write {
 	case in.isolate == 0:
 		cmds = in.mailbox
 		in.mailbox, in.spare = in.spare[:0], cmds
-	case in.pending == nil && len(in.mailbox) > 0:
+	case in.inflight == nil && in.pending == nil && len(in.mailbox) > 0:
 		// After a write refused as too large: one command per write until those it held have
 		// gone again (sortTooLargeLocked), so that only the one that makes it too large is refused.
+		// Only once the write before is settled: a command waiting in the pending write would
+		// come back with the offender's if its write were refused, and the two would go round
+		// for ever.
 		cmds = []Command{in.mailbox[0]}
 		in.mailbox = append([]Command(nil), in.mailbox[1:]...)
 		in.isolate--

@@ -219,6 +219,14 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 		return nil
 	}
 	rec.Token = g.Token
+	if rec.FxEpoch != g.Epoch {
+		// A placeholder (its life starts here), or a record of an earlier epoch (a restore: this
+		// epoch's revisions started again at 1, so a base of the earlier epoch could meet one a
+		// new life of this ID takes here), or one written before FxEpoch: its effect keys go on
+		// from a base of this epoch (store.FxSeqBase). What its outbox holds keeps its keys. A
+		// tombstone too: a life made again from it goes on from its sequence.
+		rec.FxSeq, rec.FxEpoch = store.FxSeqBase(rev), g.Epoch
+	}
 	kind, ok := sh.h.cfg.Kinds.Get(rec.Kind)
 	if rec.Ended { // a tombstone: it answers retransmissions until it expires, or is created again
 		return newInstance(sh, g, id, kind, nil, rec)
@@ -236,13 +244,6 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 	if err != nil {
 		sh.log.Error("instance state unreadable, not loaded", "instance", id, "revision", rev, "err", err)
 		return nil
-	}
-	if rec.FxEpoch != g.Epoch {
-		// A placeholder (its life starts here), or a record of an earlier epoch (a restore: this
-		// epoch's revisions started again at 1, so a base of the earlier epoch could meet one a
-		// new life of this ID takes here), or one written before FxEpoch: its effect keys go on
-		// from a base of this epoch (store.FxSeqBase). What its outbox holds keeps its keys.
-		rec.FxSeq, rec.FxEpoch = store.FxSeqBase(rev), g.Epoch
 	}
 	in := newInstance(sh, g, id, kind, logic, rec)
 	if len(rec.State) == 0 {
@@ -620,13 +621,15 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 		in.enqueue(c) // answers with the first result, or already_exists
 		return
 	} else if err != nil {
-		sh.h.answerErr(c, wire.CodeRetry, "create %s: %v", c.Instance, err)
+		code, what := writeErrCode(err) // a placeholder whose write may have landed is a create that may have
+		sh.h.answerErr(c, code, "create %s: its placeholder %s: %v", c.Instance, what, err)
 		return
 	}
 	rec.State, rec.Create = state, nil
 	rec.FxSeq, rec.FxEpoch = store.FxSeqBase(createRev), g.Epoch
 	if sh.uncertain(g.Token) {
-		sh.h.answerErr(c, wire.CodeRetry, "shard %d is being rebuilt after an uncertain write; retry with the same request id", sh.id)
+		// The placeholder is stored: the rebuild under way loads it, and the create stands.
+		sh.h.answerErr(c, wire.CodeUnknownOutcome, "shard %d is being rebuilt after an uncertain write; retransmit the same request to learn the create's outcome", sh.id)
 		return
 	}
 	if sh.h.cfg.BeforeWrite != nil {
@@ -643,7 +646,9 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 			in = sh.undoPlaceholder(g, c, code, err)
 			return
 		}
-		sh.h.answerErr(c, code, "initial write of %s: %v", c.Instance, err)
+		// The placeholder, which holds the create and its answer, is stored: whatever became of
+		// this write, the create took effect unless something undoes it. A retransmission learns.
+		sh.h.answerErr(c, wire.CodeUnknownOutcome, "initial write of %s: %v; retransmit the same request to learn the create's outcome", c.Instance, err)
 		sh.markUncertain(g.Token)
 		probe := &instance{id: c.Instance, grant: g}
 		sh.writeFailed(probe, err)
@@ -667,10 +672,13 @@ func (sh *shardRun) undoPlaceholder(g store.Grant, c Command, code string, cause
 		sh.h.answerErr(c, code, "initial write of %s refused by the store, the create was undone: %v", c.Instance, cause)
 		return nil
 	case store.Refused(err):
-		sh.h.answerErr(c, code, "initial write of %s refused by the store: %v; retry with the same request id", c.Instance, cause)
+		// The placeholder stays and is served: the create took effect (a retransmission gets
+		// its answer), so neither retry nor too_large ("no effect") may be said.
+		sh.h.answerErr(c, wire.CodeUnknownOutcome, "initial write of %s refused by the store (%v) and its placeholder could not be removed: "+
+			"retransmit the same request to learn the create's outcome", c.Instance, cause)
 		return sh.loadOne(g, c.Instance)
 	}
-	sh.h.answerErr(c, wire.CodeRetry, "initial write of %s refused by the store, and its undo failed: %v; retry with the same request id", c.Instance, err)
+	sh.h.answerErr(c, wire.CodeUnknownOutcome, "initial write of %s refused by the store, and its undo's outcome is unknown (%v): retransmit the same request to learn the create's outcome", c.Instance, err)
 	sh.markUncertain(g.Token)
 	sh.writeFailed(&instance{id: c.Instance, grant: g}, err)
 	return nil

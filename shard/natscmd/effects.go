@@ -79,31 +79,77 @@ func (e *EffectsShapeError) Error() string {
 // it, or an *EffectsShapeError saying what is wrong. More replicas than the cluster's and a longer
 // duplicate window are accepted (an admin's choice, and no weaker).
 func CheckEffectsStream(got jetstream.StreamConfig, replicas int) error {
-	want := EffectsStreamConfig(replicas)
-	var e EffectsShapeError
-	if !slices.Equal(got.Subjects, want.Subjects) {
-		e.Unrepairable = append(e.Unrepairable, fmt.Sprintf("it captures %v, want %v (not made by tickfence)", got.Subjects, want.Subjects))
-	}
-	if got.Storage != want.Storage {
-		e.Unrepairable = append(e.Unrepairable, fmt.Sprintf("its storage is %s, want %s (effects must outlive a server's restart)",
-			got.Storage, want.Storage))
-	}
-	if got.Retention != want.Retention {
-		e.Unrepairable = append(e.Unrepairable, fmt.Sprintf("its retention is %s, want %s (effects must wait for consumers that are not there yet)",
-			got.Retention, want.Retention))
-	}
-	if r := max(got.Replicas, 1); r < want.Replicas {
-		e.Repairable = append(e.Repairable, fmt.Sprintf("it has %s, want %d (the cluster's): effects leave their records once the "+
-			"stream acknowledges them, so losing a server of a smaller stream loses acknowledged effects", replicasOf(r), want.Replicas))
-	}
-	if got.Duplicates < want.Duplicates {
-		e.Repairable = append(e.Repairable, fmt.Sprintf("its duplicate window is %v, want at least %v (a republish by a new owner within it is "+
-			"stored once)", got.Duplicates, want.Duplicates))
-	}
+	e, _, _ := effectsShape(got, replicas)
 	if len(e.Repairable) == 0 && len(e.Unrepairable) == 0 {
 		return nil
 	}
 	return &e
+}
+
+// minEffectsAge is the shortest MaxAge the effects stream may have (0 is none): effects wait
+// there for consumers that may be down for a while.
+const minEffectsAge = 24 * time.Hour
+
+// effectsShape judges an effects stream's configuration: what is wrong with it, the configuration
+// an update would repair it to, and what that update changes.
+func effectsShape(got jetstream.StreamConfig, replicas int) (e EffectsShapeError, fixed jetstream.StreamConfig, repaired []string) {
+	want := EffectsStreamConfig(replicas)
+	fixed = got
+	bad := func(why string) { e.Unrepairable = append(e.Unrepairable, why) }
+	fix := func(why, change string, apply func(*jetstream.StreamConfig)) {
+		e.Repairable = append(e.Repairable, why)
+		repaired = append(repaired, change)
+		apply(&fixed)
+	}
+	if !slices.Equal(got.Subjects, want.Subjects) {
+		bad(fmt.Sprintf("it captures %v, want %v (not made by tickfence)", got.Subjects, want.Subjects))
+	}
+	if got.Storage != want.Storage {
+		bad(fmt.Sprintf("its storage is %s, want %s (effects must outlive a server's restart)", got.Storage, want.Storage))
+	}
+	if got.Retention != want.Retention {
+		bad(fmt.Sprintf("its retention is %s, want %s (effects must wait for consumers that are not there yet)", got.Retention, want.Retention))
+	}
+	if got.AllowMsgTTL {
+		bad("it takes per-message TTLs (a publisher's Nats-TTL would expire an effect; a stream cannot give them up)")
+	}
+	if got.Sealed {
+		bad("it is sealed (it takes no effect)")
+	}
+	if r := max(got.Replicas, 1); r < want.Replicas {
+		fix(fmt.Sprintf("it has %s, want %d (the cluster's): effects leave their records once the stream acknowledges them, "+
+			"so losing a server of a smaller stream loses acknowledged effects", replicasOf(r), want.Replicas),
+			fmt.Sprintf("replicas %d → %d", r, want.Replicas), func(c *jetstream.StreamConfig) { c.Replicas = want.Replicas })
+	}
+	if got.Duplicates < want.Duplicates {
+		fix(fmt.Sprintf("its duplicate window is %v, want at least %v (a republish by a new owner within it is stored once)", got.Duplicates, want.Duplicates),
+			fmt.Sprintf("duplicate window %v → %v", got.Duplicates, want.Duplicates), func(c *jetstream.StreamConfig) { c.Duplicates = want.Duplicates })
+	}
+	if got.AllowRollup {
+		fix("it takes roll-ups (one publish with Nats-Rollup: all, by anyone who may publish an effect, would purge it)",
+			"roll-ups refused", func(c *jetstream.StreamConfig) { c.AllowRollup = false })
+	}
+	if got.NoAck {
+		fix("it does not acknowledge publishes (an effect would leave its record unconfirmed)",
+			"publishes acknowledged", func(c *jetstream.StreamConfig) { c.NoAck = false })
+	}
+	if got.MaxAge > 0 && got.MaxAge < minEffectsAge {
+		fix(fmt.Sprintf("it keeps effects %v, want at least %v (effects wait for consumers that are down)", got.MaxAge, minEffectsAge),
+			fmt.Sprintf("max age %v → %v", got.MaxAge, want.MaxAge), func(c *jetstream.StreamConfig) { c.MaxAge = want.MaxAge })
+	}
+	if got.MaxMsgsPerSubject > 0 {
+		fix(fmt.Sprintf("it keeps %d effects per subject (an instance's older effects of a kind would be dropped)", got.MaxMsgsPerSubject),
+			"no limit of effects per subject", func(c *jetstream.StreamConfig) { c.MaxMsgsPerSubject = -1 })
+	}
+	if (got.MaxMsgs > 0 || got.MaxBytes > 0) && got.Discard == jetstream.DiscardOld {
+		fix(fmt.Sprintf("it drops its oldest effects past %d messages or %d bytes (undelivered effects lost)", got.MaxMsgs, got.MaxBytes),
+			"no limit of messages or bytes", func(c *jetstream.StreamConfig) { c.MaxMsgs, c.MaxBytes = -1, -1 })
+	}
+	if got.MaxMsgSize > 0 && got.MaxMsgSize < store.MaxOutboxBytes {
+		fix(fmt.Sprintf("it takes messages of at most %d bytes, want at least %d (an effect's payload)", got.MaxMsgSize, store.MaxOutboxBytes),
+			"no message size limit", func(c *jetstream.StreamConfig) { c.MaxMsgSize = -1 })
+	}
+	return e, fixed, repaired
 }
 
 func replicasOf(r int) string {
@@ -166,16 +212,8 @@ func EnsureEffectsStream(ctx context.Context, js jetstream.JetStream, replicas i
 	} else if !errors.As(err, &shape) || len(shape.Unrepairable) > 0 {
 		return nil, EffectsStreamChange{}, err
 	}
-	want, fixed := EffectsStreamConfig(replicas), got
-	var ch EffectsStreamChange
-	if r := max(got.Replicas, 1); r < want.Replicas {
-		fixed.Replicas = want.Replicas
-		ch.Repaired = append(ch.Repaired, fmt.Sprintf("replicas %d → %d", r, want.Replicas))
-	}
-	if got.Duplicates < want.Duplicates {
-		fixed.Duplicates = want.Duplicates
-		ch.Repaired = append(ch.Repaired, fmt.Sprintf("duplicate window %v → %v", got.Duplicates, want.Duplicates))
-	}
+	_, fixed, repaired := effectsShape(got, replicas)
+	ch := EffectsStreamChange{Repaired: repaired}
 	if s, err = js.UpdateStream(ctx, fixed); err != nil {
 		return nil, EffectsStreamChange{}, fmt.Errorf("effects stream %s: repair (%s): %w", EffectsStream, strings.Join(ch.Repaired, ", "), err)
 	}

@@ -196,8 +196,9 @@ type expiries struct {
 }
 
 type expiring struct {
-	rev uint64
-	due time.Time // read it through the leader then
+	rev  uint64
+	seen time.Time // when the watch delivered it, or its revision's time if that is earlier (a replay)
+	due  time.Time // read it through the leader then
 }
 
 // expiryPoll is how often a watch looks for keys due to be read, and how soon it reads again a key
@@ -225,7 +226,14 @@ func (x *expiries) seen(e store.Entry, now time.Time) {
 	if !known {
 		ttl = time.Second
 	}
-	x.keys[e.Key] = &expiring{rev: e.Revision, due: now.Add(ttl)}
+	seen := now
+	if !e.Created.IsZero() && e.Created.Before(now) {
+		// A value written a while ago (a watch's replay of a lease: a new coordinator's) expires
+		// that much sooner. The store's clock, not this one: a skew only makes the read early
+		// (and then again every expiryPoll until the server removes it) or late by as much.
+		seen = e.Created
+	}
+	x.keys[e.Key] = &expiring{rev: e.Revision, seen: seen, due: seen.Add(ttl)}
 }
 
 // due reads the keys whose time has come and returns a marker for each the server removed.
@@ -252,9 +260,7 @@ func (x *expiries) due(ctx context.Context, now time.Time) []store.Entry {
 			x.ttls[key] = 0
 			delete(x.keys, key)
 		default:
-			if _, known := x.ttls[key]; !known {
-				k.due = k.due.Add(m.ttl - time.Second) // seen + TTL
-			}
+			k.due = k.seen.Add(m.ttl) // the TTL it was written with (it may differ from the last one's)
 			x.ttls[key] = m.ttl
 			if !now.Before(k.due) {
 				k.due = now.Add(expiryPoll) // past its TTL, not removed yet: the server's expiry is due
