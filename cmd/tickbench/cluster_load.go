@@ -77,7 +77,9 @@ func (b *benchCluster) newLoad(seed uint64, rate float64, giveUp time.Duration, 
 	}
 	rb := make([]byte, 4)
 	_, _ = rand.Read(rb)
-	return &loadGen{nc: nc, client: natscmd.NewClient(nc, b.shards), rate: rate, giveUp: giveUp,
+	client := natscmd.NewClient(nc, b.shards)
+	client.NoIdleAck = true // a generator keeps sending to the same instances: its next command acknowledges
+	return &loadGen{nc: nc, client: client, rate: rate, giveUp: giveUp,
 		runID: hex.EncodeToString(rb), rng: mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		keep: keep, rtt: hdr.New(7), errs: map[string]int64{}}, nil
 }

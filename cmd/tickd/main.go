@@ -386,6 +386,10 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
+		// The simulated players keep attacking the same dungeons: their next command acknowledges.
+		// Acknowledging alone after each answer cost a quarter of the commands answered ok at 5 000
+		// demo dungeons on an overloaded 2-core machine (4 501/s vs 6 010/s, the same run).
+		client.NoIdleAck = true
 		dctx, cancel := context.WithTimeout(ctx, time.Minute)
 		driver, err = demo.Start(dctx, demo.Config{Client: client, Instances: o.demo,
 			Players: o.demoPlayers, Every: every, Logger: log})

@@ -304,6 +304,13 @@ type Client struct {
 	// (NewClient draws a random one). Two clients must never share it.
 	ID string
 
+	// NoIdleAck: do not acknowledge alone when nothing is left in flight to an instance. By
+	// default the client does (one more message per quiet spell), so that its session with the
+	// instance holds no answer and can give its place to another client (store.MaxClientSessions).
+	// A client that keeps sending to the same instances (bots, load generators: its next command
+	// carries the acknowledgement anyway) may turn it off and spare the owner that message.
+	NoIdleAck bool
+
 	last    atomic.Uint64 // the highest sequence number assigned, to any instance
 	stripes [clientStripes]clientStripe
 	replies replies
@@ -399,7 +406,7 @@ func (c *Client) settle(instance string, seq uint64) {
 	var ack uint64
 	if q := st.inst[instance]; q.Settle(seq) {
 		delete(st.inst, instance) // the ack is then the last number: it covers everything sent
-		if q.Holding() {
+		if q.Holding() && !c.NoIdleAck {
 			// Read under the lock that numbers this instance's commands: no number it covers
 			// can be one opened after.
 			ack = c.last.Load()
