@@ -11,7 +11,9 @@ import (
 // ID, emits one effect of kind effectKind whose payload is ID (so the effects stream maps back to
 // operations) and returns its position (1-based); the create command's "tag" is kept, so a create
 // remade with default arguments shows. {"type":"get"} changes nothing and returns the number of
-// ops: the flooder's junk.
+// ops: the flooder's junk. {"type":"grow","n":N} pads the state with N bytes and returns its
+// size: the grower's oversized command (oversize.go), which no write can store (N is past
+// store.MaxBlobBytes), so it must be answered too_large and leave nothing; it emits no effect.
 type ledgerKind struct{}
 
 func (ledgerKind) Name() string { return "ledger" }
@@ -44,6 +46,7 @@ const effectKind = "add"
 type ledger struct {
 	Tag string   `msgpack:"tag"`
 	Ops []string `msgpack:"ops"`
+	Pad []byte   `msgpack:"pad,omitempty"` // grow's padding: never stored
 	actor.Effects
 }
 
@@ -52,6 +55,7 @@ func (l *ledger) Tick(uint64) {}
 func (l *ledger) Handle(_ uint64, c actor.Command) (any, error) {
 	var a struct {
 		Op string `msgpack:"op"`
+		N  int    `msgpack:"n"`
 	}
 	if err := c.Decode(&a); err != nil {
 		return nil, err
@@ -63,6 +67,9 @@ func (l *ledger) Handle(_ uint64, c actor.Command) (any, error) {
 		return len(l.Ops), nil // 1-based: a reply's result 0 would be omitted
 	case "get":
 		return len(l.Ops), nil
+	case "grow":
+		l.Pad = make([]byte, max(a.N, 0))
+		return len(l.Pad), nil
 	}
 	return nil, actor.Reject("unknown %q", c.Type)
 }

@@ -388,6 +388,13 @@ func (r *restorer) step(first bool, step string, cancel context.CancelFunc) erro
 // restores it as the plan says. Store faults apply to the operators like to every process.
 func (c *cluster) restoreEpisode(kind string, r *rand.Rand) {
 	time.Sleep(rdur(r, time.Second, 3*time.Second))
+	if !c.cfg.NoRecreate && c.intn(2) == 0 {
+		// Effects in flight: the stream is out from a moment before the backup, so the outboxes
+		// it holds go to the restored epoch, whose owners publish them again.
+		before := c.dur(200*time.Millisecond, 800*time.Millisecond)
+		c.fx.outage(time.Now(), before+c.dur(300*time.Millisecond, 1500*time.Millisecond))
+		time.Sleep(before)
+	}
 	bc := c.net.Client("backup")
 	var b store.Backup
 	for attempt := 1; ; attempt++ {
@@ -507,6 +514,9 @@ type writeHook struct {
 func (c *cluster) observeWrite(client, key string) {
 	c.checkCoordinatorWrite(client, key)
 	c.audit.issued(client, key)
+	if !c.cfg.NoStall {
+		c.stallAtGrant(client, key)
+	}
 	c.mu.Lock()
 	h := c.writeHooks[client]
 	var f func(string)
