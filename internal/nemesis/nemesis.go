@@ -591,6 +591,19 @@ func varyFaults(seed uint64, o faultstore.Options, ackLoss bool) faultstore.Opti
 	return o
 }
 
+// slowLog is every node life's slow log: the goroutine of an owner that logs a write of unknown
+// outcome (before it acts on it: the shard's rebuild, which takes the instance out of service)
+// blocks in the log write half the time, 20–300 ms (stderr a full pipe, a log shipper pushing
+// back). Meanwhile the instance ticks: nothing must be written under that token any more, or
+// the uncertain write, landing late, can overwrite what was acknowledged since (DESIGN 4). Part
+// of the lost-acknowledgement behaviour (Config.NoAckLoss turns both off).
+func (c *cluster) slowLog(msg string) {
+	if c.cfg.NoAckLoss || c.healed.Load() || !strings.HasPrefix(msg, "write outcome unknown") || c.float() < 0.5 {
+		return
+	}
+	time.Sleep(c.dur(20*time.Millisecond, 300*time.Millisecond))
+}
+
 // staleStop is called for every shard a node stops as stale_owner (DESIGN 4: only a shard that
 // no longer names this session is stopped): if the shard key, read from the store itself, still
 // names the stopping session, the stop was decided on a stale view — a violation even if a later
@@ -690,7 +703,7 @@ func (p *proc) start() {
 	if err != nil {
 		panic(err)
 	}
-	log := slog.New(&logHandler{net: c.net, name: name, node: p.id, onStale: c.staleStop, onAdopt: c.adopted})
+	log := slog.New(&logHandler{net: c.net, name: name, node: p.id, onStale: c.staleStop, onAdopt: c.adopted, slow: c.slowLog})
 	nd, err := node.New(node.Config{Config: shard.Config{Node: p.id, Store: p.nodeC, Kinds: c.kinds,
 		Engine: engine, Effects: p.pub, Registerer: reg, Logger: log, CheckpointEvery: 5, WriteStrategy: c.cfg.WriteStrategy,
 		TombstoneTTL: max(c.cfg.TombstoneTTL, 0)}, LeaseTTL: 2 * time.Second})
@@ -1652,7 +1665,9 @@ type logHandler struct {
 	node    string
 	onStale func(node, session string, shard uint32, detail string)
 	onAdopt func(key string, rev uint64, detail string)
-	attrs   []slog.Attr
+	// slow, if set, is called after a record is logged: it may block the logging goroutine.
+	slow  func(msg string)
+	attrs []slog.Attr
 }
 
 func (h *logHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
@@ -1670,6 +1685,9 @@ func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 	}
 	if h.onAdopt != nil && strings.HasPrefix(r.Message, "adopted a renewal whose acknowledgement was lost") {
 		h.checkAdopt(r, b.String())
+	}
+	if h.slow != nil {
+		h.slow(r.Message)
 	}
 	return nil
 }
@@ -1724,7 +1742,7 @@ func (h *logHandler) checkStale(r slog.Record, detail string) {
 }
 
 func (h *logHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &logHandler{net: h.net, name: h.name, node: h.node, onStale: h.onStale, onAdopt: h.onAdopt, attrs: append(slices.Clone(h.attrs), as...)}
+	return &logHandler{net: h.net, name: h.name, node: h.node, onStale: h.onStale, onAdopt: h.onAdopt, slow: h.slow, attrs: append(slices.Clone(h.attrs), as...)}
 }
 
 func (h *logHandler) WithGroup(string) slog.Handler { return h }

@@ -2,6 +2,7 @@ package nemesis
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"time"
@@ -194,50 +195,62 @@ func (c *cluster) stallAtGrant(client, key string) {
 	}
 	c.stalls.Add(1)
 	c.mu.Unlock()
-	go func() { defer c.stalls.Done(); defer close(bounced); c.bounce(s) }()
+	from, _, _ := c.mem.LatestAssignment(context.Background(), c.epochNow(), s) // what the coordinator read, if its view is current
+	go func() { defer c.stalls.Done(); defer close(bounced); c.bounce(s, from) }()
 	c.stallUntil(p, c.dur(2500*time.Millisecond, 4*time.Second), bounced, "as it issues a grant of "+key)
 }
 
-// bounce moves shard s away from the node that owns it now and back (A→B→A), as an operator
-// undoing a move does, once another coordinator leads. Each move is waited for (a bound).
-func (c *cluster) bounce(s uint32) {
+// bounce makes shard s go away from the session that owned it when the stalled coordinator read
+// it (a) and come back to that session under another grant (A→B→A), as operators moving it and
+// undoing the move do, once another coordinator leads: the other leader may have settled the
+// stalled one's own move (then it only has to come back), or not (then it is moved away first).
+// Each step is retried and waited for, within bounds; an owner that died meanwhile ends it.
+func (c *cluster) bounce(s uint32, a store.Assignment) {
 	ctx := context.Background()
-	a, _, err := c.mem.LatestAssignment(ctx, c.epochNow(), s)
-	if err != nil || a.Owner == "" {
-		return
-	}
-	var others []string
-	for _, q := range c.procs {
-		if q.id != a.Owner && q.isAlive() {
-			others = append(others, q.id)
-		}
-	}
-	if len(others) == 0 {
+	if a.Owner == "" {
 		return
 	}
 	time.Sleep(2200 * time.Millisecond) // the stalled leader's lease has expired; another may lead
-	b := others[c.intn(len(others))]
-	moved := func(to string) bool {
-		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
-			if now, _, err := c.mem.LatestAssignment(ctx, c.epochNow(), s); err == nil && now.Owner == to {
-				if to != a.Owner || now.Session == a.Session {
+	live := func() bool {               // a's session still holds its node's lease
+		e, err := c.mem.LatestControl(ctx, store.NodeKey(a.Owner))
+		var r store.NodeRecord
+		return err == nil && json.Unmarshal(e.Value, &r) == nil && r.Session == a.Session
+	}
+	owner := func() store.Assignment {
+		now, _, _ := c.mem.LatestAssignment(ctx, c.epochNow(), s)
+		return now
+	}
+	move := func(to string, done func(store.Assignment) bool) bool {
+		for attempt := 0; attempt < 5 && live(); attempt++ {
+			if done(owner()) {
+				return true
+			}
+			from, err := coordinator.RequestMove(ctx, c.op, s, to)
+			c.net.Logf("nemesis: bounce shard %d: operator move from %s to %s: %v", s, from.Owner, to, err)
+			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if done(owner()) {
 					return true
 				}
-				return false // back to the node, but another session of it: no A→B→A
 			}
-			time.Sleep(50 * time.Millisecond)
 		}
 		return false
 	}
-	from, err := coordinator.RequestMove(ctx, c.op, s, b)
-	c.net.Logf("nemesis: bounce shard %d: operator move from %s to %s: %v", s, from.Owner, b, err)
-	if err != nil || !moved(b) {
-		return
+	away := func(now store.Assignment) bool { return now.Owner != "" && !sameSession(now, a) }
+	if !away(owner()) {
+		var others []string
+		for _, q := range c.procs {
+			if q.id != a.Owner && q.isAlive() {
+				others = append(others, q.id)
+			}
+		}
+		if len(others) == 0 || !move(others[c.intn(len(others))], away) {
+			return
+		}
 	}
-	from, err = coordinator.RequestMove(ctx, c.op, s, a.Owner)
-	c.net.Logf("nemesis: bounce shard %d: operator move back from %s to %s: %v", s, from.Owner, a.Owner, err)
-	if err == nil && moved(a.Owner) {
+	if move(a.Owner, func(now store.Assignment) bool { return sameSession(now, a) }) {
 		c.edges.bounces.Add(1)
-		c.net.Logf("nemesis: bounce shard %d: back with %s (session %s) under a new grant", s, a.Owner, a.Session)
+		c.net.Logf("nemesis: bounce shard %d: back with %s (session %s) under another grant", s, a.Owner, a.Session)
 	}
 }
+
+func sameSession(x, y store.Assignment) bool { return x.Owner == y.Owner && x.Session == y.Session }
