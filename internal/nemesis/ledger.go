@@ -11,9 +11,11 @@ import (
 // ID, emits one effect of kind effectKind whose payload is ID (so the effects stream maps back to
 // operations) and returns its position (1-based); the create command's "tag" is kept, so a create
 // remade with default arguments shows. {"type":"get"} changes nothing and returns the number of
-// ops: the flooder's junk. {"type":"grow","n":N} pads the state with N bytes and returns its
-// size: the grower's oversized command (oversize.go), which no write can store (N is past
-// store.MaxBlobBytes), so it must be answered too_large and leave nothing; it emits no effect.
+// ops: the flooder's junk. {"type":"grow","op":ID,"n":N} emits N bytes of effects of kind
+// padKind (as many as it takes, each of actor.MaxEffectBytes, payloads starting with ID) and
+// returns N: the grower's oversized command (oversize.go). Its effects go in the record's outbox
+// with the write that holds the command, and N is past store.MaxRecordBytes, so no such write can
+// be stored: it must be answered too_large, and none of its effects may ever leave.
 type ledgerKind struct{}
 
 func (ledgerKind) Name() string { return "ledger" }
@@ -43,10 +45,12 @@ func (ledgerKind) Restore(_ string, b []byte) (actor.Logic, error) {
 // effectKind is the kind of the effect every applied add emits.
 const effectKind = "add"
 
+// padKind is the kind of a grow's effects, which never leave (their write is too large).
+const padKind = "pad"
+
 type ledger struct {
 	Tag string   `msgpack:"tag"`
 	Ops []string `msgpack:"ops"`
-	Pad []byte   `msgpack:"pad,omitempty"` // grow's padding: never stored
 	actor.Effects
 }
 
@@ -68,8 +72,12 @@ func (l *ledger) Handle(_ uint64, c actor.Command) (any, error) {
 	case "get":
 		return len(l.Ops), nil
 	case "grow":
-		l.Pad = make([]byte, max(a.N, 0))
-		return len(l.Pad), nil
+		for left := a.N; left > 0; left -= actor.MaxEffectBytes {
+			p := make([]byte, min(left, actor.MaxEffectBytes))
+			copy(p, a.Op)
+			l.Emit(padKind, p)
+		}
+		return a.N, nil
 	}
 	return nil, actor.Reject("unknown %q", c.Type)
 }

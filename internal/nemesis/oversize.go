@@ -13,9 +13,10 @@ import (
 )
 
 // Oversized commands beside others (issue 34 item 1). The grower is a trusted client (gx, opaque
-// request IDs) that sends grow commands: each pads the ledger's state past store.MaxBlobBytes,
-// so no write that holds it can be stored — the store refuses it as too large and the instance
-// goes back to its last stored state. What else shares that write must not pay for it: only the
+// request IDs) that sends grow commands: each emits effects whose payloads add up past
+// store.MaxRecordBytes, so no write that holds them in its outbox can be stored — the store
+// refuses it as too large and the instance goes back to its last stored state (the effects of
+// an undone command never leave: checkEffects). What else shares that write must not pay for it: only the
 // grow may be answered too_large (undone, do not retry), a retransmission of a command already
 // stored gets its first answer, and an innocent command is applied or answered retryable. The
 // grower sends at random to instances with commands in flight, and, timed by the clients, with
@@ -34,8 +35,8 @@ type grower struct {
 	timed atomic.Int64
 }
 
-// growBytes is the padding a grow asks for: past what a blob may hold, so never storable.
-const growBytes = store.MaxBlobBytes + 1024
+// growBytes is the effects a grow emits: past what a record may hold, so never storable.
+const growBytes = store.MaxRecordBytes + 32<<10
 
 func newGrower(c *cluster) *grower {
 	g := &grower{c: c}
