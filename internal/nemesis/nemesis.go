@@ -247,13 +247,16 @@ type cluster struct {
 	mem      *memstore.Store
 	audit    *auditStore // mem as the Net sees it
 	net      *faultstore.Net
-	fx       *effectStream   // the effects stream every node life publishes to
-	flood    *flooder        // nil with Config.NoFlood
-	grow     *grower         // nil with Config.NoGrow
-	clients  *sync.WaitGroup // every client goroutine: Run waits for them before the checks
-	edges    edgeCounters
-	kinds    *actor.Kinds
-	op       *faultstore.Client // the operator
+	fx       *effectStream // the effects stream every node life publishes to
+	flood    *flooder      // nil with Config.NoFlood
+	grow     *grower       // nil with Config.NoGrow
+	churn    bool          // clients create and end instances more often (recreate.go)
+	// restoresOver is closed once the restore episode (and the second restore) is over.
+	restoresOver chan struct{}
+	clients      *sync.WaitGroup // every client goroutine: Run waits for them before the checks
+	edges        edgeCounters
+	kinds        *actor.Kinds
+	op           *faultstore.Client // the operator
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -308,10 +311,11 @@ type proc struct {
 type inst struct {
 	id, tag  string
 	shard    uint32
-	life     int  // 1, or which creation of the ID this is (recreate.go)
-	gen      int  // the generation (epoch changes landed) when its create was first sent
-	created  bool // acknowledged
-	gone     bool // answered unknown_instance after a restore that its create predates
+	life     int    // 1, or which creation of the ID this is (recreate.go)
+	by       string // the client that created this life (it alone ends it)
+	gen      int    // the generation (epoch changes landed) when its create was first sent
+	created  bool   // acknowledged
+	gone     bool   // answered unknown_instance after a restore that its create predates
 	ending   bool
 	ended    bool
 	endGen   int  // the generation when its end was acknowledged
@@ -396,6 +400,8 @@ func Run(seed uint64, cfg Config) Result {
 		rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), coordSess: map[string]string{}, writeHooks: map[string]*writeHook{}, ackedGen: map[int]int{},
 		grid: time.Now()}
 	audit.c = c
+	c.churn = restoreKind != "" && !cfg.NoRecreate
+	c.restoresOver = make(chan struct{})
 	defer func() {
 		// metrics.For keeps each registry's set for good; a run's node lives are thousands in a
 		// long run (-nemesis.long grew by ~170 MB/s until the OOM killer ended it).
@@ -1147,7 +1153,7 @@ func (c *cluster) client(name string, stop <-chan struct{}) {
 			}
 		}
 		for _, in := range live {
-			if strings.HasPrefix(in.id, name+"-") && in.inflight == 0 {
+			if in.by == name && in.inflight == 0 {
 				mine = append(mine, in)
 			}
 		}
@@ -1156,14 +1162,20 @@ func (c *cluster) client(name string, stop <-chan struct{}) {
 		if r > 0.985 {
 			c.renewSession(name) // a session client restarted
 		}
+		// Lives come and go faster in the runs that re-create IDs around a restore (recreate.go):
+		// the backup then holds lives created late in its epoch.
+		createP, endP := 0.06, 0.08
+		if c.churn {
+			createP, endP = 0.15, 0.2
+		}
 		switch {
-		case len(live) == 0 || r < 0.06 && len(live) < 8:
+		case len(live) == 0 || r < createP && len(live) < 8:
 			if old := c.endedOf(name); old != nil && c.intn(2) == 0 {
 				c.recreate(name, n, old) // the same ID again (recreate.go)
 				break
 			}
 			c.create(name, n)
-		case r < 0.08 && len(mine) > 0 && len(live) > 2:
+		case r < endP && len(mine) > 0 && len(live) > 2:
 			c.end(name, n, mine[c.intn(len(mine))])
 		default:
 			c.add(name, n, live[c.intn(len(live))])
@@ -1175,7 +1187,7 @@ func (c *cluster) create(client string, n int) {
 	gen := c.audit.generation() // before it is sent (and outside c.mu: the audit reports under its lock)
 	c.mu.Lock()
 	c.nextInst++
-	in := &inst{id: fmt.Sprintf("%s-i%d", client, c.nextInst), gen: gen, life: 1}
+	in := &inst{id: fmt.Sprintf("%s-i%d", client, c.nextInst), gen: gen, life: 1, by: client}
 	in.tag = "tag-" + in.id
 	in.shard = store.ShardOf(in.id, c.cfg.Shards)
 	c.insts = append(c.insts, in)
@@ -1617,8 +1629,24 @@ func (c *cluster) checkLedgers() {
 			c.violate("instance %s: state: %v", in.id, err)
 			continue
 		}
+		sent := map[string]*opRec{}
+		for _, op := range in.ops {
+			sent[op.id] = op
+		}
 		if l.Tag != in.tag {
-			c.violate("instance %s has tag %q, its create asked for %q", in.id, l.Tag, in.tag)
+			// A later life of the ID created before the final epoch went live: a restore may have
+			// brought back an earlier life (alive in its backup). Then every life's ops count.
+			earlier := slices.ContainsFunc(insts, func(x *inst) bool { return x.id == in.id && x.life < in.life && x.tag == l.Tag })
+			if in.life == 1 || in.gen >= finalGen || !earlier {
+				c.violate("instance %s has tag %q, its create asked for %q", in.id, l.Tag, in.tag)
+			}
+			for _, x := range insts {
+				if x.id == in.id && x != in {
+					for _, op := range x.ops {
+						sent[op.id] = op
+					}
+				}
+			}
 		}
 		at := map[string]int{}
 		for i, id := range l.Ops {
@@ -1626,10 +1654,6 @@ func (c *cluster) checkLedgers() {
 				c.violate("instance %s: op %s applied twice (positions %d and %d)", in.id, id, j, i)
 			}
 			at[id] = i
-		}
-		sent := map[string]*opRec{}
-		for _, op := range in.ops {
-			sent[op.id] = op
 		}
 		for id := range at {
 			if sent[id] == nil {

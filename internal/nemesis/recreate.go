@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -38,8 +37,8 @@ import (
 func tombstoneTTL(seed uint64, restore bool) time.Duration {
 	r := rand.New(rand.NewPCG(seed, 0x746f6d6273746f6e))
 	switch {
-	case restore: // the aftermath must see tombstones go within a second or two of a restore
-		return 500*time.Millisecond + time.Duration(r.Int64N(int64(700*time.Millisecond)))
+	case restore: // the aftermath must see tombstones go within a moment of a restore
+		return 100*time.Millisecond + time.Duration(r.Int64N(int64(150*time.Millisecond)))
 	case r.IntN(3) == 0:
 		return time.Second + time.Duration(r.Int64N(int64(2*time.Second)))
 	}
@@ -55,7 +54,7 @@ func (c *cluster) endedOf(client string) *inst {
 	c.mu.Lock()
 	var ended []*inst
 	for _, in := range c.insts {
-		if in.ended && !in.again && !in.gone && strings.HasPrefix(in.id, client+"-") {
+		if in.ended && !in.again && !in.gone && in.by == client {
 			ended = append(ended, in)
 		}
 	}
@@ -76,7 +75,7 @@ func (c *cluster) recreate(client string, n int, prev *inst) *inst {
 		return nil
 	}
 	prev.again = true
-	in := &inst{id: prev.id, shard: prev.shard, gen: gen, life: prev.life + 1}
+	in := &inst{id: prev.id, shard: prev.shard, gen: gen, life: prev.life + 1, by: client}
 	in.tag = fmt.Sprintf("tag-%s-L%d", in.id, in.life)
 	c.insts = append(c.insts, in)
 	c.mu.Unlock()
@@ -92,11 +91,9 @@ const aftermathClient = "g0"
 // restoreAftermath waits for a restore to go live during the fault phase and then runs up to
 // three echoes at once.
 func (c *cluster) restoreAftermath() {
-	for c.audit.generation() == 0 {
-		if c.healed.Load() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	<-c.restoresOver
+	if c.audit.generation() == 0 {
+		return
 	}
 	time.Sleep(c.dur(50*time.Millisecond, 300*time.Millisecond)) // the new epoch's owners load
 	epoch, gen := c.audit.current()
@@ -111,7 +108,7 @@ func (c *cluster) restoreAftermath() {
 	c.mu.Unlock()
 	for _, in := range insts {
 		c.mu.Lock()
-		ok := in.created && !in.ending && !in.gone && in.gen < gen && c.trustedCreator(in)
+		ok := in.created && !in.ending && !in.gone && in.gen < gen
 		c.mu.Unlock()
 		if !ok {
 			continue
@@ -125,10 +122,15 @@ func (c *cluster) restoreAftermath() {
 	// The latest-created first: the live bucket reaches their revisions last.
 	slices.SortFunc(cands, func(a, b cand) int { return int(b.rev) - int(a.rev) })
 	cur := c.lastRevision(epoch)
+	revs := make([]uint64, len(cands))
+	for i, x := range cands {
+		revs[i] = x.rev
+	}
+	c.net.Logf("nemesis: restore aftermath: epoch %d is at revision %d; the restored lives began at revisions %v", epoch, cur, revs)
 	var n atomic.Int64
 	started := 0
 	for _, x := range cands {
-		if started == 3 || x.rev <= cur+4 {
+		if started == 5 || x.rev <= cur+8 {
 			break
 		}
 		started++
@@ -139,25 +141,17 @@ func (c *cluster) restoreAftermath() {
 	}
 }
 
-// trustedCreator: in was created by a trusted client (the aftermath, trusted, may end it and
-// the creator may end the next life too). Under c.mu.
-func (c *cluster) trustedCreator(in *inst) bool {
-	creator, _, _ := strings.Cut(in.id, "-")
-	if c.players[creator] {
-		return false
-	}
-	return creator != "g3" && (creator != "g2" || c.seed%4 == 0)
-}
-
 // echo adds to old, ends it, waits for its tombstone to go, creates its ID again at revision rev
 // of the live epoch's bucket if it can, and adds to the new life.
 func (c *cluster) echo(old *inst, epoch, rev uint64, n *atomic.Int64) {
 	ctx := context.Background()
 	next := func() int { return int(n.Add(1)) }
-	for range 1 + c.intn(3) {
+	began := time.Now()
+	// Its life makes an effect in this epoch, unless a client's add did already.
+	if !c.madeIn(old, epoch) {
 		c.add(aftermathClient, next(), old)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(8 * time.Second)
 	for !c.isEnded(old) {
 		if time.Now().After(deadline) {
 			return
@@ -190,7 +184,8 @@ func (c *cluster) echo(old *inst, epoch, rev uint64, n *atomic.Int64) {
 		time.Sleep(time.Until(at))
 		cur := c.lastRevision(epoch)
 		if cur+1 >= rev || time.Now().After(deadline) || c.epochNow() != epoch {
-			c.net.Logf("nemesis: restore aftermath: %s created again with epoch %d at revision %d (its first life began at %d)", old.id, epoch, cur, rev)
+			c.net.Logf("nemesis: restore aftermath: %s created again with epoch %d at revision %d (its first life began at %d; %v after the aftermath began)",
+				old.id, epoch, cur, rev, time.Since(began).Round(time.Millisecond))
 			break
 		}
 	}
@@ -208,6 +203,24 @@ func (c *cluster) echo(old *inst, epoch, rev uint64, n *atomic.Int64) {
 		c.clients.Add(1) // from a goroutine of c.clients: it is not zero
 		go func() { defer c.clients.Done(); c.add(aftermathClient, k, in) }()
 	}
+}
+
+// madeIn reports whether a record of in's ID in epoch's history holds an effect made in epoch.
+func (c *cluster) madeIn(in *inst, epoch uint64) bool {
+	key := store.InstanceKey(in.shard, in.id)
+	for _, m := range c.mem.History(store.DataBucket(epoch, 0)) {
+		if m.Key != key || m.Deleted {
+			continue
+		}
+		if rec, err := store.DecodeRecord(m.Value); err == nil {
+			for _, e := range rec.Fx {
+				if _, e2, _, ok := store.ParseEffectKey(e.Key); ok && e2 == epoch {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 func (c *cluster) isEnded(in *inst) bool {
