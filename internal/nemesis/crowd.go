@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 )
 
@@ -12,11 +14,14 @@ import (
 // store.MaxClientSessions+8 clients of one instance, each with a client ID of its own in the
 // compact form (a client session): a raid with a gateway connection per player, or a gateway
 // restarted again and again. Most are trusted gateways (no per-sender cap applies to them), one
-// in four a player of its own. Each sends one add, at a random moment within 3 s, and then:
+// in four a player of its own. Each sends one add, at a random moment within 3 s, and then goes
+// quiet once it has nothing in flight, as the Go client does: it acknowledges alone (a message
+// with only its client ID and its ack: no number, no body, no reply subject), so that the
+// owner may drop the answer its session holds. Before that:
 //
-//   - most go quiet for good: a client acknowledges an answer only with its next command, so
-//     each of those sessions holds its one answer until it expires;
-//   - some send a second add later, acknowledging the first;
+//   - some vanish instead (a gateway that crashed): they never acknowledge, and their sessions
+//     hold their answers until they expire;
+//   - some send a second add later, acknowledging the first with it;
 //   - some lost the answer, as far as they know: they send the same number again, 0.3–4 s later,
 //     after most of the crowd came, and must get the first answer (same position). A session
 //     the record let go of while its client could still retransmit shows here: the add is
@@ -24,7 +29,8 @@ import (
 //
 // Every client's new session (its first command to the instance) is subject to send's liveness
 // check: refused busy for longer than Config.Settle in a row is a violation. A record that keeps
-// at most MaxClientSessions sessions, each holding an answer, locks every later client out.
+// at most MaxClientSessions sessions, each holding an answer until its client's next command,
+// locks every later client out.
 const crowdShare = 0.7
 
 // crowdPlanned decides, from the seed alone, whether a run has a crowd.
@@ -76,7 +82,8 @@ func (c *cluster) crowd() {
 	}
 }
 
-// crowdClient is one client of a crowd: one add, then quiet, a second add, or the first again.
+// crowdClient is one client of a crowd: one add, then the first again, a second add, or nothing
+// more; then an acknowledgement alone, unless it vanishes.
 func (c *cluster) crowdClient(name string, in *inst, fate float64) {
 	op := c.add(name, 1, in)
 	s := c.sessionOf(name)
@@ -84,12 +91,38 @@ func (c *cluster) crowdClient(name string, in *inst, fate float64) {
 		return
 	}
 	switch {
-	case fate < 0.25:
+	case fate < 0.1:
+		return // vanished
+	case fate < 0.35:
 		time.Sleep(c.dur(300*time.Millisecond, 4*time.Second))
 		c.sendAgain(name, in, op, 1)
-	case fate < 0.45:
+	case fate < 0.55:
 		time.Sleep(c.dur(100*time.Millisecond, 3*time.Second))
 		c.add(name, 2, in)
+	}
+	c.ackAlone(name, in, s.seq)
+}
+
+// ackAlone publishes client's acknowledgement alone of every answer up to ack from in (no
+// number, no body, no reply expected), to every host that has the shard, once.
+func (c *cluster) ackAlone(client string, in *inst, ack uint64) {
+	s := c.sessionOf(client)
+	body, err := wire.Canonical(map[string]any{"type": "get"})
+	if err != nil {
+		panic(err)
+	}
+	req, err := wire.DecodeRequest(wire.Subject(in.shard, in.id), "ack", "", body, c.cfg.Shards)
+	if err != nil {
+		panic(err)
+	}
+	req.ID, req.Client, req.Seq, req.Ack, req.Type, req.Body, req.Fingerprint = "", s.id, 0, ack, "", nil, 0
+	sender, player := c.playerOf(client)
+	for _, h := range c.hostsOf(in.shard) {
+		cmd := shard.Command{Request: req, Received: time.Now(), Reply: func([]byte) {}}
+		if player {
+			cmd.SetSender(sender)
+		}
+		h.Submit(cmd)
 	}
 }
 
