@@ -131,9 +131,18 @@ func (c *cluster) ackAlone(client string, in *inst, ack uint64) {
 // epoch change (a restore may have rolled the first one back).
 func (c *cluster) sendAgain(client string, in *inst, op *opRec, seq uint64) {
 	gen := c.audit.generation()
-	if gen != op.gen {
+	c.mu.Lock()
+	if gen != op.gen || in.ending || in.gone {
+		c.mu.Unlock()
 		return
 	}
+	in.inflight++ // its creator does not end it meanwhile (a retransmission past a tombstone's life may get unknown_instance)
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		in.inflight--
+		c.mu.Unlock()
+	}()
 	c.edges.crowdAgain.Add(1)
 	r, ok := c.sendWith(client, in, op.id, map[string]any{"type": "add", "op": op.id}, sendOpts{again: true, seq: seq, ack: seq - 1})
 	if !ok || !r.OK && c.lostToRestore(in, r) || c.audit.generation() != gen {
