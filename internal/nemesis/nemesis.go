@@ -446,7 +446,7 @@ func Run(seed uint64, cfg Config) Result {
 		clients.Add(1)
 		go func() { defer clients.Done(); c.flood.run(stopClients) }()
 	}
-	if !cfg.NoGrow {
+	if !cfg.NoGrow && growPlanned(seed) {
 		c.grow = newGrower(c)
 		clients.Add(1)
 		go func() { defer clients.Done(); c.grow.run(stopClients) }()
@@ -1057,7 +1057,7 @@ func (c *cluster) notLive(ctx context.Context) string {
 	return ""
 }
 
-// monitor checks, every 50ms while faults are injected and after, that no shard stays assigned
+// monitor checks, every 100ms while faults are injected and after, that no shard stays assigned
 // to the live session of a running, unfrozen node that does not run it, for longer than
 // Config.Unserved (a move in progress aside: its own bound is checked after healing). Nothing in
 // the design lets a node sit on a shard it was granted: a stop it decided on a stale read, a
@@ -1071,7 +1071,7 @@ func (c *cluster) monitor(stop <-chan struct{}) time.Duration {
 		select {
 		case <-stop:
 			return longest
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(100 * time.Millisecond):
 		}
 		for s := range c.cfg.Shards {
 			why := c.unserved(s)

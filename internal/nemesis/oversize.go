@@ -3,6 +3,7 @@ package nemesis
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -38,16 +39,25 @@ type grower struct {
 // growBytes is the effects a grow emits: past what a record may hold, so never storable.
 const growBytes = store.MaxRecordBytes + 32<<10
 
+// growShare is the share of runs (by the seed alone) with a grower: a grow costs hundreds of KiB
+// of effects and two encodings of a record that size, dear under the race detector.
+const growShare = 0.5
+
+// growPlanned decides, from the seed alone, whether a run has a grower.
+func growPlanned(seed uint64) bool {
+	return rand.New(rand.NewPCG(seed, 0x67726f77)).Float64() < growShare
+}
+
 func newGrower(c *cluster) *grower {
 	g := &grower{c: c}
-	g.timed.Store(4)
+	g.timed.Store(2)
 	return g
 }
 
 // active: the grower sends only while faults are injected.
 func (g *grower) active() bool { return g != nil && !g.c.healed.Load() }
 
-// run sends a grow every 0.5–3 s to an instance that has commands in flight (else any live one)
+// run sends a grow every 1.5–5 s to an instance that has commands in flight (else any live one)
 // until the cluster heals or stop closes.
 func (g *grower) run(stop <-chan struct{}) {
 	c := g.c
@@ -55,7 +65,7 @@ func (g *grower) run(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			return
-		case <-time.After(c.dur(500*time.Millisecond, 3*time.Second)):
+		case <-time.After(c.dur(1500*time.Millisecond, 5*time.Second)):
 		}
 		c.mu.Lock()
 		var live, busy []*inst

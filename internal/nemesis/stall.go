@@ -28,7 +28,7 @@ import (
 // the operator moves that shard away from its owner and back again (A→B→A: the key shows the
 // same session under another grant), so that the stalled coordinator's grant, on a conflict,
 // finds the value it read "only rotated" by owner and session.
-const stallShare = 0.5
+const stallShare = 0.35
 
 // stallClock is the system clock of one coordinator life, which the nemesis can stall: While
 // stalled, timers that come due (After, AfterFunc) wait, and fire once it resumes.
