@@ -31,7 +31,7 @@ import (
 // check: refused busy for longer than Config.Settle in a row is a violation. A record that keeps
 // at most MaxClientSessions sessions, each holding an answer until its client's next command,
 // locks every later client out.
-const crowdShare = 0.4
+const crowdShare = 0.3
 
 // crowdPlanned decides, from the seed alone, whether a run has a crowd.
 func crowdPlanned(seed uint64) bool {

@@ -37,11 +37,11 @@ type grower struct {
 }
 
 // growBytes is the effects a grow emits: past what a record may hold, so never storable.
-const growBytes = store.MaxRecordBytes + 32<<10
+const growBytes = store.MaxRecordBytes + 8<<10
 
 // growShare is the share of runs (by the seed alone) with a grower: a grow costs hundreds of KiB
 // of effects and two encodings of a record that size, dear under the race detector.
-const growShare = 0.5
+const growShare = 0.35
 
 // growPlanned decides, from the seed alone, whether a run has a grower.
 func growPlanned(seed uint64) bool {
