@@ -86,6 +86,16 @@ func (s *effectStream) planOutages(start time.Time, chaos time.Duration) {
 	}
 }
 
+// outage adds a window [from, from+d) in which the stream takes nothing (during the fault phase).
+func (s *effectStream) outage(from time.Time, d time.Duration) {
+	s.mu.Lock()
+	if s.faults {
+		s.outages = append(s.outages, [2]time.Time{from, from.Add(d)})
+	}
+	s.mu.Unlock()
+	s.c.net.Logf("effects: stream outage until +%v from now", time.Until(from.Add(d)).Round(time.Millisecond))
+}
+
 // heal stops new faults: from now on every publish is stored and acknowledged (late landings
 // already decided still land).
 func (s *effectStream) heal() {
@@ -558,9 +568,12 @@ func (c *cluster) checkEffects() (cutLost, cutTwice int) {
 	c.mu.Lock()
 	insts := slices.Clone(c.insts)
 	c.mu.Unlock()
-	byID := map[string]*inst{}
+	// An op's instance is the life it was sent to; op IDs are unique across lives and IDs.
+	sentTo := map[string]*inst{}
 	for _, in := range insts {
-		byID[in.id] = in
+		for _, o := range in.ops {
+			sentTo[o.id] = in
+		}
 	}
 	type opKey struct{ inst, op string }
 	effectsOf := map[opKey][]string{} // stream keys per op, in stream order
@@ -582,8 +595,7 @@ func (c *cluster) checkEffects() (cutLost, cutTwice int) {
 			v.report("not-applied", "effects (only accepted effects leave): %s = %s left with %s revision %d (epoch %d), whose state does not hold op %s",
 				key, se.effectID, store.InstanceKey(store.ShardOf(se.instance, c.cfg.Shards), se.instance), h.rev, h.epoch, se.payload)
 		}
-		in := byID[se.instance]
-		if se.kind != effectKind || in == nil || !slices.ContainsFunc(in.ops, func(o *opRec) bool { return o.id == se.payload }) {
+		if in := sentTo[se.payload]; se.kind != effectKind || in == nil || in.id != se.instance {
 			v.report("not-sent", "effects (only accepted effects leave): %s = %s is no op a client sent to %s", key, se.effectID, se.instance)
 			continue
 		}

@@ -131,6 +131,23 @@ type Config struct {
 	// WriteStrategy of every node (DESIGN 10). Empty: chosen by the seed, atomic batches per
 	// shard for odd seeds and single writes for even ones, so both strategies meet every fault.
 	WriteStrategy shard.WriteStrategy
+	// NoGrow turns the grower (oversize.go) off: no oversized commands beside the others.
+	NoGrow bool
+	// NoCrowd turns the crowd (crowd.go) off: no instance gets more client sessions than a
+	// record keeps.
+	NoCrowd bool
+	// NoRecreate turns re-created IDs off (recreate.go): default tombstone TTL, no client
+	// creates an ended ID again, no restore aftermath.
+	NoRecreate bool
+	// NoStall turns coordinator stalls off (stall.go): a coordinator is only ever frozen at its
+	// store, its timers keep running.
+	NoStall bool
+	// NoAckLoss turns off the seeds' lost-acknowledgement profile (varyFaults): pipelined writes
+	// whose lost answers are noticed only at the owner's next write and land right after it.
+	NoAckLoss bool
+	// TombstoneTTL of every node; 0: chosen by the seed (short in the runs that re-create IDs
+	// after their tombstones expire, else shard's default). Negative: shard's default.
+	TombstoneTTL time.Duration
 }
 
 func (c *Config) defaults() {
@@ -185,6 +202,7 @@ type Result struct {
 	Epoch    uint64 // the final epoch
 	Effects  EffectCounts
 	Flood    FloodCounts
+	Edges    EdgeCounts // the grower's, the crowd's, the re-creations' and the stalls'
 	// MaxUnserved is the longest a shard stayed assigned to a live, unfrozen session that did
 	// not run it, outside a hand-off.
 	MaxUnserved time.Duration
@@ -195,8 +213,8 @@ func (r Result) OK() bool { return len(r.Violations) == 0 }
 
 func (r Result) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d adds sent, %d acknowledged, %d nemesis actions, restore episode %q (%d restores, final epoch %d); %s; %s; %s\n",
-		r.Seed, r.Sent, r.Acked, r.Actions, r.Restore, r.Restores, r.Epoch, r.Effects, r.Flood, faultstore.FormatCounts(r.Counts))
+	fmt.Fprintf(&b, "seed %d: %d adds sent, %d acknowledged, %d nemesis actions, restore episode %q (%d restores, final epoch %d); %s; %s; %s; %s\n",
+		r.Seed, r.Sent, r.Acked, r.Actions, r.Restore, r.Restores, r.Epoch, r.Effects, r.Flood, r.Edges, faultstore.FormatCounts(r.Counts))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
 	}
@@ -231,8 +249,14 @@ type cluster struct {
 	net      *faultstore.Net
 	fx       *effectStream // the effects stream every node life publishes to
 	flood    *flooder      // nil with Config.NoFlood
-	kinds    *actor.Kinds
-	op       *faultstore.Client // the operator
+	grow     *grower       // nil with Config.NoGrow
+	churn    bool          // clients create and end instances more often (recreate.go)
+	// restoresOver is closed once the restore episode (and the second restore) is over.
+	restoresOver chan struct{}
+	clients      *sync.WaitGroup // every client goroutine: Run waits for them before the checks
+	edges        edgeCounters
+	kinds        *actor.Kinds
+	op           *faultstore.Client // the operator
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -253,12 +277,17 @@ type cluster struct {
 	violations []string
 	coordSess  map[string]string // coordinator client name → its session
 	writeHooks map[string]*writeHook
-	ackedGen   map[int]int // acknowledged adds by the generation they were first sent in
-	insts      []*inst
-	nextInst   int
-	regs       []*prometheus.Registry // every node life's metrics
-	sent       int
-	acked      int
+	ackedGen   map[int]int     // acknowledged adds by the generation they were first sent in
+	players    map[string]bool // clients that send as untrusted players besides g2 and g3 (the crowd's)
+	stallNext  bool            // the next coordinator grant issued stalls its coordinator (stall.go)
+	stalls     sync.WaitGroup  // coordinator stalls and their bounces under way
+	// stallsClosed: healing has begun, no stall starts (Run waits for those under way).
+	stallsClosed bool
+	insts        []*inst
+	nextInst     int
+	regs         []*prometheus.Registry // every node life's metrics
+	sent         int
+	acked        int
 }
 
 type proc struct {
@@ -271,6 +300,7 @@ type proc struct {
 	node     *node.Node
 	nodeC    *faultstore.Client
 	coordC   *faultstore.Client
+	clock    *stallClock      // this life's coordinator clock: stalled with coordC (stall.go)
 	pub      *effectPublisher // this life's effects connection: frozen and killed with nodeC
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -281,11 +311,15 @@ type proc struct {
 type inst struct {
 	id, tag  string
 	shard    uint32
-	gen      int  // the generation (epoch changes landed) when its create was first sent
-	created  bool // acknowledged
-	gone     bool // answered unknown_instance after a restore that its create predates
+	life     int    // 1, or which creation of the ID this is (recreate.go)
+	by       string // the client that created this life (it alone ends it)
+	gen      int    // the generation (epoch changes landed) when its create was first sent
+	created  bool   // acknowledged
+	gone     bool   // answered unknown_instance after a restore that its create predates
 	ending   bool
 	ended    bool
+	endGen   int  // the generation when its end was acknowledged
+	again    bool // its ID was created again (a later life has it)
 	inflight int
 	ops      []*opRec
 }
@@ -344,21 +378,30 @@ func Run(seed uint64, cfg Config) Result {
 		}
 	}
 	if vary {
-		o := varyFaults(seed, *cfg.Faults)
+		o := varyFaults(seed, *cfg.Faults, !cfg.NoAckLoss)
 		cfg.Faults = &o
+	}
+	restoreKind, restoreRand := restorePlan(seed)
+	if cfg.NoActions {
+		restoreKind = ""
+	}
+	if cfg.TombstoneTTL == 0 && !cfg.NoRecreate {
+		cfg.TombstoneTTL = tombstoneTTL(seed, restoreKind != "")
 	}
 	mem := memstore.NewWithHistory()
 	audit := newAuditStore(mem, firstEpoch)
 	net := faultstore.New(audit, seed, faultstore.Options{LogSize: 20000})
 	kinds, _ := actor.NewKinds(ledgerKind{})
 	if vary {
-		net.Logf("seed %d: faults lag %.2f up to %v, lost answers %.3f (async %.3f)", seed, cfg.Faults.Lag, cfg.Faults.MaxLag,
-			cfg.Faults.LoseAnswer, cfg.Faults.LoseAsyncAnswer)
+		net.Logf("seed %d: faults lag %.2f up to %v, lost answers %.3f (async %.3f, noticed in the next call %.2f, landing later %.2f)", seed,
+			cfg.Faults.Lag, cfg.Faults.MaxLag, cfg.Faults.LoseAnswer, cfg.Faults.LoseAsyncAnswer, cfg.Faults.AnswerInNextCall, cfg.Faults.LandLater)
 	}
-	c := &cluster{cfg: cfg, seed: seed, mem: mem, audit: audit, net: net, kinds: kinds, sessions: map[string]*session{},
+	c := &cluster{cfg: cfg, seed: seed, mem: mem, audit: audit, net: net, kinds: kinds, sessions: map[string]*session{}, players: map[string]bool{},
 		rng: rand.New(rand.NewPCG(seed, 0x6e656d65736973)), coordSess: map[string]string{}, writeHooks: map[string]*writeHook{}, ackedGen: map[int]int{},
 		grid: time.Now()}
 	audit.c = c
+	c.churn = restoreKind != "" && !cfg.NoRecreate
+	c.restoresOver = make(chan struct{})
 	defer func() {
 		// metrics.For keeps each registry's set for good; a run's node lives are thousands in a
 		// long run (-nemesis.long grew by ~170 MB/s until the OOM killer ended it).
@@ -382,7 +425,8 @@ func Run(seed uint64, cfg Config) Result {
 		p.start()
 	}
 	net.SetOptions(*cfg.Faults)
-	net.Logf("seed %d: %d nodes, %d shards, %d clients, chaos %v, write strategy %s", seed, cfg.Nodes, cfg.Shards, cfg.Clients, cfg.Chaos, cfg.WriteStrategy)
+	net.Logf("seed %d: %d nodes, %d shards, %d clients, chaos %v, write strategy %s, tombstone TTL %v", seed, cfg.Nodes, cfg.Shards, cfg.Clients,
+		cfg.Chaos, cfg.WriteStrategy, cfg.TombstoneTTL)
 
 	// The served-shards monitor runs until stopMonitor closes.
 	stopMonitor := make(chan struct{})
@@ -392,6 +436,7 @@ func Run(seed uint64, cfg Config) Result {
 	// Gateway clients run until stopClients closes.
 	stopClients := make(chan struct{})
 	var clients sync.WaitGroup
+	c.clients = &clients
 	for i := range cfg.Clients {
 		clients.Add(1)
 		go func() { defer clients.Done(); c.client(fmt.Sprintf("g%d", i+1), stopClients) }()
@@ -401,16 +446,30 @@ func Run(seed uint64, cfg Config) Result {
 		clients.Add(1)
 		go func() { defer clients.Done(); c.flood.run(stopClients) }()
 	}
+	if !cfg.NoGrow && growPlanned(seed) {
+		c.grow = newGrower(c)
+		clients.Add(1)
+		go func() { defer clients.Done(); c.grow.run(stopClients) }()
+	}
+	if !cfg.NoCrowd && crowdPlanned(seed) {
+		clients.Add(1)
+		go func() { defer clients.Done(); c.crowd() }()
+	}
+	if !cfg.NoRecreate && restoreKind != "" {
+		clients.Add(1)
+		go func() { defer clients.Done(); c.restoreAftermath() }()
+	}
+	if !cfg.NoStall && !cfg.NoActions && c.float() < stallShare {
+		c.mu.Lock()
+		c.stallNext = true // the first coordinator grant after the start stalls its coordinator
+		c.mu.Unlock()
+	}
 
 	// The nemesis. Some runs scale the cluster down once, for good; some restore a backup.
 	chaosEnd := time.Now().Add(cfg.Chaos)
 	c.fx.planOutages(time.Now(), cfg.Chaos)
 	if !cfg.NoActions && cfg.Nodes > 2 && c.float() < 0.3 {
 		c.later(c.dur(time.Second, cfg.Chaos-2*time.Second), c.retire)
-	}
-	restoreKind, restoreRand := restorePlan(seed)
-	if cfg.NoActions {
-		restoreKind = ""
 	}
 	if restoreKind != "" {
 		c.bg.Add(1)
@@ -429,6 +488,10 @@ func Run(seed uint64, cfg Config) Result {
 	c.fx.heal()
 	net.Logf("healing")
 	c.bg.Wait() // every action finished (thaws and restarts included)
+	c.mu.Lock()
+	c.stallsClosed = true
+	c.mu.Unlock()
+	c.stalls.Wait() // every stalled coordinator runs again, every bounce is over
 	for _, p := range c.procs {
 		p.thaw()
 		p.mu.Lock()
@@ -463,6 +526,9 @@ func Run(seed uint64, cfg Config) Result {
 	c.checkLedgers()
 	c.audit.checkClobbers()
 	cutLost, cutTwice := c.checkEffects()
+	if n := c.edges.tooLarge.Load(); n > tooLargeShown {
+		c.violate("%d more adds answered too_large (in the event log)", n-tooLargeShown)
+	}
 
 	c.mu.Lock()
 	finalEpoch, _ := audit.current()
@@ -471,6 +537,7 @@ func Run(seed uint64, cfg Config) Result {
 	c.mu.Unlock()
 	res.Effects = c.effectCounts()
 	res.Flood = c.flood.counts()
+	res.Edges = c.edges.counts()
 	res.Effects.CutLost, res.Effects.CutTwice = cutLost, cutTwice
 	for k, v := range c.fx.faultCounts() {
 		res.Counts[k] = v
@@ -501,7 +568,15 @@ func story(events []string, max int) []string {
 // seconds back (past the previous grant of a shard key, past another coordinator's take-over of
 // the leader key), or more lost answers on the synchronous writes (rotations, assignments, lease
 // renewals), so that a read-back after an unknown outcome meets a lagging view often enough.
-func varyFaults(seed uint64, o faultstore.Options) faultstore.Options {
+//
+// With ackLoss, one seed in three (by the seed alone) also loses the answers of pipelined writes
+// often, in the timing that makes the owner send its next write before it has taken the
+// instance out of service: the owner notices each loss only inside its next write call (the
+// connection's error surfaces there), the next write is answered at once (not held in flight),
+// and the lost write lands late, right after the owner's next write of the same key (a copy in
+// an old connection's buffers, overtaken). An owner that writes under a token after a write of
+// unknown outcome loses an acknowledged write here: the late copy lands over it.
+func varyFaults(seed uint64, o faultstore.Options, ackLoss bool) faultstore.Options {
 	r := rand.New(rand.NewPCG(seed, 0x6661756c7473))
 	if o.MaxLag == 0 {
 		o.MaxLag = 200 * time.Millisecond
@@ -513,7 +588,26 @@ func varyFaults(seed uint64, o faultstore.Options) faultstore.Options {
 	if r.IntN(3) == 0 { // lossy synchronous writes
 		o.LoseAnswer = 0.05 + 0.15*r.Float64()
 	}
+	if ackLoss && r.IntN(3) == 0 { // lost acknowledgements of pipelined writes, noticed late
+		o.LoseAsyncAnswer = 0.12 + 0.18*r.Float64()
+		o.LateAnswer, o.AnswerInNextCall = 1, 0.9
+		o.LandLater, o.LandNever = 0.85, 0.05
+		o.InFlight = 0.02
+	}
 	return o
+}
+
+// slowLog is every node life's slow log: the goroutine of an owner that logs a write of unknown
+// outcome (before it acts on it: the shard's rebuild, which takes the instance out of service)
+// blocks in the log write half the time, 20–300 ms (stderr a full pipe, a log shipper pushing
+// back). Meanwhile the instance ticks: nothing must be written under that token any more, or
+// the uncertain write, landing late, can overwrite what was acknowledged since (DESIGN 4). Part
+// of the lost-acknowledgement behaviour (Config.NoAckLoss turns both off).
+func (c *cluster) slowLog(msg string) {
+	if c.cfg.NoAckLoss || c.healed.Load() || !strings.HasPrefix(msg, "write outcome unknown") || c.float() < 0.5 {
+		return
+	}
+	time.Sleep(c.dur(20*time.Millisecond, 300*time.Millisecond))
 }
 
 // staleStop is called for every shard a node stops as stale_owner (DESIGN 4: only a shard that
@@ -607,6 +701,7 @@ func (p *proc) start() {
 	c.mu.Unlock()
 	reg := prometheus.NewRegistry()
 	p.pub = c.fx.publisher("fx-" + name)
+	p.clock = newStallClock()
 	c.mu.Lock()
 	c.regs = append(c.regs, reg)
 	c.mu.Unlock()
@@ -614,15 +709,17 @@ func (p *proc) start() {
 	if err != nil {
 		panic(err)
 	}
-	log := slog.New(&logHandler{net: c.net, name: name, node: p.id, onStale: c.staleStop, onAdopt: c.adopted})
+	log := slog.New(&logHandler{net: c.net, name: name, node: p.id, onStale: c.staleStop, onAdopt: c.adopted, slow: c.slowLog})
 	nd, err := node.New(node.Config{Config: shard.Config{Node: p.id, Store: p.nodeC, Kinds: c.kinds,
-		Engine: engine, Effects: p.pub, Registerer: reg, Logger: log, CheckpointEvery: 5, WriteStrategy: c.cfg.WriteStrategy}, LeaseTTL: 2 * time.Second})
+		Engine: engine, Effects: p.pub, Registerer: reg, Logger: log, CheckpointEvery: 5, WriteStrategy: c.cfg.WriteStrategy,
+		TombstoneTTL: max(c.cfg.TombstoneTTL, 0)}, LeaseTTL: 2 * time.Second})
 	if err != nil {
 		panic(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	p.node, p.cancel, p.done, p.alive = nd, cancel, done, true
+	clock := p.clock
 	c.net.Logf("start %s (coordinator session %s)", name, sess)
 	go func() {
 		defer close(done)
@@ -632,7 +729,7 @@ func (p *proc) start() {
 		go func() {
 			defer wg.Done()
 			_ = coordinator.Run(ctx, coordinator.Config{Store: p.coordC, Node: p.id, Session: sess, Registerer: reg,
-				Logger: log, HandOffTimeout: c.cfg.HandOffTimeout})
+				Logger: log, HandOffTimeout: c.cfg.HandOffTimeout, Clock: clock})
 		}()
 		wg.Wait()
 		if h := nd.Host(); h != nil {
@@ -656,7 +753,7 @@ func (p *proc) stop(kill bool) {
 		return
 	}
 	p.alive = false
-	nodeC, coordC, pub, cancel, done := p.nodeC, p.coordC, p.pub, p.cancel, p.done
+	nodeC, coordC, pub, clock, cancel, done := p.nodeC, p.coordC, p.pub, p.clock, p.cancel, p.done
 	p.mu.Unlock()
 	if kill {
 		nodeC.Kill()
@@ -667,6 +764,7 @@ func (p *proc) stop(kill bool) {
 		coordC.Thaw()
 		pub.unfreeze()
 	}
+	clock.resume() // its held timers fire (a killed process's are stopped with its context)
 	cancel()
 	<-done
 	p.c.net.Logf("stopped %s (killed %v)", nodeC.Name(), kill)
@@ -674,12 +772,13 @@ func (p *proc) stop(kill bool) {
 
 func (p *proc) thaw() {
 	p.mu.Lock()
-	nodeC, coordC, pub := p.nodeC, p.coordC, p.pub
+	nodeC, coordC, pub, clock := p.nodeC, p.coordC, p.pub, p.clock
 	p.impaired = false
 	p.mu.Unlock()
 	nodeC.Thaw()
 	coordC.Thaw()
 	pub.unfreeze()
+	clock.resume()
 }
 
 // impair marks the process frozen or dead if fewer than Nodes-1 others are. Under c.impairMu, not
@@ -734,6 +833,12 @@ func (c *cluster) act() {
 		coordC := p.coordC
 		p.mu.Unlock()
 		d := c.dur(300*time.Millisecond, 5*time.Second)
+		if !c.cfg.NoStall && c.intn(2) == 0 {
+			// Its process stalled: its timers wait too (stall.go), so a lease that expired
+			// meanwhile is noticed only once it runs again.
+			c.stallCoordinator(p, d, "at random")
+			return
+		}
 		c.net.Logf("nemesis: freeze coordinator of %s for %v", p.id, d)
 		coordC.Freeze()
 		c.later(d, func() { c.net.Logf("nemesis: thaw coordinator of %s", p.id); coordC.Thaw() })
@@ -952,7 +1057,7 @@ func (c *cluster) notLive(ctx context.Context) string {
 	return ""
 }
 
-// monitor checks, every 50ms while faults are injected and after, that no shard stays assigned
+// monitor checks, every 100ms while faults are injected and after, that no shard stays assigned
 // to the live session of a running, unfrozen node that does not run it, for longer than
 // Config.Unserved (a move in progress aside: its own bound is checked after healing). Nothing in
 // the design lets a node sit on a shard it was granted: a stop it decided on a stale read, a
@@ -966,7 +1071,7 @@ func (c *cluster) monitor(stop <-chan struct{}) time.Duration {
 		select {
 		case <-stop:
 			return longest
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(100 * time.Millisecond):
 		}
 		for s := range c.cfg.Shards {
 			why := c.unserved(s)
@@ -1048,7 +1153,7 @@ func (c *cluster) client(name string, stop <-chan struct{}) {
 			}
 		}
 		for _, in := range live {
-			if strings.HasPrefix(in.id, name+"-") && in.inflight == 0 {
+			if in.by == name && in.inflight == 0 {
 				mine = append(mine, in)
 			}
 		}
@@ -1057,10 +1162,20 @@ func (c *cluster) client(name string, stop <-chan struct{}) {
 		if r > 0.985 {
 			c.renewSession(name) // a session client restarted
 		}
+		// Lives come and go faster in the runs that re-create IDs around a restore (recreate.go):
+		// the backup then holds lives created late in its epoch.
+		createP, endP := 0.06, 0.08
+		if c.churn {
+			createP, endP = 0.15, 0.2
+		}
 		switch {
-		case len(live) == 0 || r < 0.06 && len(live) < 8:
+		case len(live) == 0 || r < createP && len(live) < 8:
+			if old := c.endedOf(name); old != nil && c.intn(2) == 0 {
+				c.recreate(name, n, old) // the same ID again (recreate.go)
+				break
+			}
 			c.create(name, n)
-		case r < 0.08 && len(mine) > 0 && len(live) > 2:
+		case r < endP && len(mine) > 0 && len(live) > 2:
 			c.end(name, n, mine[c.intn(len(mine))])
 		default:
 			c.add(name, n, live[c.intn(len(live))])
@@ -1072,26 +1187,40 @@ func (c *cluster) create(client string, n int) {
 	gen := c.audit.generation() // before it is sent (and outside c.mu: the audit reports under its lock)
 	c.mu.Lock()
 	c.nextInst++
-	in := &inst{id: fmt.Sprintf("%s-i%d", client, c.nextInst), gen: gen}
+	in := &inst{id: fmt.Sprintf("%s-i%d", client, c.nextInst), gen: gen, life: 1, by: client}
 	in.tag = "tag-" + in.id
 	in.shard = store.ShardOf(in.id, c.cfg.Shards)
 	c.insts = append(c.insts, in)
 	c.mu.Unlock()
-	reqID := fmt.Sprintf("%s-c%d", client, n)
+	c.createLife(client, fmt.Sprintf("%s-c%d", client, n), in, nil)
+}
+
+// createLife sends the create of in (a new ID, or a later life of an ended one: prev, which an
+// epoch change since its end may have brought back) and records its outcome.
+func (c *cluster) createLife(client, reqID string, in *inst, prev *inst) bool {
 	r, ok := c.send(client, in, reqID, map[string]any{"type": "create", "kind": "ledger", "tag": in.tag})
 	if !ok {
-		return
+		return false
 	}
 	switch {
 	case r.OK:
 		c.mu.Lock()
 		in.created = true
 		c.mu.Unlock()
+		return true
+	case r.Error.Code == wire.CodeExists && prev != nil && prev.endGen < c.audit.generation():
+		// A restore went live after the earlier life's end was acknowledged: its backup may hold
+		// that life alive, and the end is rolled back with it. Not a violation; the ID is left.
+		c.net.Logf("client: %s (life %d) not created: the end of life %d predates a restore (%s)", in.id, in.life, prev.life, r.Error)
+		return false
 	case r.Error.Code == wire.CodeExists:
 		c.violate("create %s (request %s) answered %s: a retransmitted create must get the first create's answer", in.id, reqID, r.Error)
+	case r.Error.Code == wire.CodeTooLarge:
+		c.violate("create %s (request %s) answered %s: an innocent command refused too_large (it grows nothing)", in.id, reqID, r.Error)
 	default:
 		c.violate("create %s (request %s) answered %s", in.id, reqID, r.Error)
 	}
+	return false
 }
 
 func (c *cluster) end(client string, n int, in *inst) {
@@ -1103,6 +1232,7 @@ func (c *cluster) end(client string, n int, in *inst) {
 	in.ending = true
 	c.mu.Unlock()
 	reqID := fmt.Sprintf("%s-e%d", client, n)
+	sent := time.Now()
 	r, ok := c.send(client, in, reqID, map[string]any{"type": "end"})
 	if !ok {
 		return
@@ -1110,21 +1240,31 @@ func (c *cluster) end(client string, n int, in *inst) {
 	if !r.OK && c.lostToRestore(in, r) {
 		return
 	}
+	if !r.OK && r.Error.Code == wire.CodeUnknownInstance && c.cfg.TombstoneTTL > 0 && time.Since(sent) > c.cfg.TombstoneTTL {
+		// Retransmitted past the tombstone's life (the documented bound: a client must not
+		// retransmit an end for longer than TombstoneTTL): its tombstone may be gone.
+		c.net.Logf("client: end %s (request %s) answered %s %v after it was first sent, past the tombstone TTL %v", in.id, reqID,
+			r.Error, time.Since(sent).Round(time.Millisecond), c.cfg.TombstoneTTL)
+		r.OK = true
+	}
 	if !r.OK {
 		c.violate("end %s (request %s) answered %s", in.id, reqID, r.Error)
 		return
 	}
+	gen := c.audit.generation()
 	c.mu.Lock()
-	in.ended = true
+	in.ended, in.endGen = true, gen
 	c.mu.Unlock()
 }
 
-func (c *cluster) add(client string, n int, in *inst) {
+// add sends an add of a new op to in and records its outcome; it returns the op (nil if none
+// was sent).
+func (c *cluster) add(client string, n int, in *inst) *opRec {
 	gen := c.audit.generation()
 	c.mu.Lock()
 	if in.ending || in.gone {
 		c.mu.Unlock()
-		return
+		return nil
 	}
 	in.inflight++
 	op := &opRec{id: fmt.Sprintf("%s-a%d", client, n), gen: gen, sent: time.Now()}
@@ -1138,25 +1278,38 @@ func (c *cluster) add(client string, n int, in *inst) {
 	}()
 	r, ok := c.send(client, in, op.id, map[string]any{"type": "add", "op": op.id})
 	if !ok {
-		return
+		return op
 	}
 	if !r.OK && c.lostToRestore(in, r) {
-		return
+		return op
+	}
+	for i := 1; i <= 3 && !r.OK && r.Error.Code == wire.CodeTooLarge; i++ {
+		// too_large means undone, do not retry: a client that still wants it sends it again as
+		// a new command (a new request ID or number), as the contract allows. An add grows
+		// nothing, so the answer itself is a violation; the re-issue shows what it costs.
+		c.tooLarge(client, in, op, r)
+		if r, ok = c.send(client, in, fmt.Sprintf("%s-r%d", op.id, i), map[string]any{"type": "add", "op": op.id}); !ok {
+			return op
+		}
+		if !r.OK && c.lostToRestore(in, r) {
+			return op
+		}
 	}
 	if !r.OK {
 		c.violate("add %s to %s answered %s", op.id, in.id, r.Error)
-		return
+		return op
 	}
 	pos, isInt := toInt(r.Result)
 	if !isInt {
 		c.violate("add %s to %s answered %v, not a position", op.id, in.id, r.Result)
-		return
+		return op
 	}
 	c.mu.Lock()
 	op.ok, op.pos, op.acked = true, pos-1, time.Now()
 	c.acked++
 	c.ackedGen[op.gen]++
 	c.mu.Unlock()
+	return op
 }
 
 // lostToRestore: an instance whose create was sent before a restore went live may be missing
@@ -1213,15 +1366,13 @@ type session struct {
 // under every fault.
 var sessionClients = map[string]bool{"g2": true}
 
-// sessionOf is client's session, nil for a client sending opaque request IDs.
+// sessionOf is client's session, nil for a client sending opaque request IDs. The crowd's
+// clients (crowd.go) have theirs made when they start.
 func (c *cluster) sessionOf(client string) *session {
-	if !sessionClients[client] {
-		return nil
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.sessions[client]
-	if s == nil {
+	if s == nil && sessionClients[client] {
 		s = &session{id: fmt.Sprintf("nemesis-%s-%d", client, c.seed), seen: map[string]bool{}}
 		c.sessions[client] = s
 	}
@@ -1253,6 +1404,12 @@ func (c *cluster) renewSession(client string) {
 // IDs as a player; g2, the session client, is a player too except in one seed in four, so the
 // compact form of a trusted client stays covered; g1 is trusted.
 func (c *cluster) playerOf(client string) (actor.Sender, bool) {
+	c.mu.Lock()
+	crowdPlayer := c.players[client]
+	c.mu.Unlock()
+	if crowdPlayer {
+		return playerSender("p" + client), true // a player of its own
+	}
 	if client != "g3" && (client != "g2" || c.seed%4 == 0) {
 		return actor.Sender{}, false
 	}
@@ -1272,6 +1429,20 @@ func retryable(code string) bool {
 // answer, retransmitting with the same request ID (as natscmd's client does) on retry, not_owner,
 // busy, or no answer in time. false: no final answer by the deadline after healing (reported).
 func (c *cluster) send(client string, in *inst, reqID string, cmd map[string]any) (wire.Reply, bool) {
+	return c.sendWith(client, in, reqID, cmd, sendOpts{})
+}
+
+// sendOpts vary send.
+type sendOpts struct {
+	// again: a session client sends number seq (acknowledging ack) once more, a retransmission
+	// of a command it already had an answer to (lost, as far as it knows), not a new command.
+	again    bool
+	seq, ack uint64
+	// submitted, if set, is called once the first attempt is with the hosts.
+	submitted func()
+}
+
+func (c *cluster) sendWith(client string, in *inst, reqID string, cmd map[string]any, o sendOpts) (wire.Reply, bool) {
 	body, err := wire.Canonical(cmd)
 	if err != nil {
 		panic(err)
@@ -1282,7 +1453,10 @@ func (c *cluster) send(client string, in *inst, reqID string, cmd map[string]any
 	}
 	s := c.sessionOf(client)
 	newSession := false // the first command of s to in: a new session of its record
-	if s != nil {
+	if s != nil && o.again {
+		req.ID, req.Client, req.Seq, req.Ack = "", s.id, o.seq, o.ack
+		reqID += fmt.Sprintf(" (session %s seq %d, again)", s.id, o.seq)
+	} else if s != nil {
 		// The compact form (a client session, as the Go client sends it): a sequence number
 		// instead of the request ID. A client has one command in flight at a time, so every
 		// earlier one is settled: it acknowledges them all.
@@ -1326,6 +1500,12 @@ func (c *cluster) send(client string, in *inst, reqID string, cmd map[string]any
 				// remembering it.)
 				c.flood.beforeRetransmission(in)
 			}
+			if req.Type == "add" && mayHaveLanded(last) {
+				// Often an oversized command reaches the instance with this retransmission, so
+				// that both share a write the store refuses: the retransmission must still get
+				// its first answer if that attempt was stored, and be applied otherwise.
+				c.grow.beforeRetransmission(in)
+			}
 		}
 		hosts := c.hostsOf(in.shard)
 		if len(hosts) == 0 {
@@ -1339,6 +1519,10 @@ func (c *cluster) send(client string, in *inst, reqID string, cmd map[string]any
 				cmd.SetSender(sender)
 			}
 			h.Submit(cmd)
+		}
+		if o.submitted != nil {
+			o.submitted()
+			o.submitted = nil
 		}
 		refused := false // busy from a host
 		timeout := time.NewTimer(2 * time.Second)
@@ -1445,8 +1629,24 @@ func (c *cluster) checkLedgers() {
 			c.violate("instance %s: state: %v", in.id, err)
 			continue
 		}
+		sent := map[string]*opRec{}
+		for _, op := range in.ops {
+			sent[op.id] = op
+		}
 		if l.Tag != in.tag {
-			c.violate("instance %s has tag %q, its create asked for %q", in.id, l.Tag, in.tag)
+			// A later life of the ID created before the final epoch went live: a restore may have
+			// brought back an earlier life (alive in its backup). Then every life's ops count.
+			earlier := slices.ContainsFunc(insts, func(x *inst) bool { return x.id == in.id && x.life < in.life && x.tag == l.Tag })
+			if in.life == 1 || in.gen >= finalGen || !earlier {
+				c.violate("instance %s has tag %q, its create asked for %q", in.id, l.Tag, in.tag)
+			}
+			for _, x := range insts {
+				if x.id == in.id && x != in {
+					for _, op := range x.ops {
+						sent[op.id] = op
+					}
+				}
+			}
 		}
 		at := map[string]int{}
 		for i, id := range l.Ops {
@@ -1454,10 +1654,6 @@ func (c *cluster) checkLedgers() {
 				c.violate("instance %s: op %s applied twice (positions %d and %d)", in.id, id, j, i)
 			}
 			at[id] = i
-		}
-		sent := map[string]*opRec{}
-		for _, op := range in.ops {
-			sent[op.id] = op
 		}
 		for id := range at {
 			if sent[id] == nil {
@@ -1493,7 +1689,9 @@ type logHandler struct {
 	node    string
 	onStale func(node, session string, shard uint32, detail string)
 	onAdopt func(key string, rev uint64, detail string)
-	attrs   []slog.Attr
+	// slow, if set, is called after a record is logged: it may block the logging goroutine.
+	slow  func(msg string)
+	attrs []slog.Attr
 }
 
 func (h *logHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
@@ -1511,6 +1709,9 @@ func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 	}
 	if h.onAdopt != nil && strings.HasPrefix(r.Message, "adopted a renewal whose acknowledgement was lost") {
 		h.checkAdopt(r, b.String())
+	}
+	if h.slow != nil {
+		h.slow(r.Message)
 	}
 	return nil
 }
@@ -1565,7 +1766,7 @@ func (h *logHandler) checkStale(r slog.Record, detail string) {
 }
 
 func (h *logHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &logHandler{net: h.net, name: h.name, node: h.node, onStale: h.onStale, onAdopt: h.onAdopt, attrs: append(slices.Clone(h.attrs), as...)}
+	return &logHandler{net: h.net, name: h.name, node: h.node, onStale: h.onStale, onAdopt: h.onAdopt, slow: h.slow, attrs: append(slices.Clone(h.attrs), as...)}
 }
 
 func (h *logHandler) WithGroup(string) slog.Handler { return h }

@@ -20,6 +20,12 @@ var (
 	tail    = flag.Int("nemesis.tail", 300, "how many events of the log a failing seed prints")
 	repeat  = flag.Int("nemesis.repeat", 1, "with -nemesis.seed: run it this many times, four at once (a failure that needs an interleaving)")
 	noFlood = flag.Bool("nemesis.noflood", false, "run without the flooder (an untrusted player sending junk to the clients' instances)")
+	// The behaviours of issue 34, each of which can be turned off to isolate a failure.
+	noGrow     = flag.Bool("nemesis.nogrow", false, "run without the grower (oversized commands sharing writes with others and with retransmissions)")
+	noCrowd    = flag.Bool("nemesis.nocrowd", false, "run without crowds (more client sessions on one instance than a record keeps, most going quiet)")
+	noRecreate = flag.Bool("nemesis.norecreate", false, "run without re-created IDs (short tombstones, IDs created again, the restore aftermath's revision echoes)")
+	noStall    = flag.Bool("nemesis.nostall", false, "run without coordinator stalls (store and timers stopped across a lease expiry, a grant's shard bounced)")
+	noAckLoss  = flag.Bool("nemesis.noackloss", false, "run without the seeds' lost-acknowledgement profile (pipelined writes' lost answers noticed at the next write)")
 	// With the restore claim reverted, the nemesis must find issue 9.4 (a second or retried
 	// restore clobbering the live epoch) by itself.
 	restoreSkipClaim = flag.Bool("nemesis.restore-skip-claim", false, "restore without the restore claim (store.RestoreOptions.SkipClaim): issue 9.4 reverted")
@@ -29,13 +35,15 @@ var (
 // its own synctest bubble; a failing seed prints its violations and event log.
 func TestNemesis(t *testing.T) {
 	start := time.Now()
-	cfg := Config{Chaos: *chaos, LogTail: *tail, LogAlways: *oneSeed != 0, RestoreSkipClaim: *restoreSkipClaim, NoFlood: *noFlood}
+	cfg := Config{Chaos: *chaos, LogTail: *tail, LogAlways: *oneSeed != 0, RestoreSkipClaim: *restoreSkipClaim, NoFlood: *noFlood,
+		NoGrow: *noGrow, NoCrowd: *noCrowd, NoRecreate: *noRecreate, NoStall: *noStall, NoAckLoss: *noAckLoss}
 	var mu sync.Mutex
 	totals := map[string]uint64{}
 	var runs, sent, acked, actions, restoreRuns, restores int
 	var maxUnserved time.Duration
 	var effects EffectCounts
 	var flood FloodCounts
+	var edges EdgeCounts
 	var failed []uint64
 	run := func(t *testing.T, seed uint64) {
 		synctest.Test(t, func(t *testing.T) {
@@ -52,6 +60,7 @@ func TestNemesis(t *testing.T) {
 			maxUnserved = max(maxUnserved, res.MaxUnserved)
 			effects.add(res.Effects)
 			flood.add(res.Flood)
+			edges.add(res.Edges)
 			for k, v := range res.Counts {
 				totals[k] += v
 			}
@@ -107,7 +116,7 @@ func TestNemesis(t *testing.T) {
 		total += v
 	}
 	slices.Sort(failed)
-	t.Logf("%d runs in %v: %d adds sent, %d acknowledged, %d nemesis actions, %d runs with a restore episode (%d restores), longest unserved shard %v, %s, %s, %s; failing seeds (%d): %v",
-		runs, time.Since(start).Round(time.Millisecond), sent, acked, actions, restoreRuns, restores, maxUnserved, effects, flood, faultstore.FormatCounts(totals),
+	t.Logf("%d runs in %v: %d adds sent, %d acknowledged, %d nemesis actions, %d runs with a restore episode (%d restores), longest unserved shard %v, %s, %s, %s, %s; failing seeds (%d): %v",
+		runs, time.Since(start).Round(time.Millisecond), sent, acked, actions, restoreRuns, restores, maxUnserved, effects, flood, edges, faultstore.FormatCounts(totals),
 		len(failed), failed)
 }

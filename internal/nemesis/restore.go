@@ -387,7 +387,18 @@ func (r *restorer) step(first bool, step string, cancel context.CancelFunc) erro
 // restoreEpisode takes a backup through an operator client, lets the cluster run on, and then
 // restores it as the plan says. Store faults apply to the operators like to every process.
 func (c *cluster) restoreEpisode(kind string, r *rand.Rand) {
+	if !c.cfg.NoRecreate {
+		defer close(c.restoresOver) // the restore aftermath starts (recreate.go)
+		defer c.restoreAgain()
+	}
 	time.Sleep(rdur(r, time.Second, 3*time.Second))
+	if !c.cfg.NoRecreate && c.intn(2) == 0 {
+		// Effects in flight: the stream is out from a moment before the backup, so the outboxes
+		// it holds go to the restored epoch, whose owners publish them again.
+		before := c.dur(200*time.Millisecond, 800*time.Millisecond)
+		c.fx.outage(time.Now(), before+c.dur(300*time.Millisecond, 1500*time.Millisecond))
+		time.Sleep(before)
+	}
 	bc := c.net.Client("backup")
 	var b store.Backup
 	for attempt := 1; ; attempt++ {
@@ -484,6 +495,29 @@ func (c *cluster) restoreEpisode(kind string, r *rand.Rand) {
 	wg.Wait()
 }
 
+// restoreAgain is a second restore after the episode, in the runs that re-create IDs: a backup
+// of the live epoch, taken 3–5 s after it went live (its lives created since hold effect
+// sequences made from its revisions), restored 0.3–0.8 s later by one operator who retries.
+func (c *cluster) restoreAgain() {
+	time.Sleep(c.dur(3*time.Second, 5*time.Second)) // faults or not: healing waits for the episode
+	bc := c.net.Client("backup-2")
+	var b store.Backup
+	for attempt := 1; ; attempt++ {
+		var err error
+		if b, err = store.TakeBackup(context.Background(), bc, nil); err == nil {
+			break
+		}
+		c.net.Logf("nemesis: second backup failed: %v", err)
+		if attempt == 10 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.net.Logf("nemesis: second backup, of epoch %d, taken: %d keys", b.Cluster.Epoch, len(b.Entries))
+	time.Sleep(c.dur(300*time.Millisecond, 800*time.Millisecond))
+	(&restorer{c: c, name: "restore-r", cl: c.net.Client("restore-r"), b: b}).run()
+}
+
 // ackedInGen is how many adds first sent in generation gen were acknowledged.
 func (c *cluster) ackedInGen(gen int) int {
 	c.mu.Lock()
@@ -507,6 +541,9 @@ type writeHook struct {
 func (c *cluster) observeWrite(client, key string) {
 	c.checkCoordinatorWrite(client, key)
 	c.audit.issued(client, key)
+	if !c.cfg.NoStall {
+		c.stallAtGrant(client, key)
+	}
 	c.mu.Lock()
 	h := c.writeHooks[client]
 	var f func(string)
