@@ -27,8 +27,21 @@
 // instances: more opaque request IDs than a record's window holds, just before a client
 // retransmits a command that may have landed, and more throw-away client IDs than a record
 // keeps sessions, just before a session client's first command to an instance; its per-sender
-// quotas must keep both from touching the clients' exactly-once state. Every node life publishes its effects to
-// one fake effects stream (effects.go) that deduplicates by key and fails, loses acknowledgements,
+// quotas must keep both from touching the clients' exactly-once state. At the edges of
+// exactly-once (issue 34), in runs chosen by the seed: a grower (oversize.go) sends commands that
+// no write can store (their effects are past the record limit) beside the clients' commands and
+// together with their retransmissions, and every too_large a client gets is checked against the
+// stored record; a crowd (crowd.go) of more session clients than a record keeps comes to one
+// instance, most acknowledging alone once they have nothing in flight, some vanishing, some
+// retransmitting an answered command; IDs are ended and created again (recreate.go), with short
+// tombstones, and after a restore (and a second restore of a later backup) the aftermath ends
+// restored lives and creates their IDs again at the revision their first life began at;
+// coordinators stall (stall.go) — store calls and timers both — across their lease's expiry, at
+// random and exactly as they issue a grant whose shard is then moved away and back; and some seeds
+// lose the acknowledgements of pipelined writes so that the owner notices only at its next write
+// (the lost write landing right after it), its log write blocking before it rebuilds. Each can
+// be turned off (Config.NoGrow, NoCrowd, NoRecreate, NoStall, NoAckLoss). Every node life
+// publishes its effects to one fake effects stream (effects.go) that deduplicates by key and fails, loses acknowledgements,
 // delays and drops publishes from the seed; a frozen or killed node's publisher is frozen or
 // killed with it. Then the Net heals, the cluster settles, every stored effect reaches the stream,
 // and the checks run:
@@ -39,6 +52,10 @@
 //     was answered with, no op twice, none that was never sent, an op acknowledged before another
 //     was first sent sits before it; a create is what it asked for (its tag), and no command is
 //     answered already_exists, request_id_reused or unknown_instance for an instance it created;
+//     no add is answered too_large (it grows nothing: either its op is in the stored record,
+//     and a client re-issuing it, as too_large allows, applies it twice, or it was an innocent
+//     command refused), and a session's retransmission of an answered command gets its first
+//     answer;
 //   - restores are cuts: a completed restore rolls the state back to its backup, so what was
 //     acknowledged after the backup is lost by design. The rule: an add (or create) is owed only
 //     if it was first sent after the final epoch went live (the cluster record's last epoch
@@ -390,7 +407,7 @@ func Run(seed uint64, cfg Config) Result {
 	}
 	mem := memstore.NewWithHistory()
 	audit := newAuditStore(mem, firstEpoch)
-	net := faultstore.New(audit, seed, faultstore.Options{LogSize: 20000})
+	net := faultstore.New(audit, seed, faultstore.Options{LogSize: max(20000, cfg.LogTail)})
 	kinds, _ := actor.NewKinds(ledgerKind{})
 	if vary {
 		net.Logf("seed %d: faults lag %.2f up to %v, lost answers %.3f (async %.3f, noticed in the next call %.2f, landing later %.2f)", seed,
