@@ -413,7 +413,7 @@ func (in *instance) tickBody() *write {
 	case in.isolate == 0:
 		cmds = in.mailbox
 		in.mailbox, in.spare = in.spare[:0], cmds
-	case in.inflight == nil && in.pending == nil && len(in.mailbox) > 0:
+	case in.inflight == nil && in.pending == nil:
 		// After a write refused as too large: one command per write until those it held have
 		// gone again (sortTooLargeLocked), so that only the one that makes it too large is refused.
 		// Only once the write before is settled: a command waiting in the pending write would
@@ -514,14 +514,6 @@ func (in *instance) expireLocked() *write {
 // apply runs one command; now reports an answer that does not wait for a write.
 func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 	a.c = c
-	if c.AckOnly() {
-		// An acknowledgement alone: the session drops the answers it covers (in memory; the next
-		// write stores it). Nothing to answer: it was published without a reply subject.
-		in.rec.AckSession(c.Client, c.Ack)
-		a.reply = wire.EncodeReply(wire.Reply{OK: true})
-		a.result = "ok"
-		return a, true
-	}
 	if fp, res, ok := in.sh.h.remembered(&in.rec, c, tick, &a); ok {
 		if fp != c.Fingerprint {
 			a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRequestIDReused,
@@ -858,7 +850,7 @@ func writeErrCode(err error) (code, what string) {
 // write each (isolate), so that the offender's write holds it alone and only it is answered
 // too_large. What it returns as offenders is the one command of a write that held only one.
 func (in *instance) sortTooLargeLocked(answers []answer) (offenders, known []answer) {
-	var again []Command
+	var again []answer
 	for _, a := range answers {
 		if a.result == "duplicate" {
 			var refused answer
@@ -868,17 +860,16 @@ func (in *instance) sortTooLargeLocked(answers []answer) (offenders, known []ans
 				continue
 			}
 		}
-		again = append(again, a.c) // its original was undone too, or it is new: apply it again
+		again = append(again, a) // its original was undone too, or it is new: apply it again
 	}
 	if len(again) <= 1 {
-		for _, a := range answers {
-			if len(again) == 1 && a.c.Key() == again[0].Key() && a.c.Client == again[0].Client {
-				offenders = append(offenders, a)
-			}
-		}
-		return offenders, known
+		return again, known // alone in its write: it is the offender
 	}
-	in.mailbox = append(again, in.mailbox...)
+	cmds := make([]Command, 0, len(again)+len(in.mailbox))
+	for _, a := range again {
+		cmds = append(cmds, a.c)
+	}
+	in.mailbox = append(cmds, in.mailbox...)
 	in.isolate += len(again)
 	return nil, known
 }

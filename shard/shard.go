@@ -485,6 +485,10 @@ func (sh *shardRun) submit(c Command) {
 		sh.mu.Unlock()
 		return
 	}
+	if c.AckOnly() {
+		sh.mu.Unlock()
+		return // an acknowledgement alone of an instance not here: nothing to free, no one to answer
+	}
 	if c.Type != "create" {
 		g := sh.grant
 		sh.mu.Unlock()

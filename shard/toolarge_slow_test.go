@@ -28,76 +28,35 @@ func (s slowWrites) WriteAsync(g store.Grant, id string, rec store.Record, done 
 // write refused as too large, an innocent command after it, and a store that takes longer than a
 // tick to answer. Isolation took the offender alone, then (next tick, its write still out) the
 // innocent one into the pending write; the offender's refusal folded the pending write's answers
-// back in, both were queued again, and so on for ever: neither was answered.
+// back in, both were queued again, and so on for ever: neither was answered. The same order with
+// the store as it is, single writes and batches, is TestTooLargeOffenderFirst.
 func TestTooLargeIsolationWithSlowWrites(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		st := slowWrites{b.open(t), 60 * time.Millisecond}
-		n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30, writeStrategy: shard.WriteSingle})
-		n.grant(6)
-		id := idIn(6, 0)
-		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
-
-		frozen := n.freeze.arm(id)
-		x := n.submit(id, "x", mustBody(t, map[string]any{"type": "add", "by": 100}))
-		<-frozen
-		big := n.submit(id, "big", mustBody(t, map[string]any{"type": "grow", "n": store.MaxBlobBytes}))
-		inn := n.submit(id, "inn", mustBody(t, map[string]any{"type": "add", "by": 10}))
-		n.ticked(4)
-		n.freeze.release()
-		mustOK(t, reply(t, x), "x")
-		for _, c := range []struct {
-			name string
-			ch   <-chan []byte
-		}{{"big", big}, {"inn", inn}} {
-			select {
-			case b := <-c.ch:
-				r, _ := wire.DecodeReply(b, false)
-				if ok := c.name == "inn"; r.OK != ok || !ok && r.Error.Code != wire.CodeTooLarge {
-					t.Errorf("%s: ok=%v err=%v; want inn ok, big too_large", c.name, r.OK, r.Error)
-				}
-			case <-time.After(10 * time.Second):
-				t.Errorf("%s: no answer in 10 s (writes so far: ok %v, refused %v)", c.name, n.writes("ok"), n.writes("refused"))
-			}
-		}
+		offenderFirst(t, slowWrites{b.open(t), 60 * time.Millisecond}, shard.WriteSingle)
 	})
 }
 
-// TestTooLargeOffenderFirst: the same order (offender first) with the store as it is, single
-// writes and batches.
 func TestTooLargeOffenderFirst(t *testing.T) {
 	for _, ws := range []shard.WriteStrategy{shard.WriteSingle, shard.WriteBatches} {
 		t.Run(string(ws), func(t *testing.T) {
-			forEachBackend(t, func(t *testing.T, b backend) {
-				st := b.open(t)
-				n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30, writeStrategy: ws})
-				n.grant(6)
-				id := idIn(6, 0)
-				mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
-				frozen := n.freeze.arm(id)
-				x := n.submit(id, "x", mustBody(t, map[string]any{"type": "add", "by": 100}))
-				<-frozen
-				big := n.submit(id, "big", mustBody(t, map[string]any{"type": "grow", "n": store.MaxBlobBytes}))
-				inn := n.submit(id, "inn", mustBody(t, map[string]any{"type": "add", "by": 10}))
-				n.ticked(4)
-				n.freeze.release()
-				mustOK(t, reply(t, x), "x")
-				for _, c := range []struct {
-					name string
-					ch   <-chan []byte
-				}{{"big", big}, {"inn", inn}} {
-					select {
-					case b := <-c.ch:
-						r, _ := wire.DecodeReply(b, false)
-						if ok := c.name == "inn"; r.OK != ok || !ok && r.Error.Code != wire.CodeTooLarge {
-							t.Errorf("%s: ok=%v err=%v; want inn ok, big too_large", c.name, r.OK, r.Error)
-						}
-					case <-time.After(10 * time.Second):
-						t.Errorf("%s: no answer in 10 s (writes so far: ok %v, refused %v)", c.name, n.writes("ok"), n.writes("refused"))
-					}
-				}
-			})
+			forEachBackend(t, func(t *testing.T, b backend) { offenderFirst(t, b.open(t), ws) })
 		})
 	}
+}
+
+// offenderFirst: a grow past the limit, then an innocent add, in one write: the grow is refused
+// too_large, the add applied.
+func offenderFirst(t *testing.T, st store.Store, ws shard.WriteStrategy) {
+	n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30, writeStrategy: ws})
+	n.grant(6)
+	id := idIn(6, 0)
+	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
+	r := inOneWrite(t, n, id, []heldCmd{
+		{"big", map[string]any{"type": "grow", "n": store.MaxBlobBytes}},
+		{"inn", map[string]any{"type": "add", "by": 10}},
+	})
+	wantCode(t, r[0], wire.CodeTooLarge, "the grow")
+	mustOK(t, r[1], "the innocent add")
 }
 
 // failFirstWrite answers the first fenced Write of one instance with an error whose outcome is

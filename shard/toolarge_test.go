@@ -3,6 +3,7 @@ package shard_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/wire"
@@ -28,26 +29,19 @@ func TestTooLargeAnswersOnlyTheOffender(t *testing.T) {
 				first := n.send(id, "a1", map[string]any{"type": "add", "by": 1})
 				mustOK(t, first, "a1")
 
-				// A write in flight, held; what arrives meanwhile waits in the next write.
-				frozen := n.freeze.arm(id)
-				x := n.submit(id, "x", mustBody(t, map[string]any{"type": "add", "by": 100}))
-				<-frozen
-				dup := n.submit(id, "a1", mustBody(t, map[string]any{"type": "add", "by": 1}))
-				inn := n.submit(id, "inn", mustBody(t, map[string]any{"type": "add", "by": 10}))
-				big := n.submit(id, "big", mustBody(t, map[string]any{"type": "grow", "n": store.MaxBlobBytes}))
-				n.ticked(4)
-				n.freeze.release()
-
-				mustOK(t, reply(t, x), "x (the held write)")
-				r := reply(t, dup)
-				mustOK(t, r, "a1 retransmitted beside an oversized command")
-				if got, want := jsonOf(r.Result), jsonOf(first.Result); got != want {
+				r := inOneWrite(t, n, id, []heldCmd{
+					{"a1", map[string]any{"type": "add", "by": 1}},
+					{"inn", map[string]any{"type": "add", "by": 10}},
+					{"big", map[string]any{"type": "grow", "n": store.MaxBlobBytes}},
+				})
+				mustOK(t, r[0], "a1 retransmitted beside an oversized command")
+				if got, want := jsonOf(r[0].Result), jsonOf(first.Result); got != want {
 					t.Errorf("a1 retransmitted: result %s, want its first %s", got, want)
 				}
-				mustOK(t, reply(t, inn), "an innocent add beside an oversized command")
-				wantCode(t, reply(t, big), wire.CodeTooLarge, "the oversized command")
+				mustOK(t, r[1], "an innocent add beside an oversized command")
+				wantCode(t, r[2], wire.CodeTooLarge, "the oversized command")
 				if _, cs := load(t, st, id); cs.N != 111 || len(cs.Blob) != 0 {
-					t.Fatalf("stored n = %d, blob %d bytes; want 111 (1 + 100 + 10) and no blob", cs.N, len(cs.Blob))
+					t.Fatalf("stored n = %d, blob %d bytes; want 111 (1 + 100 (the held write) + 10) and no blob", cs.N, len(cs.Blob))
 				}
 				// Busy is a fair answer here (admission control after a 16 MiB state was made and
 				// undone, as in TestTooLargeFirstWriteAfterPlaceholderReverts): retried, as a client does.
@@ -57,13 +51,46 @@ func TestTooLargeAnswersOnlyTheOffender(t *testing.T) {
 	}
 }
 
+type heldCmd struct {
+	req string
+	cmd map[string]any
+}
+
+// inOneWrite holds a write of id in flight (an add of 100), submits cmds meanwhile, so that they
+// wait in the next write together, releases it and returns their answers in order.
+func inOneWrite(t *testing.T, n *node, id string, cmds []heldCmd) []wire.Reply {
+	t.Helper()
+	frozen := n.freeze.arm(id)
+	held := n.submit(id, "held", mustBody(t, map[string]any{"type": "add", "by": 100}))
+	<-frozen
+	chs := make([]<-chan []byte, len(cmds))
+	for i, c := range cmds {
+		chs[i] = n.submit(id, c.req, mustBody(t, c.cmd))
+	}
+	n.ticked(4)
+	n.freeze.release()
+	mustOK(t, reply(t, held), "the held write")
+	out := make([]wire.Reply, len(cmds))
+	for i, ch := range chs {
+		out[i] = reply(t, ch)
+	}
+	return out
+}
+
+// reply waits for an answer (10 s at most: an unanswered command fails the test).
 func reply(t *testing.T, ch <-chan []byte) wire.Reply {
 	t.Helper()
-	r, err := wire.DecodeReply(<-ch, false)
-	if err != nil {
-		t.Fatal(err)
+	select {
+	case b := <-ch:
+		r, err := wire.DecodeReply(b, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer in 10 s")
 	}
-	return r
+	return wire.Reply{}
 }
 
 func jsonOf(v any) string {

@@ -125,7 +125,9 @@ func (s *Server) serve(m *nats.Msg, queue *intake, player bool, handle func(shar
 	if s.metrics != nil {
 		s.metrics.CommandQueueSeconds.Observe(waited.Seconds())
 	}
-	ackOnly := m.Header.Get(wire.HeaderSeq) == "" && m.Header.Get(wire.HeaderClient) != "" && m.Header.Get(wire.HeaderAck) != "" && len(m.Data) == 0
+	ids := wire.Headers{RequestID: m.Header.Get(wire.HeaderRequestID), Client: m.Header.Get(wire.HeaderClient),
+		Seq: m.Header.Get(wire.HeaderSeq), Ack: m.Header.Get(wire.HeaderAck), ContentType: m.Header.Get(wire.HeaderContent)}
+	ackOnly := wire.AckAlone(ids, m.Data)
 	if m.Reply == "" && !ackOnly {
 		return // a publish, not a request: there is no one to answer
 	}
@@ -133,8 +135,7 @@ func (s *Server) serve(m *nats.Msg, queue *intake, player bool, handle func(shar
 		s.refuseReply(m) // never publish where a requester aims (DESIGN 9: confused deputy)
 		return
 	}
-	content := m.Header.Get(wire.HeaderContent)
-	asJSON := strings.HasPrefix(content, wire.ContentJSON)
+	asJSON := strings.HasPrefix(ids.ContentType, wire.ContentJSON)
 	reply := func(b []byte) {
 		if m.Reply == "" {
 			return // an acknowledgement alone: no one waits for an answer
@@ -176,9 +177,7 @@ func (s *Server) serve(m *nats.Msg, queue *intake, player bool, handle func(shar
 	if player && !s.playerAllowed(m, reply, who, true, false) {
 		return
 	}
-	req, err := wire.DecodeCommand(subject, wire.Headers{RequestID: m.Header.Get(wire.HeaderRequestID),
-		Client: m.Header.Get(wire.HeaderClient), Seq: m.Header.Get(wire.HeaderSeq), Ack: m.Header.Get(wire.HeaderAck),
-		ContentType: content}, m.Data, s.shards)
+	req, err := wire.DecodeCommand(subject, ids, m.Data, s.shards)
 	if err != nil {
 		werr := &wire.Error{}
 		if !errors.As(err, &werr) {

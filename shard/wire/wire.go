@@ -182,6 +182,12 @@ func (r *Request) Key() string {
 // AckOnly reports an acknowledgement alone (HeaderAck without HeaderSeq or a body): no command.
 func (r *Request) AckOnly() bool { return r.Client != "" && r.Seq == 0 }
 
+// AckAlone reports a message that is an acknowledgement alone: the client ID and the ack, no
+// sequence number and no body (see HeaderClient).
+func AckAlone(h Headers, data []byte) bool {
+	return h.Client != "" && h.Seq == "" && h.Ack != "" && len(data) == 0
+}
+
 // Headers are the identifying headers of a command.
 type Headers struct {
 	RequestID, Client, Seq, Ack, ContentType string
@@ -212,7 +218,7 @@ func DecodeCommand(subject string, h Headers, data []byte, shards uint32) (Reque
 	if err := checkToken(HeaderClient, h.Client); err != nil {
 		return bad, err
 	}
-	if h.Seq == "" && h.Ack != "" && len(data) == 0 { // an acknowledgement alone
+	if AckAlone(h, data) {
 		ack, err := strconv.ParseUint(h.Ack, 10, 64)
 		if err != nil || ack == 0 {
 			return bad, Errorf(CodeBadRequest, "header %s must be a decimal number from 1", HeaderAck)
