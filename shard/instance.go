@@ -430,9 +430,8 @@ func (in *instance) tickBody() *write {
 			cmds[i] = Command{}
 			// A retransmission of a command the stored record holds gets its first answer: busy
 			// says "without effect", which it had.
-			var refused answer
-			if fp, first, ok := in.sh.h.remembered(&in.acked, c, tick, &refused); ok && fp == c.Fingerprint {
-				in.sh.h.answer(c, first, "duplicate")
+			if first, result, ok := in.sh.h.storedAnswer(&in.acked, c, tick); ok {
+				in.sh.h.answer(c, first, result)
 				continue
 			}
 			in.sh.h.answerErr(c, wire.CodeBusy, "instance %s holds %d effects not yet delivered (the effects stream is unavailable?); retry later", in.id, len(in.rec.Fx))
@@ -525,8 +524,16 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 			sfp, _, stored := in.sh.h.remembered(&in.acked, c, tick, &refused)
 			return a, stored && sfp == fp
 		}
-		// A retransmission: the first answer, once the record holding it is stored.
+		// A retransmission: the first answer, once the record holding it is stored. Its client
+		// is not silent: its session is not the next to be let go of.
 		a.reply, a.result = res, "duplicate"
+		if c.Client != "" {
+			in.rec.TouchSession(c.Client, tick)
+		}
+		return a, false
+	} else if a.result == wire.CodeAnswerForgotten {
+		// Like a retransmission's first answer: said once the record that let its session go
+		// is stored (until then the write that applied it may yet be undone).
 		return a, false
 	} else if a.reply != nil {
 		return a, true // refused by its session (stale, or too many unacknowledged)
@@ -597,6 +604,11 @@ func (h *Host) remembered(rec *store.Record, c Command, tick uint64, a *answer) 
 		a.result = wire.CodeRateLimited
 	case store.SessionDuplicate:
 		return q.Fingerprint, q.Result, true
+	case store.SessionForgotten:
+		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeAnswerForgotten,
+			"request %s was applied, but its answer is no longer kept: the instance let go of client %s's session, which held it, to make room for other clients while the client was silent; it is not applied again",
+			c.Key(), c.Client)})
+		a.result = wire.CodeAnswerForgotten
 	case store.SessionStale:
 		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRequestIDReused,
 			"request %s is at or below the acknowledgement of client %s: it was answered already", c.Key(), c.Client)})
@@ -608,6 +620,26 @@ func (h *Host) remembered(rec *store.Record, c Command, tick uint64, a *answer) 
 		a.result = wire.CodeBadRequest
 	}
 	return 0, nil, false
+}
+
+// storedAnswer is the answer the stored record (acked) gives a command that was applied before:
+// its first answer (a retransmission), or answer_forgotten if acked let its session go. ok is
+// false if acked does not hold it applied (or holds another command under its ID).
+func (h *Host) storedAnswer(acked *store.Record, c Command, tick uint64) (reply []byte, result string, ok bool) {
+	var refused answer
+	if fp, first, ok := h.remembered(acked, c, tick, &refused); ok && fp == c.Fingerprint {
+		return first, "duplicate", true
+	}
+	if refused.result == wire.CodeAnswerForgotten {
+		return refused.reply, refused.result, true
+	}
+	return nil, "", false
+}
+
+// retransmission: a's command was applied before (answered with its first answer, or with
+// answer_forgotten): nothing of it is new.
+func (a *answer) retransmission() bool {
+	return a.result == "duplicate" || a.result == wire.CodeAnswerForgotten
 }
 
 // remember records an applied command and its first answer in the record, at instance tick.
@@ -852,10 +884,9 @@ func writeErrCode(err error) (code, what string) {
 func (in *instance) sortTooLargeLocked(answers []answer) (offenders, known []answer) {
 	var again []answer
 	for _, a := range answers {
-		if a.result == "duplicate" {
-			var refused answer
-			if fp, first, ok := in.sh.h.remembered(&in.acked, a.c, in.rec.Tick, &refused); ok && fp == a.c.Fingerprint {
-				a.reply = first
+		if a.retransmission() {
+			if first, result, ok := in.sh.h.storedAnswer(&in.acked, a.c, in.rec.Tick); ok {
+				a.reply, a.result = first, result
 				known = append(known, a)
 				continue
 			}
@@ -928,13 +959,12 @@ func (in *instance) poison(p any) (failed []Command, known []answer, retry []Com
 	}
 	acked := in.acked
 	for _, a := range waiting {
-		if a.result != "duplicate" {
+		if !a.retransmission() {
 			failed = append(failed, a.c)
 			continue
 		}
-		var refused answer
-		if fp, first, ok := in.sh.h.remembered(&acked, a.c, in.rec.Tick, &refused); ok && fp == a.c.Fingerprint {
-			a.reply = first // as stored: the record in memory may have forgotten it and applied it again
+		if first, result, ok := in.sh.h.storedAnswer(&acked, a.c, in.rec.Tick); ok {
+			a.reply, a.result = first, result // as stored: the record in memory may have forgotten it and applied it again
 			known = append(known, a)
 		} else {
 			retry = append(retry, a.c)

@@ -16,9 +16,10 @@ import (
 
 // SchemaVersion is the version of the instance record encoding written by this code. Version 2
 // added client sessions (clients) and the age of remembered requests (at); version 3 the effects
-// outbox (fx, fx_seq). Older versions are read as they are. An older build refuses a newer
-// version rather than forget its sessions or its effects.
-const SchemaVersion = 3
+// outbox (fx, fx_seq, fx_epoch); version 4 the sessions let go of (gone). Older versions are read
+// as they are. An older build refuses a newer version rather than forget its sessions or its
+// effects.
+const SchemaVersion = 4
 
 // Size limits. A record or command over its limit is refused before anything is stored.
 const (
@@ -49,6 +50,8 @@ type Record struct {
 	Create []byte `msgpack:"create,omitempty"`
 	// Clients are the client sessions of the compact request form (session.go), in no order.
 	Clients []ClientSession `msgpack:"clients,omitempty"`
+	// Gone are the sessions let go of while they held answers (session.go), in no order.
+	Gone []GoneSession `msgpack:"gone,omitempty"`
 	// Creator is who created the instance when an untrusted sender did (a digest of its account
 	// and user): that sender may end it. Empty when a trusted sender created it (only trusted
 	// senders may end it).
@@ -238,6 +241,9 @@ func (r Record) ApproxSize() int {
 	for _, e := range r.Fx {
 		n += 32 + len(e.Key) + len(e.Kind) + len(e.Payload)
 	}
+	for _, g := range r.Gone {
+		n += 40 + 9*len(g.Done)
+	}
 	return n
 }
 
@@ -286,6 +292,14 @@ func DecodeRecord(b []byte) (Record, error) {
 	}
 	if len(r.Clients) > 4*MaxClientSessions {
 		return Record{}, fmt.Errorf("%w: %d client sessions", ErrBadRecord, len(r.Clients))
+	}
+	if len(r.Gone) > 4*MaxGoneSessions {
+		return Record{}, fmt.Errorf("%w: %d sessions let go of", ErrBadRecord, len(r.Gone))
+	}
+	for _, g := range r.Gone {
+		if len(g.Done) > 4*MaxGoneAnswers || !slices.IsSorted(g.Done) || len(g.Done) > 0 && g.Done[0] <= g.Ack {
+			return Record{}, fmt.Errorf("%w: a session let go of with %d numbers, not ascending above its ack %d", ErrBadRecord, len(g.Done), g.Ack)
+		}
 	}
 	if len(r.Fx) > 4*MaxOutbox {
 		return Record{}, fmt.Errorf("%w: %d effects in the outbox", ErrBadRecord, len(r.Fx))

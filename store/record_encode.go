@@ -18,6 +18,9 @@ func appendRecord(b []byte, r *Record) []byte {
 	if len(r.Clients) > 0 {
 		n++
 	}
+	if len(r.Gone) > 0 {
+		n++
+	}
 	if r.Creator != "" {
 		n++
 	}
@@ -84,6 +87,26 @@ func appendRecord(b []byte, r *Record) []byte {
 					b = mpenc.Bin(mpenc.Str(b, "res"), d.Result)
 				}
 			}
+		}
+	}
+	if len(r.Gone) > 0 {
+		b = mpenc.ArrayLen(mpenc.Str(b, "gone"), len(r.Gone))
+		for i := range r.Gone {
+			g := &r.Gone[i]
+			if len(g.Done) > 0 {
+				b = mpenc.MapLen(b, 4)
+			} else {
+				b = mpenc.MapLen(b, 3)
+			}
+			b = mpenc.Uint(mpenc.Str(b, "h"), g.Client)
+			b = mpenc.Uint(mpenc.Str(b, "ack"), g.Ack)
+			if len(g.Done) > 0 {
+				b = mpenc.ArrayLen(mpenc.Str(b, "done"), len(g.Done))
+				for _, d := range g.Done {
+					b = mpenc.Uint(b, d)
+				}
+			}
+			b = mpenc.Uint(mpenc.Str(b, "seen"), g.Seen)
 		}
 	}
 	if r.Creator != "" {

@@ -10,8 +10,9 @@ import (
 const ttlTicks = 6000
 
 // TestOneSenderCannotFillSessions: one untrusted sender holds at most MaxSenderSessions sessions
-// of a record. Past that, its new client takes the place of its own idle session, or is refused
-// while all of its own hold answers; another sender, and a trusted client, still get in.
+// of a record. Past that, its new client takes the place of its own idle session, or of its own
+// silent one holding few answers (TestSenderLetsGoOfItsOwnSilentSession), or is refused while
+// all of its own hold more; another sender, and a trusted client, still get in.
 func TestOneSenderCannotFillSessions(t *testing.T) {
 	var r store.Record
 	evil := "s:00000000000000aa "
@@ -20,22 +21,20 @@ func TestOneSenderCannotFillSessions(t *testing.T) {
 		if st, _ := r.CheckSession(id, 1, 0, 10, ttlTicks); st != store.SessionNew {
 			t.Fatalf("session %d of one sender: %v", i, st)
 		}
-		r.RememberSession(id, 0, store.SeqResult{Seq: 1, Result: []byte("r")}, 10, ttlTicks) // holding an answer
+		for seq := range uint64(store.MaxGoneAnswers + 1) { // holding more answers than a session let go of may
+			r.RememberSession(id, 0, store.SeqResult{Seq: seq + 1, Result: []byte("r")}, 10, ttlTicks)
+		}
 	}
 	if st, _ := r.CheckSession(evil+"more", 1, 0, 10, ttlTicks); st != store.SessionSenderFull {
-		t.Fatalf("a sender's session past %d, all holding answers: %v, want SessionSenderFull", store.MaxSenderSessions, st)
+		t.Fatalf("a sender's session past %d, all holding %d answers: %v, want SessionSenderFull", store.MaxSenderSessions, store.MaxGoneAnswers+1, st)
 	}
 	for _, other := range []string{"s:00000000000000bb c0", "trusted-client"} {
 		if st, _ := r.CheckSession(other, 1, 0, 10, ttlTicks); st != store.SessionNew {
 			t.Fatalf("%q while one sender is at its cap: %v", other, st)
 		}
 	}
-	// One of its sessions acknowledges its answer: the next new client replaces it, and the
+	// One of its sessions acknowledges its answers: the next new client replaces it, and the
 	// sender still holds MaxSenderSessions.
-	r.RememberSession(evil+"c0", 1, store.SeqResult{Seq: 2, Result: []byte("r")}, 11, ttlTicks)
-	r.RememberSession(evil+"c0", 2, store.SeqResult{Seq: 3}, 11, ttlTicks) // acks 2: c0 holds only 3
-	r.RememberSession(evil+"c1", 1, store.SeqResult{Seq: 2}, 12, ttlTicks)
-	// Make c1 idle: every answer acknowledged.
 	r.Clients = idle(r.Clients, evil+"c1")
 	if st, _ := r.CheckSession(evil+"more", 1, 0, 13, ttlTicks); st != store.SessionNew {
 		t.Fatalf("a sender with an idle session: %v, want SessionNew", st)
@@ -52,6 +51,33 @@ func TestOneSenderCannotFillSessions(t *testing.T) {
 	}
 	if n != store.MaxSenderSessions {
 		t.Errorf("the sender holds %d sessions, want %d", n, store.MaxSenderSessions)
+	}
+	if len(r.Gone) != 0 {
+		t.Errorf("an idle session was there to replace, yet %d sessions were let go of", len(r.Gone))
+	}
+}
+
+// TestSenderLetsGoOfItsOwnSilentSession: a player whose client crashed after one command, five
+// times, is not refused its sixth client (issue 34.4): its own least recently seen session is let
+// go of, and that session's command, retransmitted, is answered forgotten, never applied again.
+func TestSenderLetsGoOfItsOwnSilentSession(t *testing.T) {
+	var r store.Record
+	p := "s:00000000000000aa "
+	for i := range store.MaxSenderSessions + 1 {
+		id := fmt.Sprintf("%srun%d", p, i)
+		if st, _ := r.CheckSession(id, 1, 0, uint64(10+i), ttlTicks); st != store.SessionNew {
+			t.Fatalf("run %d of the player's client: %v, want SessionNew", i, st)
+		}
+		r.RememberSession(id, 0, store.SeqResult{Seq: 1, Result: []byte("r")}, uint64(10+i), ttlTicks)
+	}
+	if st, _ := r.CheckSession(p+"run0", 1, 0, 20, ttlTicks); st != store.SessionForgotten {
+		t.Fatalf("run 0's command again, after its session was let go of: %v, want SessionForgotten", st)
+	}
+	if st, _ := r.CheckSession(p+"run0", 2, 1, 20, ttlTicks); st != store.SessionNew {
+		t.Fatalf("run 0's next command: %v, want SessionNew", st)
+	}
+	if st, q := r.CheckSession(p+"run1", 1, 0, 20, ttlTicks); st != store.SessionDuplicate || string(q.Result) != "r" {
+		t.Fatalf("run 1's command again: %v, want its first answer", st)
 	}
 }
 

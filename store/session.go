@@ -2,6 +2,7 @@ package store
 
 import (
 	"cmp"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
@@ -27,8 +28,19 @@ const (
 	MaxClientInFlight = 64
 	// MaxClientSessions bounds the client sessions one record keeps. Past it, a new client takes
 	// the place of the least recently seen session that holds no unacknowledged answer; if every
-	// one holds some, the new client is refused (busy) until one acknowledges or expires.
+	// one holds some, of the least recently seen one that holds at most MaxGoneAnswers, which the
+	// record then remembers as let go of (GoneSession): its commands are never applied again,
+	// and a retransmission of one is answered answer_forgotten. Only when neither exists (or
+	// MaxGoneSessions are remembered already) is the new client refused (busy) until a session
+	// acknowledges or expires.
 	MaxClientSessions = 64
+	// MaxGoneSessions bounds the sessions a record remembers as let go of while they held
+	// answers (a client that vanished, or whose acknowledgement was lost); each is forgotten
+	// when it would have expired (ClientSessionTTL after its last command).
+	MaxGoneSessions = 128
+	// MaxGoneAnswers: a session holding more unacknowledged answers than this is not let go of
+	// (a client with many commands in flight is no vanished one).
+	MaxGoneAnswers = 4
 	// ClientSessionTTL is how long a session is kept after its last command, measured in the
 	// instance's own ticks (never by comparing wall clocks of different owners): a client must
 	// not retransmit a command for longer than this.
@@ -83,7 +95,104 @@ const (
 	SessionFull                           // MaxClientInFlight unacknowledged answers already: refuse it
 	SessionNoRoom                         // a new client, and every session holds unacknowledged answers
 	SessionSenderFull                     // a new client of a sender whose MaxSenderSessions sessions all hold unacknowledged answers
+	SessionForgotten                      // applied, but its session was let go of with its answer (GoneSession): never apply it again
 )
+
+// GoneSession is what a record keeps of a session it let go of while it held answers, to make
+// room for a new client: which of the client's commands were applied. Their answers are gone,
+// but none of them is applied again: a retransmission is answered answer_forgotten (applied,
+// answer no longer kept), and the client's later commands start a new session.
+type GoneSession struct {
+	// Client is ClientHash of the client's ID (8 bytes instead of the ID).
+	Client uint64 `msgpack:"h"`
+	// Ack: every command up to it was applied or acknowledged.
+	Ack uint64 `msgpack:"ack"`
+	// Done are the numbers above Ack that were applied, ascending (at most MaxGoneAnswers).
+	Done []uint64 `msgpack:"done,omitempty"`
+	// Seen is the session's last command (tick): the entry expires when the session would have.
+	Seen uint64 `msgpack:"seen"`
+}
+
+// ClientHash is the 64-bit FNV-1a hash of a client ID, as GoneSession keeps it. Two IDs of one
+// hash can only make the later one's commands look applied (answer_forgotten), never apply
+// anything twice.
+func ClientHash(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
+
+func (g *GoneSession) live(tick, ttl uint64) bool { return tick < g.Seen || tick-g.Seen <= ttl }
+
+// applied reports whether command seq of the gone session was applied (or acknowledged).
+func (g *GoneSession) applied(seq uint64) bool {
+	_, found := slices.BinarySearch(g.Done, seq)
+	return seq <= g.Ack || found
+}
+
+// gone returns the live entry of a client let go of, or nil.
+func (r *Record) gone(h, tick, ttl uint64) *GoneSession {
+	for i := range r.Gone {
+		if g := &r.Gone[i]; g.Client == h && g.live(tick, ttl) {
+			return g
+		}
+	}
+	return nil
+}
+
+// goneRoom reports whether a session may be let go of: fewer than MaxGoneSessions live entries.
+func (r *Record) goneRoom(tick, ttl uint64) bool {
+	n := 0
+	for i := range r.Gone {
+		if r.Gone[i].live(tick, ttl) {
+			n++
+		}
+	}
+	return n < MaxGoneSessions
+}
+
+// letGo returns the entry a session holding answers becomes when it is let go of (merged with an
+// earlier entry of its client), and whether it may be: at most MaxGoneAnswers numbers above its
+// ack.
+func (r *Record) letGo(s *ClientSession, tick, ttl uint64) (GoneSession, bool) {
+	h := ClientHash(s.ID)
+	g := GoneSession{Client: h, Ack: s.Ack, Seen: s.Seen}
+	var done []uint64
+	if old := r.gone(h, tick, ttl); old != nil {
+		g.Ack = max(g.Ack, old.Ack)
+		g.Seen = max(g.Seen, old.Seen)
+		done = append(done, old.Done...)
+	}
+	for _, d := range s.Done {
+		done = append(done, d.Seq)
+	}
+	slices.Sort(done)
+	done = slices.Compact(done)
+	k := 0
+	for k < len(done) && done[k] <= g.Ack {
+		k++
+	}
+	if done = done[k:]; len(done) > MaxGoneAnswers {
+		return GoneSession{}, false
+	}
+	if len(done) > 0 {
+		g.Done = done
+	}
+	return g, true
+}
+
+// evictable reports whether session s may give its place to a new client: it holds no answer,
+// or it may be let go of (letGo) while there is room for one more GoneSession.
+func (r *Record) evictable(s *ClientSession, tick, ttl uint64, goneRoom bool) bool {
+	if !s.holding() {
+		return true
+	}
+	if !goneRoom {
+		return false
+	}
+	_, ok := r.letGo(s, tick, ttl)
+	return ok
+}
 
 func (s *ClientSession) live(tick, ttl uint64) bool { return tick < s.Seen || tick-s.Seen <= ttl }
 
@@ -102,14 +211,22 @@ func (r *Record) session(client string) int {
 // CheckSession looks up command seq of client at instance tick, as if the client's ack had been
 // applied first; ttl is ClientSessionTTL in ticks. It changes nothing.
 func (r *Record) CheckSession(client string, seq, ack, tick, ttl uint64) (SessionCheck, SeqResult) {
+	var g *GoneSession
+	if len(r.Gone) > 0 {
+		g = r.gone(ClientHash(client), tick, ttl)
+	}
 	i := r.session(client)
 	if i < 0 {
+		if g != nil && g.applied(seq) {
+			return SessionForgotten, SeqResult{}
+		}
+		goneRoom := r.goneRoom(tick, ttl)
 		if p := SenderOf(client); p != "" {
 			n, free := 0, false
 			for j := range r.Clients {
 				if c := &r.Clients[j]; c.live(tick, ttl) && strings.HasPrefix(c.ID, p) {
 					n++
-					free = free || !c.holding()
+					free = free || r.evictable(c, tick, ttl, goneRoom)
 				}
 			}
 			if n >= MaxSenderSessions && !free {
@@ -120,7 +237,7 @@ func (r *Record) CheckSession(client string, seq, ack, tick, ttl uint64) (Sessio
 		for j := range r.Clients {
 			if c := &r.Clients[j]; c.live(tick, ttl) {
 				live++
-				room = room || !c.holding()
+				room = room || r.evictable(c, tick, ttl, goneRoom)
 			}
 		}
 		if live >= MaxClientSessions && !room {
@@ -140,6 +257,9 @@ func (r *Record) CheckSession(client string, seq, ack, tick, ttl uint64) (Sessio
 		if d.Seq > ack {
 			live++
 		}
+	}
+	if g != nil && g.applied(seq) {
+		return SessionForgotten, SeqResult{}
 	}
 	if live >= MaxClientInFlight {
 		return SessionFull, SeqResult{}
@@ -167,24 +287,12 @@ func (r *Record) RememberSession(client string, ack uint64, q SeqResult, tick, t
 	}
 	if mine == nil {
 		if p := SenderOf(client); p != "" {
-			out = dropOwnOldest(out, p)
+			if n := ownSessions(out, p); n >= MaxSenderSessions {
+				out = r.evict(out, p, tick, ttl)
+			}
 		}
 		if len(out) >= MaxClientSessions {
-			oldest := -1
-			for i := range out {
-				if !out[i].holding() && (oldest < 0 || out[i].Seen < out[oldest].Seen) {
-					oldest = i
-				}
-			}
-			if oldest < 0 { // CheckSession refuses this; a record that got here anyway keeps every answer
-				oldest = 0
-				for i := range out {
-					if out[i].Seen < out[oldest].Seen {
-						oldest = i
-					}
-				}
-			}
-			out = slices.Delete(out, oldest, oldest+1)
+			out = r.evict(out, "", tick, ttl)
 		}
 		out = append(out, ClientSession{ID: client})
 		mine = &out[len(out)-1]
@@ -221,28 +329,69 @@ func (r *Record) AckSession(client string, ack uint64) bool {
 	return true
 }
 
-// dropOwnOldest removes, when sender p holds MaxSenderSessions sessions of out already, its least
-// recently seen one that holds no unacknowledged answer (else its least recently seen: CheckSession
-// refuses that case). out is the caller's own copy.
-func dropOwnOldest(out []ClientSession, p string) []ClientSession {
-	n, oldest, oldestFree := 0, -1, -1
+// TouchSession records that client was seen at tick (a retransmission, which changes nothing
+// else): the sessions let go of first are those of the least recently seen clients. Like
+// AckSession it never changes what a copy holds.
+func (r *Record) TouchSession(client string, tick uint64) bool {
+	i := r.session(client)
+	if i < 0 || r.Clients[i].Seen >= tick {
+		return false
+	}
+	out := slices.Clone(r.Clients)
+	out[i].Seen = tick
+	r.Clients = out
+	return true
+}
+
+func ownSessions(out []ClientSession, p string) int {
+	n := 0
 	for i := range out {
-		if !strings.HasPrefix(out[i].ID, p) {
+		if strings.HasPrefix(out[i].ID, p) {
+			n++
+		}
+	}
+	return n
+}
+
+// evict removes from out (the caller's own copy of r's sessions, all live) the session that gives
+// its place to a new client, among those of sender prefix p (all if p is ""): the least recently
+// seen one holding no answer; else the least recently seen one that may be let go of, which r
+// then remembers in Gone; else (CheckSession refuses that case: a record that got here anyway)
+// the least recently seen.
+func (r *Record) evict(out []ClientSession, p string, tick, ttl uint64) []ClientSession {
+	free, gone, oldest := -1, -1, -1
+	goneRoom := r.goneRoom(tick, ttl)
+	for i := range out {
+		s := &out[i]
+		if !strings.HasPrefix(s.ID, p) {
 			continue
 		}
-		n++
-		if oldest < 0 || out[i].Seen < out[oldest].Seen {
+		if oldest < 0 || s.Seen < out[oldest].Seen {
 			oldest = i
 		}
-		if !out[i].holding() && (oldestFree < 0 || out[i].Seen < out[oldestFree].Seen) {
-			oldestFree = i
+		if !s.holding() {
+			if free < 0 || s.Seen < out[free].Seen {
+				free = i
+			}
+		} else if r.evictable(s, tick, ttl, goneRoom) && (gone < 0 || s.Seen < out[gone].Seen) {
+			gone = i
 		}
 	}
-	if n < MaxSenderSessions {
+	switch {
+	case free >= 0:
+		oldest = free
+	case gone >= 0:
+		g, _ := r.letGo(&out[gone], tick, ttl)
+		kept := make([]GoneSession, 0, len(r.Gone)+1)
+		for _, e := range r.Gone {
+			if e.Client != g.Client && e.live(tick, ttl) {
+				kept = append(kept, e)
+			}
+		}
+		r.Gone = append(kept, g) // a new array: a copy of the record keeps its own
+		oldest = gone
+	case oldest < 0:
 		return out
-	}
-	if oldestFree >= 0 {
-		oldest = oldestFree
 	}
 	return slices.Delete(out, oldest, oldest+1)
 }

@@ -45,26 +45,95 @@ func TestSessionsAreCopiedOnWriteAndExpire(t *testing.T) {
 	}
 }
 
-// Review finding: a session holding an unacknowledged answer must never be evicted for a new
-// client (its retransmission would apply twice); the new client is refused instead.
-func TestSessionWithUnacknowledgedAnswersIsNeverEvicted(t *testing.T) {
+// A session holding an unacknowledged answer is evicted for a new client only by being let go
+// of (issue 34.4): its commands are remembered as applied, so a retransmission is answered
+// forgotten and never applied twice (a review found the opposite once: the eviction branch
+// dropped answers a client could still ask for). One holding more than MaxGoneAnswers is never.
+func TestSessionLetGoOfIsNeverAppliedAgain(t *testing.T) {
 	var r store.Record
-	r.RememberSession("victim", 0, store.SeqResult{Seq: 10, Fingerprint: 1}, 1, ttl)
+	r.RememberSession("victim", 9, store.SeqResult{Seq: 10, Fingerprint: 1}, 1, ttl)
 	for i := range store.MaxClientSessions - 1 {
 		r.RememberSession("other-"+strconv.Itoa(i), 0, store.SeqResult{Seq: 1}, uint64(2+i), ttl)
 	}
-	if st, _ := r.CheckSession("new", 1, 0, 100, ttl); st != store.SessionNoRoom {
-		t.Fatalf("a new client with every session holding answers: %v, want no room", st)
+	if st, _ := r.CheckSession("new", 1, 0, 100, ttl); st != store.SessionNew {
+		t.Fatalf("a new client with every session holding one answer: %v, want new (the oldest is let go of)", st)
 	}
-	// One session acknowledges its answers: it may make room, the victim's still may not.
-	r.RememberSession("other-5", 1, store.SeqResult{Seq: 2}, 100, ttl)
-	r.RememberSession("other-5", 2, store.SeqResult{Seq: 0}, 101, ttl) // ack only
-	if st, _ := r.CheckSession("new", 1, 0, 102, ttl); st != store.SessionNew {
-		t.Fatalf("a new client with a session free of answers: %v, want new", st)
+	snap := r.Capped()
+	r.RememberSession("new", 0, store.SeqResult{Seq: 1}, 100, ttl)
+	if len(snap.Gone) != 0 || len(snap.Clients) != store.MaxClientSessions {
+		t.Fatalf("a copy taken before changed: %d gone, %d sessions", len(snap.Gone), len(snap.Clients))
 	}
-	r.RememberSession("new", 0, store.SeqResult{Seq: 1}, 102, ttl)
-	if st, _ := r.CheckSession("victim", 10, 0, 103, ttl); st != store.SessionDuplicate {
-		t.Fatalf("the victim's unacknowledged seq 10 is now %v, want a duplicate (its first answer)", st)
+	if st, _ := r.CheckSession("victim", 10, 9, 101, ttl); st != store.SessionForgotten {
+		t.Fatalf("the victim's seq 10 again: %v, want forgotten", st)
+	}
+	if st, _ := r.CheckSession("victim", 11, 10, 101, ttl); st != store.SessionNew {
+		t.Fatalf("the victim's next command: %v, want new", st)
+	}
+	// It comes back (another session is let go of for it), and its old command stays applied.
+	r.RememberSession("victim", 9, store.SeqResult{Seq: 11}, 101, ttl)
+	if st, _ := r.CheckSession("victim", 10, 9, 102, ttl); st != store.SessionForgotten {
+		t.Fatalf("the victim's seq 10 once it has a session again: %v, want forgotten", st)
+	}
+	// The record reads back with what it let go of.
+	b, err := store.EncodeRecord(store.Record{Kind: "k", Clients: r.Clients, Gone: r.Gone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := store.DecodeRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := back.CheckSession("other-0", 1, 0, 103, ttl); st != store.SessionForgotten {
+		t.Fatalf("other-0 (let go of for the victim) after a reload: %v, want forgotten", st)
+	}
+	// Entries expire with the sessions they were.
+	if st, _ := back.CheckSession("other-0", 1, 0, 103+ttl, ttl); st != store.SessionNew {
+		t.Fatalf("other-0's command past its session's TTL: %v, want new", st)
+	}
+
+	// Sessions each holding more than MaxGoneAnswers answers are never let go of.
+	var full store.Record
+	for i := range store.MaxClientSessions {
+		for seq := range uint64(store.MaxGoneAnswers + 1) {
+			full.RememberSession("busy-"+strconv.Itoa(i), 0, store.SeqResult{Seq: seq + 1}, 1, ttl)
+		}
+	}
+	if st, _ := full.CheckSession("new", 1, 0, 2, ttl); st != store.SessionNoRoom {
+		t.Fatalf("every session holding %d answers: %v, want no room", store.MaxGoneAnswers+1, st)
+	}
+}
+
+// At most MaxGoneSessions are remembered: past that, a new client waits (busy) rather than a
+// session being let go of without a trace.
+func TestGoneSessionsAreBounded(t *testing.T) {
+	var r store.Record
+	tick := uint64(1)
+	for i := range store.MaxClientSessions + store.MaxGoneSessions + 1 {
+		id := "c" + strconv.Itoa(i)
+		st, _ := r.CheckSession(id, 1, 0, tick, ttl)
+		if i < store.MaxClientSessions+store.MaxGoneSessions {
+			if st != store.SessionNew {
+				t.Fatalf("client %d: %v, want new (%d gone)", i, st, len(r.Gone))
+			}
+			r.RememberSession(id, 0, store.SeqResult{Seq: 1, Result: []byte("x")}, tick, ttl)
+			tick++
+			continue
+		}
+		if st != store.SessionNoRoom {
+			t.Fatalf("client %d with %d sessions let go of: %v, want no room", i, len(r.Gone), st)
+		}
+	}
+	if len(r.Gone) != store.MaxGoneSessions {
+		t.Fatalf("%d gone, want %d", len(r.Gone), store.MaxGoneSessions)
+	}
+	b, err := store.EncodeRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d sessions holding one answer and %d let go of: %d bytes encoded", len(r.Clients), len(r.Gone), len(b))
+	// Once the first ones would have expired, their places are free again.
+	if st, _ := r.CheckSession("late", 1, 0, 1+ttl+1, ttl); st != store.SessionNew {
+		t.Fatalf("after the TTL: %v, want new", st)
 	}
 }
 
@@ -148,6 +217,52 @@ func copyingRemember(r *store.Record, client string, ack uint64, q store.SeqResu
 			for i := range out {
 				if len(out[i].Done) == 0 && (oldest < 0 || out[i].Seen < out[oldest].Seen) {
 					oldest = i
+				}
+			}
+			// Else the least recently seen whose applied numbers above its ack, with those of an
+			// earlier entry of its client, are few enough, while fewer than MaxGoneSessions
+			// entries live: it is let go of (a new entry replaces its client's earlier one).
+			liveGone := map[uint64]store.GoneSession{}
+			for _, g := range r.Gone {
+				if tick < g.Seen || tick-g.Seen <= ttl {
+					liveGone[g.Client] = g
+				}
+			}
+			entry := func(s store.ClientSession) (store.GoneSession, bool) {
+				g := store.GoneSession{Client: store.ClientHash(s.ID), Ack: s.Ack, Seen: s.Seen}
+				seqs := map[uint64]bool{}
+				if old, ok := liveGone[g.Client]; ok {
+					g.Ack, g.Seen = max(g.Ack, old.Ack), max(g.Seen, old.Seen)
+					for _, d := range old.Done {
+						seqs[d] = true
+					}
+				}
+				for _, d := range s.Done {
+					seqs[d.Seq] = true
+				}
+				for q := range seqs {
+					if q > g.Ack {
+						g.Done = append(g.Done, q)
+					}
+				}
+				slices.Sort(g.Done)
+				return g, len(g.Done) <= store.MaxGoneAnswers
+			}
+			if oldest < 0 && len(liveGone) < store.MaxGoneSessions {
+				for i := range out {
+					if _, ok := entry(out[i]); ok && (oldest < 0 || out[i].Seen < out[oldest].Seen) {
+						oldest = i
+					}
+				}
+				if oldest >= 0 {
+					g, _ := entry(out[oldest])
+					var gone []store.GoneSession
+					for _, e := range r.Gone {
+						if _, ok := liveGone[e.Client]; ok && e.Client != g.Client {
+							gone = append(gone, e)
+						}
+					}
+					r.Gone = append(gone, g)
 				}
 			}
 			if oldest < 0 {
@@ -339,16 +454,18 @@ func TestAckSessionFreesThePlace(t *testing.T) {
 	var r store.Record
 	for i := range store.MaxClientSessions {
 		c := fmt.Sprintf("c%d", i)
-		r.RememberSession(c, 0, store.SeqResult{Seq: 1, Result: []byte("ok")}, 1, 100)
+		for seq := range uint64(store.MaxGoneAnswers + 1) { // more than a session let go of may hold
+			r.RememberSession(c, 0, store.SeqResult{Seq: seq + 1, Result: []byte("ok")}, 1, 100)
+		}
 	}
 	if st, _ := r.CheckSession("new", 1, 0, 2, 100); st != store.SessionNoRoom {
 		t.Fatalf("a new client with every session holding an answer: %v, want store.SessionNoRoom", st)
 	}
 	snap := r.Capped()
-	if !r.AckSession("c7", 1) {
+	if !r.AckSession("c7", store.MaxGoneAnswers+1) {
 		t.Fatal("AckSession changed nothing")
 	}
-	if r.AckSession("c7", 1) || r.AckSession("nobody", 5) {
+	if r.AckSession("c7", store.MaxGoneAnswers+1) || r.AckSession("nobody", 5) {
 		t.Fatal("a repeated or unknown acknowledgement changed something")
 	}
 	if st, _ := r.CheckSession("new", 1, 0, 2, 100); st != store.SessionNew {
@@ -358,8 +475,96 @@ func TestAckSessionFreesThePlace(t *testing.T) {
 		t.Fatalf("c7's acknowledged command: %v, want store.SessionStale", st)
 	}
 	for _, c := range snap.Clients {
-		if c.ID == "c7" && len(c.Done) != 1 {
+		if c.ID == "c7" && len(c.Done) != store.MaxGoneAnswers+1 {
 			t.Fatal("the acknowledgement changed a copy taken before it")
 		}
+	}
+}
+
+// Random clients (more than MaxClientSessions, with gaps in their numbers, pipelined commands
+// up to MaxGoneAnswers+2 in flight, acknowledgements alone, and clients that vanish), all within
+// one TTL: no command ever applied twice, whatever was let go of; a new client is refused only
+// while every session holds more answers than may be let go of.
+func TestSessionsNeverApplyTwice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var r store.Record
+	applied := map[string]map[uint64]bool{}
+	next := map[string]uint64{}
+	acked := map[string]uint64{}
+	stats := map[store.SessionCheck]int{}
+	tick := uint64(1)
+	for step := range 20000 {
+		if rng.IntN(8) == 0 {
+			tick++
+		}
+		client := "c" + strconv.Itoa(rng.IntN(150))
+		if applied[client] == nil {
+			applied[client] = map[uint64]bool{}
+		}
+		var seq uint64
+		var unacked []uint64 // applied, not acknowledged: the client may still send them again
+		for q := range applied[client] {
+			if q > acked[client] {
+				unacked = append(unacked, q)
+			}
+		}
+		if len(unacked) > 0 && rng.IntN(3) == 0 { // a retransmission of an applied one
+			seq = unacked[rng.IntN(len(unacked))]
+		} else {
+			next[client] += 1 + uint64(rng.IntN(3)) // gaps: other instances' numbers
+			seq = next[client]
+		}
+		if rng.IntN(4) == 0 { // everything applied so far is answered: acknowledge it
+			for q := range applied[client] {
+				acked[client] = max(acked[client], q)
+			}
+			if rng.IntN(2) == 0 {
+				r.AckSession(client, acked[client])
+			}
+		}
+		ack := acked[client]
+		st, _ := r.CheckSession(client, seq, ack, tick, ttl)
+		stats[st]++
+		if st == store.SessionNew && applied[client][seq] {
+			t.Fatalf("step %d: %s's command %d, applied before, is new again (%d gone)", step, client, seq, len(r.Gone))
+		}
+		if st == store.SessionNoRoom {
+			for _, c := range r.Clients {
+				if len(c.Done) <= store.MaxGoneAnswers && len(r.Gone) < store.MaxGoneSessions {
+					t.Fatalf("step %d: a new client refused while %s holds %d answers", step, c.ID, len(c.Done))
+				}
+			}
+		}
+		if st == store.SessionNew {
+			r.RememberSession(client, ack, store.SeqResult{Seq: seq}, tick, ttl)
+			applied[client][seq] = true
+		}
+	}
+	if stats[store.SessionForgotten] == 0 || len(r.Gone) == 0 {
+		t.Fatalf("nothing was let go of: %v", stats)
+	}
+	t.Logf("checks %v (0 new, 1 dup, 2 stale, 3 full, 4 no room, 5 sender full, 6 forgotten); %d sessions, %d let go of", stats, len(r.Clients), len(r.Gone))
+}
+
+// A retransmission refreshes its session's age: the client is not silent, and the session let go
+// of for a new client is another's (the least recently seen).
+func TestRetransmittingClientIsNotLetGoOf(t *testing.T) {
+	var r store.Record
+	for i := range store.MaxClientSessions {
+		r.RememberSession("c"+strconv.Itoa(i), 0, store.SeqResult{Seq: 1}, uint64(1+i), ttl)
+	}
+	snap := r.Capped()
+	if !r.TouchSession("c0", 100) || r.TouchSession("c0", 100) || r.TouchSession("nobody", 101) {
+		t.Fatal("TouchSession: want a change for c0 at 100 only")
+	}
+	if snap.Clients[0].Seen != 1 {
+		t.Fatal("TouchSession changed a copy taken before")
+	}
+	r.RememberSession("new", 0, store.SeqResult{Seq: 1}, 101, ttl)
+	if st, _ := r.CheckSession("c0", 1, 0, 102, ttl); st != store.SessionDuplicate {
+		t.Fatalf("c0, which retransmitted at 100: %v, want its session kept (duplicate)", st)
+	}
+	if st, _ := r.CheckSession("c1", 1, 0, 102, ttl); st != store.SessionForgotten {
+		t.Fatalf("c1, silent since 2: %v, want forgotten", st)
 	}
 }

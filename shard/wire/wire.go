@@ -57,6 +57,11 @@ const (
 	// ID, or same session number) to learn it — the answer is then its first answer if it was
 	// applied, or it is applied then.
 	CodeUnknownOutcome = "unknown_outcome"
+	// CodeAnswerForgotten: a retransmission of a command that was applied, whose answer the
+	// instance no longer keeps: it let go of the client's session, which held the answer, to make
+	// room for other clients (store.MaxClientSessions) while the client was silent. The command
+	// is never applied again. Not retryable: the outcome is known (applied), the result is not.
+	CodeAnswerForgotten = "answer_forgotten"
 	// CodeExists: create of an instance that already exists.
 	CodeExists = "already_exists"
 	// CodeRejected: the game refused the command (its own rules). Games may use other codes.
