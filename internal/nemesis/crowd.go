@@ -151,6 +151,10 @@ func (c *cluster) sendAgain(client string, in *inst, op *opRec, seq uint64) {
 	if pos, isInt := toInt(r.Result); r.OK && isInt && pos-1 == op.pos {
 		return
 	}
+	if !r.OK && r.Error.Code == wire.CodeAnswerForgotten {
+		c.edges.forgotten.Add(1) // its session was let go of for the crowd: applied, never again (the ledger checks it)
+		return
+	}
 	c.violate("exactly-once: client %s sent add %s (its number %d) to %s again %v after its first answer (position %d) and got ok=%v result %v error %v, not the first answer (DESIGN 2.3)",
 		client, op.id, seq, in.id, time.Since(op.acked).Round(time.Millisecond), op.pos+1, r.OK, r.Result, r.Error)
 }

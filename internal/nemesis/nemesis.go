@@ -347,6 +347,9 @@ type opRec struct {
 	sent, acked time.Time
 	ok          bool
 	pos         int
+	// forgotten: answered answer_forgotten (applied, its answer no longer kept): it must be
+	// stored, at a position nobody was told.
+	forgotten bool
 }
 
 func (c *cluster) violate(format string, args ...any) {
@@ -1312,6 +1315,15 @@ func (c *cluster) add(client string, n int, in *inst) *opRec {
 			return op
 		}
 	}
+	if !r.OK && r.Error.Code == wire.CodeAnswerForgotten {
+		// Its client's session was let go of while a retransmission was due (a crowd came):
+		// applied, and never again.
+		c.edges.forgotten.Add(1)
+		c.mu.Lock()
+		op.forgotten = true
+		c.mu.Unlock()
+		return op
+	}
 	if !r.OK {
 		c.violate("add %s to %s answered %s", op.id, in.id, r.Error)
 		return op
@@ -1679,6 +1691,9 @@ func (c *cluster) checkLedgers() {
 		}
 		for _, a := range in.ops {
 			i, present := at[a.id]
+			if a.forgotten && a.gen >= finalGen && !present {
+				c.violate("instance %s: op %s answered answer_forgotten (applied) is not stored", in.id, a.id)
+			}
 			if !a.ok || a.gen < finalGen {
 				continue // unacknowledged, or sent before the final epoch went live (a cut)
 			}
