@@ -23,9 +23,9 @@ import (
 // 100 ms and more (execution traces of skipped ticks).
 //
 // done runs on the goroutine that settles the command (the one reading answers, a timer's, or
-// Go's caller for a command refused before it is sent) and must not block. ctx is checked before
-// each attempt: once it is done, nothing more is sent, but an attempt in flight still gets its
-// answer or its timeout. Go returns at once, except that the compact form's numbering waits, as
+// Go's caller for a command refused before it is sent) and must not block. Once ctx is done,
+// nothing more is sent and done is called at once, an attempt in flight included (its error then
+// wraps ErrOutcomeUnknown: that attempt may yet be applied). Go returns at once, except that the compact form's numbering waits, as
 // Exec's does, while store.MaxClientInFlight commands to the instance are unacknowledged.
 func (c *Client) Go(ctx context.Context, instance, requestID string, body []byte, asJSON bool, done func(raw []byte, st wire.Status, err error)) {
 	if err := store.ValidID(instance); err != nil {
@@ -70,6 +70,22 @@ type call struct {
 
 	mu      sync.Mutex
 	timeout *time.Timer // the attempt in flight's
+	stopCtx func() bool // stops the attempt in flight's watch on ctx (nil: none)
+}
+
+// settled stops what watches the attempt in flight (its timer and its watch on ctx), once its
+// token was taken.
+func (k *call) settled() {
+	k.mu.Lock()
+	if k.timeout != nil {
+		k.timeout.Stop()
+		k.timeout = nil
+	}
+	if k.stopCtx != nil {
+		k.stopCtx()
+		k.stopCtx = nil
+	}
+	k.mu.Unlock()
 }
 
 // left bounds d by the give-up time; false: that time has come.
@@ -99,22 +115,30 @@ func (k *call) attempt() {
 	tok := k.c.replies.send(m, k.answered)
 	t := time.AfterFunc(d, func() {
 		if k.c.replies.forget(tok) { // else its answer took the token first
+			k.settled()
 			k.retry(nats.ErrTimeout)
 		}
 	})
+	var stop func() bool
+	if k.ctx.Done() != nil {
+		stop = context.AfterFunc(k.ctx, func() {
+			if k.c.replies.forget(tok) { // the caller is gone: so is this attempt's answer
+				k.settled()
+				k.finish(nil, wire.Status{}, k.c.gaveUp(k.instance, k.requestID, k.seq, k.ctx.Err(), k.last, true))
+			}
+		})
+	}
 	k.mu.Lock()
-	k.timeout = t // an answer that came first left its timer to find the token gone
+	k.timeout, k.stopCtx = t, stop
 	k.mu.Unlock()
+	if !k.c.replies.awaited(tok) {
+		k.settled() // its answer came first: the watch on ctx must not outlive it
+	}
 }
 
 // answered settles the attempt in flight with its outcome.
 func (k *call) answered(a answer) {
-	k.mu.Lock()
-	if k.timeout != nil {
-		k.timeout.Stop()
-		k.timeout = nil
-	}
-	k.mu.Unlock()
+	k.settled()
 	final, raw, st, err, last := judge(a, k.asJSON)
 	if final {
 		k.finish(raw, st, err)

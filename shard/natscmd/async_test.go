@@ -202,3 +202,24 @@ func TestGoManyCommandsGetTheirOwnAnswers(t *testing.T) {
 		t.Errorf("done called %d times for %d commands", n, instances*each)
 	}
 }
+
+// Once the caller's context ends, Go gives up at once, even with an attempt in flight (issue 34:
+// it used to wait for that attempt's answer or its timeout, here 10 s): done says so, and since
+// the attempt was sent, that its outcome is unknown.
+func TestGoGivesUpWhenItsContextEndsMidAttempt(t *testing.T) {
+	cnc, onc := clientConns(t)
+	id := "go-ctx-1"
+	fakeOwner(t, onc, id, func(int, *nats.Msg) ([]byte, time.Duration) { return nil, 0 }) // never answers
+	c := natscmd.NewClient(cnc, clientShards)
+	c.Attempt = 10 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, _, err := goWait(t, c, ctx, id, attack)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("done came %v after the context ended, want at once (the attempt's timeout is %v)", took, c.Attempt)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, natscmd.ErrOutcomeUnknown) {
+		t.Fatalf("Go: %v; want the context's error and ErrOutcomeUnknown (an attempt was out)", err)
+	}
+}
