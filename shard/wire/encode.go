@@ -127,11 +127,8 @@ func appendFast(b []byte, v any, depth int) ([]byte, bool) {
 			}
 		}
 		return b, true
-	case Reply: // a struct: its fields in order, empty ones left out (omitempty)
-		emptyResult, known := isEmpty(x.Result)
-		if !known {
-			return b, false
-		}
+	case Reply: // Reply.EncodeMsgpack's bytes: its fields in order, a nil result or error left out
+		emptyResult := x.Result == nil
 		n := 1
 		if !emptyResult {
 			n++
@@ -162,50 +159,6 @@ func appendFast(b []byte, v any, depth int) ([]byte, bool) {
 		return appendError(b, x), true
 	}
 	return b, false
-}
-
-// isEmpty reports whether msgpack's omitempty leaves v out — nil, false, zero, or no length —
-// for the types appendFast knows (known false for the others).
-func isEmpty(v any) (empty, known bool) {
-	switch x := v.(type) {
-	case nil:
-		return true, true
-	case bool:
-		return !x, true
-	case string:
-		return x == "", true
-	case []byte:
-		return len(x) == 0, true
-	case int:
-		return x == 0, true
-	case int8:
-		return x == 0, true
-	case int16:
-		return x == 0, true
-	case int32:
-		return x == 0, true
-	case int64:
-		return x == 0, true
-	case uint:
-		return x == 0, true
-	case uint8:
-		return x == 0, true
-	case uint16:
-		return x == 0, true
-	case uint32:
-		return x == 0, true
-	case uint64:
-		return x == 0, true
-	case float32:
-		return x == 0, true
-	case float64:
-		return x == 0, true
-	case []any:
-		return len(x) == 0, true
-	case map[string]any:
-		return len(x) == 0, true
-	}
-	return false, false
 }
 
 func appendError(b []byte, e *Error) []byte {

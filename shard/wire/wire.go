@@ -148,9 +148,47 @@ func Errorf(code, format string, args ...any) *Error {
 
 // Reply is the answer to a command.
 type Reply struct {
-	OK     bool   `msgpack:"ok" json:"ok"`
+	OK bool `msgpack:"ok" json:"ok"`
+	// Result is the game's answer; only a nil one is left out of the encoding (a zero or empty
+	// result — 0, false, "", an empty list — is sent as it is: EncodeMsgpack).
 	Result any    `msgpack:"result,omitempty" json:"result,omitempty"`
 	Error  *Error `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// EncodeMsgpack writes r as a map of its fields in order, leaving out a nil result or error
+// (msgpack's omitempty would leave out a zero or empty result too).
+func (r Reply) EncodeMsgpack(enc *msgpack.Encoder) error {
+	n := 1
+	if r.Result != nil {
+		n++
+	}
+	if r.Error != nil {
+		n++
+	}
+	if err := enc.EncodeMapLen(n); err != nil {
+		return err
+	}
+	if err := enc.EncodeString("ok"); err != nil {
+		return err
+	}
+	if err := enc.EncodeBool(r.OK); err != nil {
+		return err
+	}
+	if r.Result != nil {
+		if err := enc.EncodeString("result"); err != nil {
+			return err
+		}
+		if err := enc.Encode(r.Result); err != nil {
+			return err
+		}
+	}
+	if r.Error != nil {
+		if err := enc.EncodeString("error"); err != nil {
+			return err
+		}
+		return enc.Encode(r.Error)
+	}
+	return nil
 }
 
 // ParseSubject splits tickfence.cmd.<S>.<id> and checks both parts.
