@@ -88,7 +88,9 @@ func TestCreateNeverOverwritesUnlistedInstance(t *testing.T) {
 }
 
 // TestOversizedRecordChangesNothing: a command that would make the record exceed its limit is
-// undone and answered too_large; the stored record is unchanged and the instance keeps working.
+// undone and answered too_large; the stored state is unchanged (the record only remembers the
+// refusal as the command's answer: TestTooLargeIsRememberedAsTheFirstAnswer) and the instance
+// keeps working.
 func TestOversizedRecordChangesNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		st := b.open(t)
@@ -97,11 +99,14 @@ func TestOversizedRecordChangesNothing(t *testing.T) {
 		id := idIn(6, 0)
 		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
 		mustOK(t, n.send(id, "a", map[string]any{"type": "add", "by": 1}), "add")
-		before, _ := load(t, st, id)
+		_, before := load(t, st, id)
 		wantCode(t, n.send(id, "big", map[string]any{"type": "grow", "n": store.MaxBlobBytes}), wire.CodeTooLarge, "grow past the limit")
-		after, _ := load(t, st, id)
-		if after.Tick != before.Tick || string(after.State) != string(before.State) {
-			t.Fatal("the oversized command changed the stored record")
+		after, cs := load(t, st, id)
+		if cs.N != before.N || len(cs.Blob) != len(before.Blob) || after.Blob != nil {
+			t.Fatalf("the oversized command changed the stored state: n %d → %d, blob %d → %d bytes", before.N, cs.N, len(before.Blob), len(cs.Blob))
+		}
+		if q, ok := after.FindRequest("big"); !ok || !strings.Contains(string(q.Result), wire.CodeTooLarge) {
+			t.Fatalf("the stored record does not remember the refusal as big's answer: %q", q.Result)
 		}
 		mustOK(t, n.send(id, "a2", map[string]any{"type": "add", "by": 1}), "add after too_large")
 		if _, cs := load(t, st, id); cs.N != 2 || len(cs.Blob) != 0 {

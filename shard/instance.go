@@ -60,6 +60,9 @@ type instance struct {
 	poisoned   bool      // the game's code panicked in it: what it holds in memory is never stored
 	fxRetrying bool      // poisoned: a retry of failed effect publishes is scheduled
 	isolate    int       // how many commands at the mailbox's head are applied one write each (sortTooLargeLocked)
+	// tooLarge: commands refused too_large, back at the mailbox's head, by Command.Key, to be
+	// answered with the refusal remembered as their first answer (apply).
+	tooLarge map[string]refusal
 	taking     []Command // during a tick: the commands not applied yet (see tickBody)
 	collected  []answer  // during a tick: the answers waiting for its write
 	// fx is the state of the stored effects this owner published: fxSending while the stream
@@ -531,6 +534,13 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 			in.rec.TouchSession(c.Client, tick)
 		}
 		return a, false
+	} else if r, ok := in.tooLarge[c.Key()]; ok && r.fingerprint == c.Fingerprint && a.reply == nil {
+		// Refused too_large alone in its write: the refusal is its first answer, remembered as
+		// an applied command's is, so that a retransmission gets it again and is never applied.
+		delete(in.tooLarge, c.Key())
+		a.reply, a.result = r.reply, wire.CodeTooLarge
+		in.sh.h.remember(&in.rec, c, tick, r.reply)
+		return a, false
 	} else if a.result == wire.CodeAnswerForgotten {
 		// Like a retransmission's first answer: said once the record that let its session go
 		// is stored (until then the write that applied it may yet be undone).
@@ -814,6 +824,7 @@ func (in *instance) written(w *write, err error) {
 		}
 		if errors.Is(err, store.ErrTooLarge) {
 			answers, known = in.sortTooLargeLocked(answers)
+			in.refuseTooLargeLocked(answers, err)
 		}
 	}
 	in.mu.Unlock()
@@ -839,9 +850,6 @@ func (in *instance) written(w *write, err error) {
 	case errors.Is(err, store.ErrTooLarge):
 		for _, a := range known {
 			h.answer(a.c, a.reply, a.result)
-		}
-		for _, a := range answers {
-			h.answerWriteErr(a.c, err, wire.CodeTooLarge, "the instance's record would be too large (%v); the command was undone", err)
 		}
 		in.logWrite(slog.LevelError, "record too large: instance reverted to its last stored state", answers, err)
 	case refused:
@@ -875,6 +883,31 @@ func writeErrCode(err error) (code, what string) {
 	return wire.CodeUnknownOutcome, "may or may not have been stored (retransmit the same request to learn which)"
 }
 
+// refusal is the too_large answer of a command (tooLarge).
+type refusal struct {
+	fingerprint uint64
+	reply       []byte
+}
+
+// refuseTooLargeLocked puts the commands that made a write too large, alone in it
+// (sortTooLargeLocked's offenders), back at the mailbox's head with their refusal, to be
+// remembered as their first answer and said with the write that stores it (apply).
+func (in *instance) refuseTooLargeLocked(offenders []answer, err error) {
+	if len(offenders) == 0 {
+		return
+	}
+	if in.tooLarge == nil {
+		in.tooLarge = map[string]refusal{}
+	}
+	cmds := make([]Command, 0, len(offenders)+len(in.mailbox))
+	for _, a := range offenders {
+		in.tooLarge[a.c.Key()] = refusal{a.c.Fingerprint, wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeTooLarge,
+			"the instance's record would be too large (%v); the command was undone: do not retry it (a new request may send it again)", err)})}
+		cmds = append(cmds, a.c)
+	}
+	in.mailbox = append(cmds, in.mailbox...)
+}
+
 // sortTooLargeLocked sorts the answers of a write the store refused as too large (the instance
 // is reverted already) so that only the command that made it too large is refused: a
 // retransmission the stored record holds gets its first answer (known), and when the write held
@@ -884,6 +917,12 @@ func writeErrCode(err error) (code, what string) {
 func (in *instance) sortTooLargeLocked(answers []answer) (offenders, known []answer) {
 	var again []answer
 	for _, a := range answers {
+		if a.result == wire.CodeTooLarge {
+			// Its refusal, remembered, did not fit either: said now, unremembered (a
+			// retransmission of it may be refused the same way again).
+			known = append(known, a)
+			continue
+		}
 		if a.retransmission() {
 			if first, result, ok := in.sh.h.storedAnswer(&in.acked, a.c, in.rec.Tick); ok {
 				a.reply, a.result = first, result

@@ -97,3 +97,33 @@ func jsonOf(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestTooLargeIsRememberedAsTheFirstAnswer: too_large is the command's answer for good, as an
+// applied command's is: the record remembers it, so a retransmission (one sent before the answer
+// came) gets it again without being applied again. Before, each retransmission of the oversized
+// command was a new command: its write was refused again, and the commands sharing that write went
+// round the isolation once more (the nemesis saw an instance stall for 50 s under a client
+// retransmitting its grow); and a retransmission that fitted by then would have been applied
+// after its client was told "undone".
+func TestTooLargeIsRememberedAsTheFirstAnswer(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		st := b.open(t)
+		n := newNode(t, st, "A", nodeOpt{checkpointEvery: 1 << 30})
+		n.grant(6)
+		id := idIn(6, 0)
+		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "counter"}), "create")
+		big := map[string]any{"type": "grow", "n": store.MaxBlobBytes}
+		wantCode(t, n.send(id, "big", big), wire.CodeTooLarge, "the oversized command")
+		refused := n.writes("refused")
+		wantCode(t, n.send(id, "big", big), wire.CodeTooLarge, "the oversized command again")
+		r := inOneWrite(t, n, id, []heldCmd{{"big", big}, {"inn", map[string]any{"type": "add", "by": 10}}})
+		wantCode(t, r[0], wire.CodeTooLarge, "the oversized command again, beside an innocent one")
+		mustOK(t, r[1], "the innocent add")
+		if got := n.writes("refused"); got != refused {
+			t.Errorf("%v more writes refused after the first too_large answer: its retransmissions were applied again", got-refused)
+		}
+		if _, cs := load(t, st, id); cs.N != 110 || len(cs.Blob) != 0 {
+			t.Fatalf("stored n = %d, blob %d bytes; want 110 and no blob", cs.N, len(cs.Blob))
+		}
+	})
+}
