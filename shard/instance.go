@@ -62,9 +62,9 @@ type instance struct {
 	isolate    int       // how many commands at the mailbox's head are applied one write each (sortTooLargeLocked)
 	// tooLarge: commands refused too_large, back at the mailbox's head, by Command.Key, to be
 	// answered with the refusal remembered as their first answer (apply).
-	tooLarge map[string]refusal
-	taking     []Command // during a tick: the commands not applied yet (see tickBody)
-	collected  []answer  // during a tick: the answers waiting for its write
+	tooLarge  map[string]refusal
+	taking    []Command // during a tick: the commands not applied yet (see tickBody)
+	collected []answer  // during a tick: the answers waiting for its write
 	// fx is the state of the stored effects this owner published: fxSending while the stream
 	// has not answered, fxDelivered once it acknowledged (the next write drops them from the
 	// record). fxRetry: after a failed publish, nothing is sent again before then.
