@@ -36,13 +36,82 @@ func DecodeValue(b []byte) (any, error) {
 
 // decodeValue is DecodeValue of input mpscan.Check accepted.
 func decodeValue(b []byte) (any, error) {
-	d := msgpack.NewDecoder(bytes.NewReader(b))
-	d.SetMapDecoder(decodeAnyMap)
-	v, err := d.DecodeInterface()
+	v, err := newDecoder(b).DecodeInterfaceLoose()
 	if err != nil {
 		return nil, err
 	}
 	return Normalize(v), nil
+}
+
+// newDecoder reads b with every interface decoded loosely (integers as int64 or uint64 by their
+// code, floats as float64) and maps whatever their keys.
+func newDecoder(b []byte) *msgpack.Decoder {
+	d := msgpack.NewDecoder(bytes.NewReader(b))
+	d.UseLooseInterfaceDecoding(true)
+	d.SetMapDecoder(decodeAnyMap)
+	return d
+}
+
+// Unmarshal decodes msgpack into out — a struct, a map, a slice, or an *any — with every number
+// that lands in an interface (an any, a map[string]any's values, a struct's any field) an int64
+// (uint64 above math.MaxInt64) or a float64, as DecodeValue gives them; typed fields take numbers
+// as msgpack does, whatever their width on the wire.
+func Unmarshal(b []byte, out any) error {
+	v, err := DecodeValue(b)
+	if err != nil {
+		return err
+	}
+	return Assign(v, out)
+}
+
+// Assign stores v, a value as DecodeValue returns it, in out as Unmarshal does: an *any takes it
+// as it is; anything else is decoded from v encoded again, every integer at full width (the
+// code of an int64, or of a uint64 above math.MaxInt64) so that a loose decoder gives it back as
+// the same type, and a float that a float32 holds exactly as a float32, so that a float32 field
+// can take it (msgpack refuses a float64 there).
+func Assign(v any, out any) error {
+	switch p := out.(type) {
+	case nil:
+		return nil
+	case *any:
+		*p = v
+		return nil
+	}
+	b, err := msgpack.Marshal(forEncoding(v))
+	if err != nil {
+		return err
+	}
+	return newDecoder(b).Decode(out)
+}
+
+// forEncoding is a copy of a normalized value with the floats a float32 holds exactly narrowed
+// to float32 (see Assign).
+func forEncoding(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if f := float32(x); float64(f) == x || math.IsNaN(x) {
+			return f
+		}
+	case []any:
+		c := make([]any, len(x))
+		for i, e := range x {
+			c[i] = forEncoding(e)
+		}
+		return c
+	case map[string]any:
+		c := make(map[string]any, len(x))
+		for k, e := range x {
+			c[k] = forEncoding(e)
+		}
+		return c
+	case map[any]any:
+		c := make(map[any]any, len(x))
+		for k, e := range x {
+			c[forEncoding(k)] = forEncoding(e)
+		}
+		return c
+	}
+	return v
 }
 
 // decodeAnyMap decodes a map whatever its keys: map[string]any if they are all strings (msgpack's
@@ -55,10 +124,10 @@ func decodeAnyMap(d *msgpack.Decoder) (any, error) {
 	keys, vals := make([]any, n), make([]any, n)
 	strs := true
 	for i := range n {
-		if keys[i], err = d.DecodeInterface(); err != nil {
+		if keys[i], err = d.DecodeInterfaceLoose(); err != nil {
 			return nil, err
 		}
-		if vals[i], err = d.DecodeInterface(); err != nil {
+		if vals[i], err = d.DecodeInterfaceLoose(); err != nil {
 			return nil, err
 		}
 		if _, ok := keys[i].(string); !ok {

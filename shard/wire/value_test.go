@@ -77,3 +77,36 @@ func typed(v any) string {
 	}
 	return fmt.Sprintf("%T(%v)", v, v)
 }
+
+// TestUnmarshalNormalizesInterfaces: Unmarshal fills typed fields as msgpack does (a float32
+// field from a compact float included) and gives every interface inside out — an any field, a
+// map[string]any, a []any — the normalized numbers of DecodeValue.
+func TestUnmarshalNormalizesInterfaces(t *testing.T) {
+	b, err := wire.Canonical(map[string]any{"f": 1.5, "g": 0.1, "n": 200, "any": 200, "m": map[string]any{"hp": 5, "ratio": float32(0.5)},
+		"l": []any{1, -1, 3.25}, "keys": map[int]string{1: "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		F    float32        `msgpack:"f"`
+		G    float64        `msgpack:"g"`
+		N    uint8          `msgpack:"n"`
+		Any  any            `msgpack:"any"`
+		M    map[string]any `msgpack:"m"`
+		L    []any          `msgpack:"l"`
+		Keys any            `msgpack:"keys"`
+	}
+	if err := wire.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.F != 1.5 || out.G != 0.1 || out.N != 200 || out.Any != any(int64(200)) ||
+		!reflect.DeepEqual(out.M, map[string]any{"hp": int64(5), "ratio": 0.5}) ||
+		!reflect.DeepEqual(out.L, []any{int64(1), int64(-1), 3.25}) ||
+		!reflect.DeepEqual(out.Keys, any(map[any]any{int64(1): "a"})) {
+		t.Fatalf("got %#v", out)
+	}
+	var v any
+	if err := wire.Unmarshal(b, &v); err != nil || v.(map[string]any)["n"] != any(int64(200)) {
+		t.Fatalf("into an any: %#v, %v", v, err)
+	}
+}
