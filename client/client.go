@@ -306,12 +306,18 @@ func Code(err error) string {
 	return ""
 }
 
+// JSON is a command given as JSON text, as a tool or a gateway relaying a browser has it: it is
+// sent as it is, as JSON (header Content-Type: application/json), and the owner answers in JSON
+// (Reply.Raw is then JSON). The node decodes it, and refuses a key given twice at any depth
+// (bad_request), where a Go decoder would silently keep the last.
+type JSON []byte
+
 // Reply is an owner's final answer to a command.
 type Reply struct {
 	OK    bool
 	Error *Error // the refusal, if not OK
 	// Raw is the reply as the owner sent it: msgpack {"ok":true,"result":…} or
-	// {"ok":false,"error":{"code":…,"message":…}}.
+	// {"ok":false,"error":{"code":…,"message":…}} (JSON for a JSON command).
 	Raw    []byte
 	result any // normalized (wire.DecodeReply)
 }
@@ -337,13 +343,19 @@ func (r *Reply) Decode(out any) error { return decodeInto(r.result, out) }
 // no final answer: given up (wrapping ErrOutcomeUnknown if it may have been applied), or never sent.
 //
 // cmd is a map or a struct encoded as msgpack (its fields' msgpack tags name the keys); its
-// "type" key names the command. A []byte or msgpack.RawMessage is sent as it is (msgpack).
+// "type" key names the command. A []byte or msgpack.RawMessage is sent as it is (msgpack); JSON
+// is sent as JSON text.
 func (c *Client) Exec(ctx context.Context, instance, requestID string, cmd any) (*Reply, error) {
-	body, err := encode(cmd)
-	if err != nil {
-		return nil, fmt.Errorf("command to %s: %w", instance, err)
+	body, asJSON := []byte(nil), false
+	if j, ok := cmd.(JSON); ok {
+		body, asJSON = j, true
+	} else {
+		var err error
+		if body, err = encode(cmd); err != nil {
+			return nil, fmt.Errorf("command to %s: %w", instance, err)
+		}
 	}
-	raw, r, err := c.cmd.Send(ctx, instance, requestID, body, false)
+	raw, r, err := c.cmd.Send(ctx, instance, requestID, body, asJSON)
 	if raw == nil || err != nil {
 		return nil, err
 	}

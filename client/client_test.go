@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"path/filepath"
@@ -147,6 +148,15 @@ func TestDialLearnsTheShape(t *testing.T) {
 	}
 	if back, err := wire.DecodeReply(r.Raw, false); err != nil || !reflect.DeepEqual(back.Result, r.Result()) {
 		t.Fatalf("Raw decodes to %+v (%v); want the result %v", back.Result, err, r.Result())
+	}
+	// JSON text goes as JSON: answered in JSON, the result's numbers as from msgpack; a key given
+	// twice is the node's to refuse (a Go decoder would have kept the "end").
+	r, err = c.Exec(ctx, "d1", "", client.JSON(`{"type":"status"}`))
+	if err != nil || !r.OK || !json.Valid(r.Raw) || !reflect.DeepEqual(r.Result(), status) {
+		t.Fatalf("Exec of JSON: %+v, %v; want a JSON reply, result %v", r, err, status)
+	}
+	if err := c.Send(ctx, "d1", client.JSON(`{"type":"status","type":"end"}`), nil); client.Code(err) != client.CodeBadRequest {
+		t.Fatalf("JSON with a repeated key: %v; want %s", err, client.CodeBadRequest)
 	}
 	if err := c.End(ctx, "d1"); err != nil {
 		t.Fatalf("End: %v", err)
