@@ -430,11 +430,13 @@ func (c *cli) watch(ctx context.Context, id string) error {
 		return err
 	}
 	if !c.g.json {
-		subj := wire.FrameSubject(cl.ShardOf(id), id, "")
-		if topics == nil {
-			subj += "[.<topic>]"
-		} else {
-			subj += ".{" + c.g.topics + "}"
+		subj := wire.FrameSubject(cl.ShardOf(id), id, "") + "[.<topic>]"
+		if topics != nil {
+			var subjs []string
+			for _, t := range topics {
+				subjs = append(subjs, wire.FrameSubject(cl.ShardOf(id), id, t))
+			}
+			subj = strings.Join(subjs, ", ")
 		}
 		fmt.Fprintf(os.Stderr, "watching %s on %s (Ctrl-C to stop)\n", id, subj)
 	}
