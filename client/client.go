@@ -6,7 +6,7 @@
 //	if err != nil { … }
 //	defer c.Close()
 //	var joined struct{ Players int `msgpack:"players"` }
-//	err = c.Send(ctx, "dungeon-7", Join{Type: "join", Player: "ada"}, &joined)
+//	err = c.Send(ctx, "dungeon-7", map[string]any{"type": "join", "player": "ada"}, &joined)
 //
 // # The shard count
 //
@@ -43,8 +43,9 @@
 // after a timeout, busy, retry, not_owner or no responders, until the owner answers, and applied
 // once. When the client gives up (ctx ended, GiveUp passed) after an attempt whose outcome it
 // cannot know, the error wraps ErrOutcomeUnknown: the command may have been applied — do not
-// tell a player "nothing happened". Without ErrOutcomeUnknown, nothing was applied. A refusal by
-// the owner or the game is an *Error with its code (Code).
+// tell a player "nothing happened". A command given up without it was not applied. A refusal by
+// the owner or the game is an *Error with its code (Code): final, and (but for internal, a bug
+// or a panic in the game's code) certain, as the README's table of codes says.
 //
 // # Results and frames
 //
