@@ -21,7 +21,7 @@
 // tickctl cluster init), serves commands for the shards the coordinator gives this node, stands as a coordinator candidate, and, when ctx ends, hands its
 // shards off and leaves. Start does the same and returns a *Node, for a program that also does
 // something else (tickd drives demo players and prints a summary). Clients send commands over
-// NATS (package shard/natscmd, or any NATS client: the wire format is DESIGN 5).
+// NATS (package client, or any NATS client: the wire format is DESIGN 5).
 package tickfence
 
 import (

@@ -508,10 +508,10 @@ func ServerOptions(opts *server.Options, dir string) error {
 }
 
 // Connect connects to url as the user of credentials file creds (ClientOptions; "" connects
-// without), the other opts after. A gateway:
+// without), the other opts after. A gateway or a player uses package client instead, which
+// connects the same way and sends as the player its credential names:
 //
-//	nc, err := auth.Connect(os.Getenv("NATS_URL"), os.Getenv("NATS_CREDS"), nil)
-//	client := natscmd.NewClient(nc, shards) // commands and frames (Watch), nothing else
+//	c, err := client.Dial(ctx, os.Getenv("NATS_URL"), client.Creds(os.Getenv("NATS_CREDS")), client.Shards(256))
 func Connect(url, creds string, warn func(string), opts ...nats.Option) (*nats.Conn, error) {
 	if creds != "" {
 		copts, err := ClientOptions(creds, warn)

@@ -146,6 +146,9 @@ func TestRolesWork(t *testing.T) {
 	tc("operator", "instance", "send", "d1", `{"type":"join","player":"p1"}`)
 	tc("operator", "instance", "get", "d1")
 	tc("operator", "instance", "watch", "d1", "--count", "2")
+	if out := tc("operator", "instance", "watch", "d1", "--count", "1", "--topic", ",hud"); !strings.Contains(out, "tick ") { // the main subject, and a topic the dungeon has not
+		t.Errorf("instance watch --topic ,hud printed %q; want a frame of the main subject", out)
+	}
 	tc("operator", "shards")
 	tc("operator", "instances")
 	tc("operator", "move", "3", "n2")

@@ -31,6 +31,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/store"
 )
@@ -111,6 +112,10 @@ var flagDefs = []flagDef{
 	}},
 	{"tolerance", func(fs *flag.FlagSet, g *globals) {
 		fs.Float64Var(&g.tolerance, "tolerance", 0.05, "leave nodes within this factor `F` of the mean load alone (default 0.05)")
+	}},
+	{"topic", func(fs *flag.FlagSet, g *globals) {
+		fs.StringVar(&g.topics, "topic", "", "watch only these `TOPICS`, comma-separated (a game's frame topics; an empty one in the list,\n"+
+			"as in \",hud\", is the main subject; default: every topic)")
 	}},
 	{"count", func(fs *flag.FlagSet, g *globals) {
 		fs.IntVar(&g.count, "count", 0, "stop after `N` (watch: frames; audit: entries, default 50)")
@@ -204,12 +209,17 @@ var verbs = []*verb{
 			return validInstance(a[0])
 		},
 		run: func(ctx context.Context, c *cli, a []string) error { return c.send(ctx, a[0], []byte(a[1])) }},
-	{path: "instance watch", args: "<id> [--count N]", min: 1, max: 1, flags: []string{"count"}, timeout: -1,
+	{path: "instance watch", args: "<id> [--count N] [--topic T,…]", min: 1, max: 1, flags: []string{"count", "topic"}, timeout: -1,
 		short: "print the instance's frames live (until Ctrl-C, --count frames or --timeout if\n" +
 			"given), zombies' frames dropped",
 		check: func(g *globals, a []string) error {
 			if g.count < 0 {
 				return usageError{"--count must not be negative"}
+			}
+			for _, t := range strings.Split(g.topics, ",") {
+				if err := actor.ValidFrame(actor.Frame{Topic: t}); err != nil {
+					return usageError{"--topic: " + err.Error()}
+				}
 			}
 			return validInstance(a[0])
 		},

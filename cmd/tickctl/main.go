@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -19,7 +20,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tickfence/tickfence/auth"
-	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/client"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"
@@ -48,6 +49,7 @@ type globals struct {
 	maxMoves  int
 	tolerance float64
 	count     int
+	topics    string // instance watch --topic
 	grace     time.Duration
 }
 
@@ -371,6 +373,16 @@ func (c *cli) get(ctx context.Context, id string) error {
 	return nil
 }
 
+// client is a command client of the cluster on tickctl's connection: the shard count is the
+// record's tickctl read already; verify: frames' grants are checked against the store.
+func (c *cli) client(ctx context.Context, verify bool) (*client.Client, error) {
+	opts := []client.Option{client.Shards(c.cl.Shards)}
+	if verify {
+		opts = append(opts, client.VerifyGrants())
+	}
+	return client.New(ctx, c.nc, opts...)
+}
+
 func (c *cli) send(ctx context.Context, id string, body []byte) error {
 	if !json.Valid(body) {
 		return usageError{fmt.Sprintf("command is not valid JSON: %s", body)}
@@ -379,34 +391,54 @@ func (c *cli) send(ctx context.Context, id string, body []byte) error {
 	if reqID == "" {
 		reqID = fmt.Sprintf("tickctl-%d", time.Now().UnixNano())
 	}
-	client := natscmd.NewClient(c.nc, c.cl.Shards)
-	raw, r, err := client.Send(ctx, id, reqID, body, true)
+	cl, err := c.client(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	// As JSON, as typed: the node reads it (and refuses a repeated key), and answers in JSON.
+	r, err := cl.Exec(ctx, id, reqID, client.JSON(body))
 	if err != nil {
 		return err
 	}
 	if c.g.json {
-		_, err := fmt.Fprintf(c.out, "%s\n", raw)
+		_, err := fmt.Fprintf(c.out, "%s\n", r.Raw)
 		return err
 	}
 	if !r.OK {
 		return fmt.Errorf("%s: %s (request id %s)", r.Error.Code, r.Error.Message, reqID)
 	}
-	res, _ := json.Marshal(r.Result)
+	res, _ := json.Marshal(r.Result())
 	fmt.Fprintf(c.out, "ok (request id %s): %s\n", reqID, res)
 	return nil
 }
 
 // watch prints an instance's frames as they come: one line each (tick, grant, the payload as
-// JSON), or with --json a JSON object per line.
+// JSON), or with --json a JSON object per line. --topic watches those topics only.
 func (c *cli) watch(ctx context.Context, id string) error {
-	client := natscmd.NewClient(c.nc, c.cl.Shards)
-	client.GrantOf = natscmd.GrantReader(c.st) // it reads the store: a forged frame's grant is never followed
-	w, err := client.Watch(ctx, id)
+	cl, err := c.client(ctx, true) // it reads the store: a forged frame's grant is never followed
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var topics []string
+	if c.g.topics != "" {
+		topics = strings.Split(c.g.topics, ",")
+	}
+	w, err := cl.Watch(ctx, id, topics...)
 	if err != nil {
 		return err
 	}
 	if !c.g.json {
-		fmt.Fprintf(os.Stderr, "watching %s on %s[.<topic>] (Ctrl-C to stop)\n", id, wire.FrameSubject(store.ShardOf(id, c.cl.Shards), id, ""))
+		subj := wire.FrameSubject(cl.ShardOf(id), id, "") + "[.<topic>]"
+		if topics != nil {
+			var subjs []string
+			for _, t := range topics {
+				subjs = append(subjs, wire.FrameSubject(cl.ShardOf(id), id, t))
+			}
+			subj = strings.Join(subjs, ", ")
+		}
+		fmt.Fprintf(os.Stderr, "watching %s on %s (Ctrl-C to stop)\n", id, subj)
 	}
 	n := 0
 	for f := range w.C {

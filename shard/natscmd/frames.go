@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/wire"
@@ -105,18 +106,39 @@ type Frame struct {
 	Payload []byte
 }
 
-// Watch delivers the frames of one instance, every topic, until ctx ends (then the channel
-// closes). It applies the watcher's rule (wire.FrameFilter): a frame under an older grant than one
+// Watch delivers the frames of one instance until ctx ends (then the channel closes): every
+// topic, or with topics only those ("" names the main subject, tickfence.out.<S>.<id>). It
+// subscribes the chosen topics' own subjects, so the server sends this connection nothing else:
+// a player's client watching its own HUD topic does not receive everyone's. It applies the
+// watcher's rule (wire.FrameFilter) to what it subscribed: a frame under an older grant than one
 // already seen — a zombie's — is dropped, and under the same grant one that is not after the last
-// shown on its subject (by tick and frame number), so what arrives goes forward in time. It survives moves: the subject names the instance, not its owner. A
-// consumer slower than the frames loses the ones its buffer (256) cannot hold; Dropped on the
-// returned Watch counts them.
-func (c *Client) Watch(ctx context.Context, instance string) (*Watch, error) {
+// shown on its subject (by tick and frame number), so what arrives goes forward in time. It
+// survives moves: the subject names the instance, not its owner. A consumer slower than the
+// frames loses the ones its buffer (256) cannot hold; Dropped on the returned Watch counts them.
+//
+// ctx needs no deadline (a signal.NotifyContext is fine): Watch waits up to watchFlush for the
+// server to confirm the subscriptions before it returns.
+func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (*Watch, error) {
 	if err := store.ValidID(instance); err != nil {
 		return nil, err
 	}
 	s := store.ShardOf(instance, c.shards)
 	base := wire.FrameSubject(s, instance, "")
+	subjects := []string{base, base + ".*"} // every topic
+	var want map[string]bool                // the subjects subscribed, with topics
+	if len(topics) > 0 {
+		subjects, want = nil, map[string]bool{}
+		for _, t := range topics {
+			if err := actor.ValidFrame(actor.Frame{Topic: t}); err != nil {
+				return nil, fmt.Errorf("watch %s: %w", instance, err)
+			}
+			subj := wire.FrameSubject(s, instance, t)
+			if !want[subj] {
+				want[subj] = true
+				subjects = append(subjects, subj)
+			}
+		}
+	}
 	ch := make(chan Frame, 256)
 	w := &Watch{C: ch}
 	var mu sync.Mutex
@@ -133,7 +155,7 @@ func (c *Client) Watch(ctx context.Context, instance string) (*Watch, error) {
 		// A frame is published on its own subject. A message delivered here under another — what a
 		// push consumer delivers keeps its stored subject: someone aimed a stream's consumer at
 		// this watch's subject (no permission checks a deliver subject) — is no frame.
-		if m.Subject != base && !strings.HasPrefix(m.Subject, base+".") {
+		if want != nil && !want[m.Subject] || want == nil && m.Subject != base && !strings.HasPrefix(m.Subject, base+".") {
 			w.invalid.Add(1)
 			return
 		}
@@ -158,27 +180,30 @@ func (c *Client) Watch(ctx context.Context, instance string) (*Watch, error) {
 		}
 	}
 	var subs []*nats.Subscription
-	for _, subj := range []string{base, base + ".*"} {
+	unsubscribe := func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}
+	for _, subj := range subjects {
 		sub, err := c.nc.Subscribe(subj, handle)
 		if err != nil {
-			for _, s := range subs {
-				_ = s.Unsubscribe()
-			}
+			unsubscribe()
 			return nil, fmt.Errorf("watch %s: %w", instance, err)
 		}
 		subs = append(subs, sub)
 	}
-	if err := c.nc.FlushWithContext(ctx); err != nil { // the subscriptions are in place on return
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
+	// The subscriptions are in place on return. FlushWithContext refuses a context without a
+	// deadline ("nats: context requires a deadline"): bound it here, the caller's ctx may have none.
+	fctx, cancel := context.WithTimeout(ctx, watchFlush)
+	defer cancel()
+	if err := c.nc.FlushWithContext(fctx); err != nil {
+		unsubscribe()
 		return nil, fmt.Errorf("watch %s: %w", instance, err)
 	}
 	go func() {
 		<-ctx.Done()
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
+		unsubscribe()
 		mu.Lock()
 		closed = true
 		close(ch)
@@ -186,6 +211,9 @@ func (c *Client) Watch(ctx context.Context, instance string) (*Watch, error) {
 	}()
 	return w, nil
 }
+
+// watchFlush bounds Watch's wait for the server to confirm its subscriptions.
+const watchFlush = 5 * time.Second
 
 // Watch is a running watch of one instance's frames.
 type Watch struct {

@@ -1,6 +1,7 @@
 // Package natscmd carries commands over NATS with the wire format of package wire: Server
 // subscribes the shards a node owns, Client sends commands and retries them with the same request
-// ID until an owner answers (game servers and gateways written in Go use it).
+// ID until an owner answers. Games, gateways and tools use it through package client, which
+// connects, learns the shard count and decodes results into Go values.
 package natscmd
 
 import (

@@ -449,16 +449,37 @@ func jsonable(v any) any {
 	return v
 }
 
-// DecodeReply decodes a reply in either encoding.
+// DecodeReply decodes a reply in either encoding. Its Result is in Go's own types with every
+// number an int64 (uint64 above math.MaxInt64) or a float64, whatever width msgpack gave it or
+// whichever encoding carried it (Normalize): a result of 5 is int64(5) in both.
 func DecodeReply(b []byte, isJSON bool) (Reply, error) {
-	var r Reply
+	var r rawReply
 	if err := decodeReply(b, isJSON, &r); err != nil {
 		return Reply{}, err
 	}
 	if !r.OK && r.Error == nil {
 		return Reply{}, errors.New("malformed reply: not ok and no error")
 	}
-	return r, nil
+	out := Reply{OK: r.OK, Error: r.Error}
+	var err error
+	switch {
+	case isJSON && len(r.JSON) > 0:
+		out.Result, err = decodeJSONValue(r.JSON)
+	case !isJSON && len(r.Msgpack) > 0:
+		out.Result, err = decodeValue(r.Msgpack) // mpscan.Check passed on the whole reply
+	}
+	if err != nil {
+		return Reply{}, fmt.Errorf("malformed reply: result: %w", err)
+	}
+	return out, nil
+}
+
+// rawReply is a reply whose result is left encoded (in the field of its encoding).
+type rawReply struct {
+	OK      bool               `msgpack:"ok" json:"ok"`
+	Msgpack msgpack.RawMessage `msgpack:"result,omitempty" json:"-"`
+	JSON    json.RawMessage    `msgpack:"-" json:"result,omitempty"`
+	Error   *Error             `msgpack:"error,omitempty" json:"error,omitempty"`
 }
 
 func decodeReply(b []byte, isJSON bool, v any) error {

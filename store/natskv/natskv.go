@@ -501,6 +501,38 @@ func (s *Store) Cluster(ctx context.Context) (store.Cluster, error) {
 	if err != nil {
 		return store.Cluster{}, err
 	}
+	c, err := readCluster(ctx, ctl)
+	if err != nil {
+		return store.Cluster{}, err
+	}
+	s.mu.Lock()
+	s.cluster = &c
+	s.mu.Unlock()
+	return c, nil
+}
+
+// ReadCluster reads the cluster record (DESIGN 3: the cluster key of the control bucket) on nc
+// without opening a Store: what a client needs to learn the cluster's shape (package client). It
+// reads as Store.Cluster does — a missing bucket or record is store.ErrNotFound — and needs a
+// credential that may read the control bucket (node, operator, observer, admin; any user of a
+// server without roles). A gateway's or player's may not: their account has no JetStream.
+func ReadCluster(ctx context.Context, nc *nats.Conn) (store.Cluster, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return store.Cluster{}, err
+	}
+	ctl, err := js.KeyValue(ctx, store.ControlBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return store.Cluster{}, fmt.Errorf("bucket %s: %w", store.ControlBucket, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Cluster{}, fmt.Errorf("bucket %s: %w", store.ControlBucket, err)
+	}
+	return readCluster(ctx, ctl)
+}
+
+// readCluster reads and decodes the cluster record of the control bucket ctl.
+func readCluster(ctx context.Context, ctl jetstream.KeyValue) (store.Cluster, error) {
 	e, err := ctl.Get(ctx, store.ClusterKey)
 	if err != nil {
 		return store.Cluster{}, classifyRead("cluster record", err)
@@ -509,9 +541,6 @@ func (s *Store) Cluster(ctx context.Context) (store.Cluster, error) {
 	if err := json.Unmarshal(e.Value(), &c); err != nil {
 		return store.Cluster{}, fmt.Errorf("cluster record: %w", err)
 	}
-	s.mu.Lock()
-	s.cluster = &c
-	s.mu.Unlock()
 	return c, nil
 }
 
