@@ -32,7 +32,12 @@ import (
 // check: refused busy for longer than Config.Settle in a row is a violation. A record that keeps
 // at most MaxClientSessions sessions, each holding an answer until its client's next command,
 // locks every later client out.
-const crowdShare = 0.3
+var crowdShare = 0.3
+
+// Review 34: a heavier crowd (set by -nemesis.crowdheavy): more clients than sessions plus
+// sessions let go of, more of them vanishing, more retransmitting.
+// crowdAgain and the 0.22 after it are shares of the clients that do not vanish.
+var crowdExtra, crowdVanish, crowdAgain = 8, 0.1, 0.28
 
 // crowdPlanned decides, from the seed alone, whether a run has a crowd.
 func crowdPlanned(seed uint64) bool {
@@ -62,8 +67,8 @@ func (c *cluster) crowd() {
 	if in == nil {
 		return
 	}
-	n, vanish := store.MaxClientSessions+8, 0.1
-	if c.float() < 0.3 {
+	n, vanish := store.MaxClientSessions+crowdExtra, crowdVanish
+	if wave := c.float() < 0.3; wave && crowdExtra == 8 {
 		// A wave of crashes (a gateway fleet restarted at once): most of the crowd vanishes
 		// holding its answers, more of them than the record keeps sessions. Later clients must
 		// still get in (the least recently seen silent session is let go of).
@@ -100,12 +105,12 @@ func (c *cluster) crowdClient(name string, in *inst, fate, vanish float64) {
 	if fate < vanish {
 		return // vanished
 	}
-	fate = 0.1 + 0.9*(fate-vanish)/(1-vanish) // the others share the other fates as before
+	fate = (fate - vanish) / (1 - vanish) // the others' fates
 	switch {
-	case fate < 0.35:
+	case fate < crowdAgain:
 		time.Sleep(c.dur(300*time.Millisecond, 4*time.Second))
 		c.sendAgain(name, in, op, 1)
-	case fate < 0.55:
+	case fate < crowdAgain+0.22:
 		time.Sleep(c.dur(100*time.Millisecond, 3*time.Second))
 		c.add(name, 2, in)
 	}

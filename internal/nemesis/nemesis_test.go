@@ -25,6 +25,7 @@ var (
 	noCrowd    = flag.Bool("nemesis.nocrowd", false, "run without crowds (more client sessions on one instance than a record keeps, most going quiet)")
 	noRecreate = flag.Bool("nemesis.norecreate", false, "run without re-created IDs (short tombstones, IDs created again, the restore aftermath's revision echoes)")
 	noStall    = flag.Bool("nemesis.nostall", false, "run without coordinator stalls (store and timers stopped across a lease expiry, a grant's shard bounced)")
+	crowdHeavy = flag.Bool("nemesis.crowdheavy", false, "review 34: every run has a crowd of 64+100 clients, 40% vanishing, 40% retransmitting")
 	noAckLoss  = flag.Bool("nemesis.noackloss", false, "run without the seeds' lost-acknowledgement profile (pipelined writes' lost answers noticed at the next write)")
 	// With the restore claim reverted, the nemesis must find issue 9.4 (a second or retried
 	// restore clobbering the live epoch) by itself.
@@ -35,6 +36,9 @@ var (
 // its own synctest bubble; a failing seed prints its violations and event log.
 func TestNemesis(t *testing.T) {
 	start := time.Now()
+	if *crowdHeavy {
+		crowdShare, crowdExtra, crowdVanish, crowdAgain = 1, 100, 0.4, 0.67
+	}
 	cfg := Config{Chaos: *chaos, LogTail: *tail, LogAlways: *oneSeed != 0, RestoreSkipClaim: *restoreSkipClaim, NoFlood: *noFlood,
 		NoGrow: *noGrow, NoCrowd: *noCrowd, NoRecreate: *noRecreate, NoStall: *noStall, NoAckLoss: *noAckLoss}
 	var mu sync.Mutex
