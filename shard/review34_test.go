@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -54,17 +55,18 @@ func TestR34PlayerMakesTrustedClientsCommandsForgotten(t *testing.T) {
 	victim := "go-5f0c2a9e81d3b476"
 	mallory := actor.Sender{Name: "mallory", Player: "mallory"}
 	prefix := shard.SenderKey(mallory) + " "
-	suffix, ok := fnvcollide.Preimage(prefix, store.ClientHash(victim))
+	// Fixed: ClientHash is 8 bytes of SHA-256; the attack's FNV-1a preimage collides no more.
+	suffix, ok := fnvcollide.Preimage(prefix, fnv64a(victim))
 	if !ok || len(suffix) > wire.MaxRequestID {
 		t.Fatal("no preimage")
 	}
-	t.Logf("player mallory's client ID %q collides with %q", suffix, victim)
+	t.Logf("player mallory's client ID %q has the FNV-1a hash of %q", suffix, victim)
 
 	mustOK(t, n.sendSeqAs(nil, id, victim, 1, 0, map[string]any{"type": "add", "by": 1}), "victim's add 1")
 	const big = uint64(1) << 62
 	mustOK(t, n.sendSeqAs(&mallory, id, suffix, big, big-1, map[string]any{"type": "add", "by": 0}), "mallory's colliding client")
 	for i := range store.MaxSenderSessions {
-		mustOK(t, n.sendSeqAs(&mallory, id, "own-"+strconv.Itoa(i), 1, 0, map[string]any{"type": "add", "by": 0}), "mallory's own client")
+		n.sendSeqAs(&mallory, id, "own-"+strconv.Itoa(i), 1, 0, map[string]any{"type": "add", "by": 0}) // ok, or rate_limited (its sessions not silent yet)
 	}
 	r := n.sendSeqAs(nil, id, victim, 2, 1, map[string]any{"type": "add", "by": 1})
 	got := n.send(id, "get-1", map[string]any{"type": "get"})
@@ -85,10 +87,17 @@ func TestR34TooLargeAfterLetGoIsUndone(t *testing.T) {
 		mustOK(t, first[i], "old client")
 	}
 	r := n.sendSeqAs(nil, id, "big", 1, 0, map[string]any{"type": "grow", "n": store.MaxBlobBytes})
+	for deadline := time.Now().Add(10 * time.Second); !r.OK && r.Error.Code == wire.CodeBusy && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond) // until the old sessions are silent long enough to be let go of (store.GoneSilence)
+		r = n.sendSeqAs(nil, id, "big", 1, 0, map[string]any{"type": "grow", "n": store.MaxBlobBytes})
+	}
 	wantCode(t, r, wire.CodeTooLarge, "a new client's grow past the record's limit")
 	again := n.sendSeqAs(nil, id, "old-0", 1, 0, map[string]any{"type": "add", "by": 1})
-	if !again.OK || !resultsEqual(again.Result, first[0].Result) {
-		t.Errorf("old-0's add again after the too_large let-go was undone: ok=%v %v %+v, want its first answer %v", again.OK, again.Result, again.Error, first[0].Result)
+	// The refused write's let-go was undone with it; but the refusal is then remembered as big's
+	// answer (TestTooLargeIsRememberedAsTheFirstAnswer), in a session of its own that lets old-0
+	// go for real: its first answer or answer_forgotten, never applied again.
+	if (!again.OK || !resultsEqual(again.Result, first[0].Result)) && (again.OK || again.Error.Code != wire.CodeAnswerForgotten) {
+		t.Errorf("old-0's add again after the too_large: ok=%v %v %+v, want its first answer %v or answer_forgotten", again.OK, again.Result, again.Error, first[0].Result)
 	}
 	if got := n.send(id, "get-1", map[string]any{"type": "get"}); !resultsEqual(got.Result, map[string]any{"n": int64(store.MaxClientSessions)}) {
 		t.Errorf("counter %v, want %d", got.Result, store.MaxClientSessions)
@@ -96,6 +105,12 @@ func TestR34TooLargeAfterLetGoIsUndone(t *testing.T) {
 }
 
 func resultsEqual(a, b any) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+
+func fnv64a(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
 
 // Review 34: sessions let go of under refused writes (20 %, reverts) and every write's record
 // encoded twice off the tick path: 150 clients (more than MaxClientSessions), each 1–3 pipelined

@@ -242,7 +242,7 @@ func (r Record) ApproxSize() int {
 		n += 32 + len(e.Key) + len(e.Kind) + len(e.Payload)
 	}
 	for _, g := range r.Gone {
-		n += 40 + 9*len(g.Done)
+		n += 48 + 9*len(g.Done)
 	}
 	return n
 }
@@ -296,9 +296,18 @@ func DecodeRecord(b []byte) (Record, error) {
 	if len(r.Gone) > 4*MaxGoneSessions {
 		return Record{}, fmt.Errorf("%w: %d sessions let go of", ErrBadRecord, len(r.Gone))
 	}
+	gone := make(map[uint64]bool, len(r.Gone))
 	for _, g := range r.Gone {
-		if len(g.Done) > 4*MaxGoneAnswers || !slices.IsSorted(g.Done) || len(g.Done) > 0 && g.Done[0] <= g.Ack {
-			return Record{}, fmt.Errorf("%w: a session let go of with %d numbers, not ascending above its ack %d", ErrBadRecord, len(g.Done), g.Ack)
+		if gone[g.Client] {
+			return Record{}, fmt.Errorf("%w: two sessions let go of with one client hash %x", ErrBadRecord, g.Client)
+		}
+		gone[g.Client] = true
+		prev := g.Ack
+		for _, d := range g.Done {
+			if d <= prev || len(g.Done) > 4*MaxGoneAnswers {
+				return Record{}, fmt.Errorf("%w: a session let go of with %d numbers, not strictly ascending above its ack %d", ErrBadRecord, len(g.Done), g.Ack)
+			}
+			prev = d
 		}
 	}
 	if len(r.Fx) > 4*MaxOutbox {

@@ -93,11 +93,14 @@ func appendRecord(b []byte, r *Record) []byte {
 		b = mpenc.ArrayLen(mpenc.Str(b, "gone"), len(r.Gone))
 		for i := range r.Gone {
 			g := &r.Gone[i]
+			n := 3
 			if len(g.Done) > 0 {
-				b = mpenc.MapLen(b, 4)
-			} else {
-				b = mpenc.MapLen(b, 3)
+				n++
 			}
+			if g.Sender != 0 {
+				n++
+			}
+			b = mpenc.MapLen(b, n)
 			b = mpenc.Uint(mpenc.Str(b, "h"), g.Client)
 			b = mpenc.Uint(mpenc.Str(b, "ack"), g.Ack)
 			if len(g.Done) > 0 {
@@ -107,6 +110,9 @@ func appendRecord(b []byte, r *Record) []byte {
 				}
 			}
 			b = mpenc.Uint(mpenc.Str(b, "seen"), g.Seen)
+			if g.Sender != 0 {
+				b = mpenc.Uint(mpenc.Str(b, "s"), g.Sender)
+			}
 		}
 	}
 	if r.Creator != "" {

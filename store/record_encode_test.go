@@ -76,7 +76,7 @@ func randomRecord(rng *rand.Rand) store.Record {
 	if n := count(); !maybeNil(n) {
 		r.Gone = make([]store.GoneSession, n)
 		for k := range r.Gone {
-			g := store.GoneSession{Client: u(), Ack: u(), Seen: u()}
+			g := store.GoneSession{Client: u(), Ack: u(), Seen: u(), Sender: u()}
 			if m := count(); !maybeNil(m) {
 				g.Done = make([]uint64, m)
 				for j := range g.Done {
@@ -146,7 +146,7 @@ func TestAppendRecordKnowsEveryField(t *testing.T) {
 		reflect.TypeFor[store.Request]():       {"id", "fp", "res", "at"},
 		reflect.TypeFor[store.ClientSession](): {"id", "ack", "seen", "done"},
 		reflect.TypeFor[store.SeqResult]():     {"seq", "fp", "res"},
-		reflect.TypeFor[store.GoneSession]():   {"h", "ack", "done", "seen"},
+		reflect.TypeFor[store.GoneSession]():   {"h", "ack", "done", "seen", "s"},
 		reflect.TypeFor[store.Effect]():        {"key", "kind", "payload"},
 		reflect.TypeFor[store.BlobRef]():       {"name", "digest", "size"},
 	}

@@ -63,20 +63,23 @@ func TestOneSenderCannotFillSessions(t *testing.T) {
 func TestSenderLetsGoOfItsOwnSilentSession(t *testing.T) {
 	var r store.Record
 	p := "s:00000000000000aa "
+	gap := uint64(ttlTicks / store.GoneSilence) // each run silent long enough to be let go of
+	var tick uint64
 	for i := range store.MaxSenderSessions + 1 {
 		id := fmt.Sprintf("%srun%d", p, i)
-		if st, _ := r.CheckSession(id, 1, 0, uint64(10+i), ttlTicks); st != store.SessionNew {
+		tick = 10 + uint64(i)*gap
+		if st, _ := r.CheckSession(id, 1, 0, tick, ttlTicks); st != store.SessionNew {
 			t.Fatalf("run %d of the player's client: %v, want SessionNew", i, st)
 		}
-		r.RememberSession(id, 0, store.SeqResult{Seq: 1, Result: []byte("r")}, uint64(10+i), ttlTicks)
+		r.RememberSession(id, 0, store.SeqResult{Seq: 1, Result: []byte("r")}, tick, ttlTicks)
 	}
-	if st, _ := r.CheckSession(p+"run0", 1, 0, 20, ttlTicks); st != store.SessionForgotten {
+	if st, _ := r.CheckSession(p+"run0", 1, 0, tick, ttlTicks); st != store.SessionForgotten {
 		t.Fatalf("run 0's command again, after its session was let go of: %v, want SessionForgotten", st)
 	}
-	if st, _ := r.CheckSession(p+"run0", 2, 1, 20, ttlTicks); st != store.SessionNew {
+	if st, _ := r.CheckSession(p+"run0", 2, 1, tick, ttlTicks); st != store.SessionNew {
 		t.Fatalf("run 0's next command: %v, want SessionNew", st)
 	}
-	if st, q := r.CheckSession(p+"run1", 1, 0, 20, ttlTicks); st != store.SessionDuplicate || string(q.Result) != "r" {
+	if st, q := r.CheckSession(p+"run1", 1, 0, tick, ttlTicks); st != store.SessionDuplicate || string(q.Result) != "r" {
 		t.Fatalf("run 1's command again: %v, want its first answer", st)
 	}
 }

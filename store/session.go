@@ -2,7 +2,8 @@ package store
 
 import (
 	"cmp"
-	"hash/fnv"
+	"crypto/sha256"
+	"encoding/binary"
 	"slices"
 	"strings"
 	"time"
@@ -41,6 +42,13 @@ const (
 	// MaxGoneAnswers: a session holding more unacknowledged answers than this is not let go of
 	// (a client with many commands in flight is no vanished one).
 	MaxGoneAnswers = 4
+	// GoneSilence: a session seen within this share of ClientSessionTTL (2 s of its 5 minutes)
+	// is not let go of: its client is active, and an answer of it may still be on its way.
+	GoneSilence = 150 // ClientSessionTTL / GoneSilence
+	// MaxSenderGone bounds the live GoneSessions of one untrusted sender's sessions that its own
+	// new clients let go of (MaxSenderSessions): past it, its new client is refused, so that one
+	// player cycling client IDs cannot fill MaxGoneSessions and lock every client out.
+	MaxSenderGone = 4
 	// ClientSessionTTL is how long a session is kept after its last command, measured in the
 	// instance's own ticks (never by comparing wall clocks of different owners): a client must
 	// not retransmit a command for longer than this.
@@ -103,7 +111,7 @@ const (
 // but none of them is applied again: a retransmission is answered answer_forgotten (applied,
 // answer no longer kept), and the client's later commands start a new session.
 type GoneSession struct {
-	// Client is ClientHash of the client's ID (8 bytes instead of the ID).
+	// Client is ClientHash of the client's ID (8 bytes instead of up to 80).
 	Client uint64 `msgpack:"h"`
 	// Ack: every command up to it was applied or acknowledged.
 	Ack uint64 `msgpack:"ack"`
@@ -111,15 +119,26 @@ type GoneSession struct {
 	Done []uint64 `msgpack:"done,omitempty"`
 	// Seen is the session's last command (tick): the entry expires when the session would have.
 	Seen uint64 `msgpack:"seen"`
+	// Sender is ClientHash of the client's untrusted sender (SenderOf), 0 for a trusted one.
+	Sender uint64 `msgpack:"s,omitempty"`
 }
 
-// ClientHash is the 64-bit FNV-1a hash of a client ID, as GoneSession keeps it. Two IDs of one
-// hash can only make the later one's commands look applied (answer_forgotten), never apply
-// anything twice.
+// senderHash is the Sender of a GoneSession of client id.
+func senderHash(id string) uint64 {
+	if p := SenderOf(id); p != "" {
+		return ClientHash(p)
+	}
+	return 0
+}
+
+// ClientHash is the first 8 bytes of the SHA-256 of a client ID, as GoneSession keeps it. Two IDs
+// of one hash could only make the later one's commands look applied (answer_forgotten), never
+// apply anything twice; and finding an ID with the hash of a given one (another client's, to have
+// its commands answered forgotten and dropped) takes about 2^64 tries with SHA-256 — with FNV-1a it
+// took a player under a second (review of issue 34).
 func ClientHash(id string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(id))
-	return h.Sum64()
+	sum := sha256.Sum256([]byte(id))
+	return binary.BigEndian.Uint64(sum[:8])
 }
 
 func (g *GoneSession) live(tick, ttl uint64) bool { return tick < g.Seen || tick-g.Seen <= ttl }
@@ -140,15 +159,24 @@ func (r *Record) gone(h, tick, ttl uint64) *GoneSession {
 	return nil
 }
 
-// goneRoom reports whether a session may be let go of: fewer than MaxGoneSessions live entries.
-func (r *Record) goneRoom(tick, ttl uint64) bool {
-	n := 0
+// goneRoom reports whether a session may be let go of: fewer than MaxGoneSessions live entries,
+// and, for the sessions of untrusted sender p making room for its own new client, fewer than
+// MaxSenderGone of p's.
+func (r *Record) goneRoom(tick, ttl uint64, p string) bool {
+	n, mine := 0, 0
+	sender := uint64(0)
+	if p != "" {
+		sender = ClientHash(p)
+	}
 	for i := range r.Gone {
-		if r.Gone[i].live(tick, ttl) {
+		if g := &r.Gone[i]; g.live(tick, ttl) {
 			n++
+			if sender != 0 && g.Sender == sender {
+				mine++
+			}
 		}
 	}
-	return n < MaxGoneSessions
+	return n < MaxGoneSessions && mine < MaxSenderGone
 }
 
 // letGo returns the entry a session holding answers becomes when it is let go of (merged with an
@@ -156,7 +184,7 @@ func (r *Record) goneRoom(tick, ttl uint64) bool {
 // ack.
 func (r *Record) letGo(s *ClientSession, tick, ttl uint64) (GoneSession, bool) {
 	h := ClientHash(s.ID)
-	g := GoneSession{Client: h, Ack: s.Ack, Seen: s.Seen}
+	g := GoneSession{Client: h, Ack: s.Ack, Seen: s.Seen, Sender: senderHash(s.ID)}
 	var done []uint64
 	if old := r.gone(h, tick, ttl); old != nil {
 		g.Ack = max(g.Ack, old.Ack)
@@ -187,7 +215,7 @@ func (r *Record) evictable(s *ClientSession, tick, ttl uint64, goneRoom bool) bo
 	if !s.holding() {
 		return true
 	}
-	if !goneRoom {
+	if !goneRoom || tick < s.Seen || tick-s.Seen < ttl/GoneSilence {
 		return false
 	}
 	_, ok := r.letGo(s, tick, ttl)
@@ -220,9 +248,9 @@ func (r *Record) CheckSession(client string, seq, ack, tick, ttl uint64) (Sessio
 		if g != nil && g.applied(seq) {
 			return SessionForgotten, SeqResult{}
 		}
-		goneRoom := r.goneRoom(tick, ttl)
 		if p := SenderOf(client); p != "" {
 			n, free := 0, false
+			goneRoom := r.goneRoom(tick, ttl, p)
 			for j := range r.Clients {
 				if c := &r.Clients[j]; c.live(tick, ttl) && strings.HasPrefix(c.ID, p) {
 					n++
@@ -234,6 +262,7 @@ func (r *Record) CheckSession(client string, seq, ack, tick, ttl uint64) (Sessio
 			}
 		}
 		live, room := 0, false
+		goneRoom := r.goneRoom(tick, ttl, "")
 		for j := range r.Clients {
 			if c := &r.Clients[j]; c.live(tick, ttl) {
 				live++
@@ -360,7 +389,7 @@ func ownSessions(out []ClientSession, p string) int {
 // the least recently seen.
 func (r *Record) evict(out []ClientSession, p string, tick, ttl uint64) []ClientSession {
 	free, gone, oldest := -1, -1, -1
-	goneRoom := r.goneRoom(tick, ttl)
+	goneRoom := r.goneRoom(tick, ttl, p)
 	for i := range out {
 		s := &out[i]
 		if !strings.HasPrefix(s.ID, p) {
