@@ -95,6 +95,9 @@ func (b blobs) GetBlob(name string) ([]byte, error) {
 	return obs.GetBytes(b.ctx, name)
 }
 
+// BlobStats is what this store uploaded, and the large writes that uploaded nothing.
+func (s *Store) BlobStats() store.BlobStats { return s.blobWriter.Stats() }
+
 // CollectBlobs deletes the blobs no current record references once older than grace, never a
 // referenced one (store.CollectBlobs); dryRun reports without deleting.
 func (s *Store) CollectBlobs(ctx context.Context, grace time.Duration, dryRun bool) (store.GCResult, error) {
