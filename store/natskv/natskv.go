@@ -109,9 +109,9 @@ type Store struct {
 	objects jetstream.ObjectStore // store.BlobBucket, once used
 	// blobWriter uploads a large state only when it changed (store.BlobWriter).
 	blobWriter store.BlobWriter
-	cluster *store.Cluster
-	hold    func(string) bool
-	held    []store.HeldWrite
+	cluster    *store.Cluster
+	hold       func(string) bool
+	held       []store.HeldWrite
 	// batchSlots bounds the atomic batches in flight per data bucket (Options.MaxBatchesInFlight).
 	batchSlots map[string]chan struct{}
 	// reported are the data buckets whose Step this store gave (Init reports each once).

@@ -886,7 +886,9 @@ func testBlobsByChange(t *testing.T, f *fixture) {
 	id := idIn(3, 9)
 	f.create(f.a, id, "small")
 	big := func(b byte) []byte { return bytes.Repeat([]byte{b, 'q', 'r'}, store.BlobThreshold/3+100) }
-	rec := func(tick uint64, state []byte) store.Record { return store.Record{Kind: "test", Tick: tick, State: state} }
+	rec := func(tick uint64, state []byte) store.Record {
+		return store.Record{Kind: "test", Tick: tick, State: state}
+	}
 	want := f.uploads()
 	if _, err := f.s.Write(ctx, f.a, id, rec(2, big(1))); err != nil {
 		t.Fatal(err)
