@@ -236,10 +236,14 @@ type BlobInfo struct {
 
 // GCResult is what a garbage collection of blobs found and did.
 type GCResult struct {
-	Objects    int      `json:"objects"`
-	Referenced int      `json:"referenced"`
-	Young      int      `json:"young"` // unreferenced but within the grace period
-	Deleted    []string `json:"deleted"`
+	Objects      int      `json:"objects"`
+	Referenced   int      `json:"referenced"`
+	Young        int      `json:"young"` // unreferenced but within the grace period
+	Deleted      []string `json:"deleted"`
+	DeletedBytes int64    `json:"deleted_bytes"`
+	// OrphanChunks is the uploads whose chunks no object names (a writer that stopped half-way)
+	// deleted, or found with a dry run (JetStream only).
+	OrphanChunks int `json:"orphan_chunks,omitempty"`
 }
 
 // BlobCatalog is what a backend gives CollectBlobs: the steps that touch its storage.
@@ -307,6 +311,7 @@ func CollectBlobs(ctx context.Context, c BlobCatalog, now time.Time, grace time.
 			}
 		}
 		res.Deleted = append(res.Deleted, o.Name)
+		res.DeletedBytes += int64(o.Size)
 	}
 	return res, nil
 }
