@@ -227,6 +227,12 @@ func StateFromBlob(rec *Record, id string, blobs Blobs) error {
 	return nil
 }
 
+// DefaultBlobGrace is how long an unreferenced blob is kept before a collection may delete it: far
+// longer than a write takes from its upload to its record (a publish's timeout, seconds), so a
+// write on its way never finds its blob gone, and than the clocks of a collector and the server
+// that stamped the blob may differ.
+const DefaultBlobGrace = time.Hour
+
 // BlobInfo is one object of BlobBucket, for garbage collection.
 type BlobInfo struct {
 	Name     string
