@@ -45,6 +45,7 @@ import (
 	"github.com/tickfence/tickfence/clusterinit"
 	"github.com/tickfence/tickfence/coordinator"
 	"github.com/tickfence/tickfence/internal/hdr"
+	"github.com/tickfence/tickfence/internal/metrics"
 	"github.com/tickfence/tickfence/internal/natsserver"
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/natscmd"
@@ -142,6 +143,15 @@ type Options struct {
 	MaxMoves       int
 	RebalanceEvery time.Duration
 	HandOffTimeout time.Duration
+	// BlobGCEvery is the interval between the coordinator leader's collections of unreferenced
+	// large-state blobs (default coordinator.DefaultBlobGCEvery, 10 min; negative: none). They
+	// run only where this node's own connection may delete blobs — the embedded server without
+	// Auth, or a server without credentials; with the roles enforced (DESIGN 9) a node's
+	// credential may not, and an admin runs tickctl gc instead. BlobGCGrace keeps an
+	// unreferenced blob younger than it (default store.DefaultBlobGrace, 1 h): a write on its way
+	// has uploaded its blob and not yet stored the record that points at it.
+	BlobGCEvery time.Duration
+	BlobGCGrace time.Duration
 
 	// MaxCommandDelay is the admission target: past it, new commands are refused with busy
 	// (default 250ms; negative: no admission control). MaxPendingCommands bounds the admitted,
@@ -248,6 +258,12 @@ func (o *Options) defaults() error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.BlobGCGrace == 0 {
+		o.BlobGCGrace = store.DefaultBlobGrace
+	}
+	if o.BlobGCGrace < 0 {
+		return fmt.Errorf("tickfence: Options.BlobGCGrace must not be negative, got %v", o.BlobGCGrace)
 	}
 	return nil
 }
@@ -382,13 +398,18 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	n.stopRun = stopRun
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.runErr <- n.node.Run(runCtx) }()
+	if opt.Registerer != nil {
+		metrics.For(opt.Registerer).CountBlobs(n.st.BlobStats)
+	}
 	if !opt.NoCoordinator {
+		gc := n.blobCollector()
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
 			if err := coordinator.Run(runCtx, coordinator.Config{Store: n.st, Node: opt.NodeID, Session: newSession(),
 				TTL: opt.LeaseTTL, MaxMoves: opt.MaxMoves, RebalanceEvery: opt.RebalanceEvery,
-				HandOffTimeout: opt.HandOffTimeout, Logger: n.log, Registerer: opt.Registerer}); err != nil {
+				HandOffTimeout: opt.HandOffTimeout, Logger: n.log, Registerer: opt.Registerer,
+				CollectBlobs: gc, BlobGCEvery: opt.BlobGCEvery}); err != nil {
 				n.log.Error("coordinator", "err", err)
 			}
 		}()
@@ -401,6 +422,21 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// blobCollector is the collection of unreferenced blobs this node runs while it leads the
+// coordinators, or nil: turned off (Options.BlobGCEvery negative), or this node's connection may
+// not delete blobs (DESIGN 9: a node's credential may not purge; an admin runs tickctl gc).
+func (n *Node) blobCollector() func(context.Context) (store.GCResult, error) {
+	switch {
+	case n.opt.BlobGCEvery < 0:
+		return nil
+	case !n.selfInit || n.initCreds != "":
+		n.log.Info("blob collection: not on this node's credentials (a node may not delete blobs); run tickctl gc as admin, e.g. from cron")
+		return nil
+	}
+	grace := n.opt.BlobGCGrace
+	return func(ctx context.Context) (store.GCResult, error) { return n.st.CollectBlobs(ctx, grace, false) }
 }
 
 // initCluster makes (or checks) the cluster's storage as clusterinit.Init does for tickctl cluster

@@ -71,7 +71,7 @@ func (e *env) noStream(t *testing.T, name string) {
 // TestNodeIsDataPlaneOnly: a node credential (a stolen one) tries what made it an admin: a stream
 // whose republish lands in subjects it may not publish (a bucket's deletion through the
 // JetStream API, an operator's drain key), a stream capturing every command, a purge of a record
-// by a roll-up header, the cluster record, a leader stepdown, the effects service's consumer.
+// by a roll-up header, the blobs bucket emptied by one, the cluster record, a leader stepdown, the effects service's consumer.
 // The server refuses each and nothing changes; the node's own work goes on.
 func TestNodeIsDataPlaneOnly(t *testing.T) {
 	e := newEnv(t)
@@ -205,6 +205,58 @@ func TestNodeIsDataPlaneOnly(t *testing.T) {
 		}
 		if cfg := s.CachedInfo().Config; cfg.AllowRollup || !cfg.AllowMsgTTL {
 			t.Errorf("the control bucket: roll-ups %v, per-message TTL %v; want no roll-ups, TTLs", cfg.AllowRollup, cfg.AllowMsgTTL)
+		}
+	})
+	t.Run("empty the blobs bucket by a roll-up", func(t *testing.T) {
+		// A node uploads large states (it must: the record points at them), so it may publish on
+		// the blobs bucket's subjects; an Object Store's stream takes roll-ups (its put rolls its
+		// meta up), and one publish with Nats-Rollup: all would empty it. tickfence's blobs bucket
+		// takes none (natskv writes each object once, without a roll-up).
+		opts, err := auth.ClientOptions(auth.CredsFile(e.dir, "node"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snc, err := natskv.Connect(e.url, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer snc.Close()
+		st, err := natskv.Open(snc, natskv.Options{OpenOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		big := []byte(strings.Repeat("state", 20000))
+		if _, err := st.Blobs(ctx).PutBlob("d1/1-1-1", big); err != nil {
+			t.Fatalf("the node uploads a blob: %v", err)
+		}
+		js, err := jetstream.New(nd.Conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, subj := range []string{"$O." + store.BlobBucket + ".M.ZXZpbA==", "$O." + store.BlobBucket + ".C.evil"} {
+			for _, rollup := range []string{"all", "sub"} {
+				_, err := js.PublishMsg(ctx, &nats.Msg{Subject: subj, Header: nats.Header{"Nats-Rollup": {rollup}}})
+				var ae *jetstream.APIError
+				if !errors.As(err, &ae) || !strings.Contains(ae.Description, "rollup") {
+					t.Errorf("node rolls up (%s) the blobs bucket on %s: %v, want refused (rollup not permitted)", rollup, subj, err)
+				}
+			}
+		}
+		refused(t, nd, "node purges the blobs bucket", request(nd, "$JS.API.STREAM.PURGE.OBJ_"+store.BlobBucket, "{}"))
+		obs, err := e.js.ObjectStore(ctx, store.BlobBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := obs.GetBytes(ctx, "d1/1-1-1"); err != nil || string(got) != string(big) {
+			t.Errorf("the blob after the attempts: %d bytes, %v", len(got), err)
+		}
+		s, err := e.js.Stream(ctx, "OBJ_"+store.BlobBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowRollup {
+			t.Error("the blobs bucket allows roll-ups")
 		}
 	})
 	t.Run("write the cluster record", func(t *testing.T) {

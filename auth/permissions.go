@@ -27,11 +27,11 @@ import "github.com/tickfence/tickfence/store"
 //   - a consumer's durability: $JS.API.CONSUMER.CREATE.<stream>.<name> makes a durable consumer
 //     as well as an ephemeral one (ordered consumers, every KV watch, use it). Where another's
 //     durable lives (the effects stream) creating and deleting are denied.
-//   - headers: a publish with Nats-Rollup purges the subject (sub) or the stream (all). The data
-//     buckets and the control bucket refuse roll-ups (their streams' AllowRollup is off; the
-//     control bucket's leases expire without delete markers, which would need roll-ups); the
-//     blobs bucket cannot (an object's put rolls up its meta): whoever may put an object there may
-//     roll it up (README, Security).
+//   - headers: a publish with Nats-Rollup purges the subject (sub) or the stream (all). Every
+//     bucket refuses roll-ups (their streams' AllowRollup is off): the data buckets, the control
+//     bucket (its leases expire without delete markers, which would need roll-ups) and the blobs
+//     bucket (an Object Store's put rolls its meta up; tickfence writes each object once without
+//     one, and deletes by purge, admin's: package natskv, blob.go).
 
 // Stream and bucket names of the storage layout (DESIGN 3), as subject tokens.
 const (

@@ -55,6 +55,7 @@ func BenchmarkFencedWriteJetStream(b *testing.B) {
 			tick := uint64(0)
 			for b.Loop() {
 				tick++
+				state[0]++ // a changed state: a blob's write uploads it (an unchanged one keeps its pointer)
 				if _, err := st.Write(ctx, g, id, store.Record{Kind: "k", Tick: tick, State: state}); err != nil {
 					b.Fatal(err)
 				}

@@ -51,7 +51,12 @@ type Config struct {
 	Tolerance float64
 	// NoRebalance turns off load-based moves (drains, shutdowns and failover still happen).
 	NoRebalance bool
-	Logger      *slog.Logger
+	// CollectBlobs, if set, is run by the leader every BlobGCEvery (default DefaultBlobGCEvery)
+	// while it leads: one collection of unreferenced blobs (e.g. natskv.Store.CollectBlobs with
+	// its grace period). Leave it nil where this node's credential may not delete blobs.
+	CollectBlobs func(ctx context.Context) (store.GCResult, error)
+	BlobGCEvery  time.Duration
+	Logger       *slog.Logger
 	// Registerer receives the coordinator's metrics, shared with a node and engine configured
 	// with the same one. nil: none.
 	Registerer prometheus.Registerer
@@ -82,6 +87,9 @@ func (c *Config) defaults() error {
 	}
 	if c.HandOffTimeout == 0 {
 		c.HandOffTimeout = 5 * time.Second
+	}
+	if c.BlobGCEvery <= 0 {
+		c.BlobGCEvery = DefaultBlobGCEvery
 	}
 	switch {
 	case c.Tolerance == 0:
@@ -141,6 +149,10 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			stepDown()
 		}()
+		if cfg.CollectBlobs != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); collectBlobs(lctx, cfg, log) }()
+		}
 		for lost := 0; ; {
 			began := cfg.Clock.Monotonic()
 			err = lead(lctx, cfg, log, t, l.Remaining)

@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"context"
+	"encoding/base64"
 	"testing"
 	"time"
 
@@ -33,12 +34,14 @@ func TestMissingBlobDoesNotTakeTheShardDown(t *testing.T) {
 	if rec.Blob == nil {
 		t.Fatal("the big state is not in a blob")
 	}
+	// The object's meta goes (the blobs bucket takes no roll-up, so no Object Store Delete: a purge).
 	js, _ := jetstream.New(jet.nc(t))
-	obs, err := js.ObjectStore(context.Background(), store.BlobBucket)
+	st, err := js.Stream(context.Background(), "OBJ_"+store.BlobBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := obs.Delete(context.Background(), rec.Blob.Name); err != nil {
+	meta := "$O." + store.BlobBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(rec.Blob.Name))
+	if err := st.Purge(context.Background(), jetstream.WithPurgeSubject(meta)); err != nil {
 		t.Fatal(err)
 	}
 	b := newNode(t, jet.open(t), "b", nodeOpt{})

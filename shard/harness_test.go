@@ -165,7 +165,7 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{}, bomb{}, shower{}, emitter{}, fxbomb{}, tbomb{})
+	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{}, bomb{}, shower{}, emitter{}, fxbomb{}, tbomb{}, vault{})
 	n := &node{t: t, name: name, st: st, engine: e, metrics: m, freeze: &freezer{}}
 	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Registerer: reg,
 		CheckpointEvery: opt.checkpointEvery, WriteStrategy: opt.writeStrategy, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL, MaxCommandDelay: opt.maxCmdDelay,

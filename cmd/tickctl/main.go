@@ -487,8 +487,8 @@ func (c *cli) gc(ctx context.Context) error {
 	if c.g.dryRun {
 		verb = "would delete"
 	}
-	fmt.Fprintf(c.out, "%d blobs: %d referenced by a current record, %d unreferenced but younger than %v, %s %d\n",
-		res.Objects, res.Referenced, res.Young, c.g.grace, verb, len(res.Deleted))
+	fmt.Fprintf(c.out, "%d blobs: %d referenced by a current record, %d unreferenced but younger than %v, %s %d (%d bytes); %s %d half-made uploads\n",
+		res.Objects, res.Referenced, res.Young, c.g.grace, verb, len(res.Deleted), res.DeletedBytes, verb, res.OrphanChunks)
 	for _, n := range res.Deleted {
 		fmt.Fprintf(c.out, "  %s\n", n)
 	}

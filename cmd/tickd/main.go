@@ -82,6 +82,8 @@ type options struct {
 	maxMoves        int
 	rebalanceEvery  time.Duration
 	handoffTimeout  time.Duration
+	blobGCEvery     time.Duration
+	blobGCGrace     time.Duration
 	maxCmdDelay     time.Duration
 	maxPending      int
 	playerCmds      float64
@@ -175,6 +177,9 @@ func main() {
 		"tick as one atomic batch, one in flight per shard) or auto (batches when the cluster's buckets have replicas: a\n"+
 		"replicated stream's leader takes one fenced write per shard at a time)")
 	fs.DurationVar(&o.handoffTimeout, "handoff-timeout", 5*time.Second, "coordinator: reassign a moving shard anyway if its old owner has not released it by then")
+	fs.DurationVar(&o.blobGCEvery, "blob-gc-every", coordinator.DefaultBlobGCEvery, "coordinator leader: collect unreferenced large-state blobs this often (negative: never; only\n"+
+		"where this node's connection may delete them: the embedded server without --auth, or no credentials; else run tickctl gc as admin)")
+	fs.DurationVar(&o.blobGCGrace, "blob-gc-grace", store.DefaultBlobGrace, "keep unreferenced blobs younger than this (a write on its way has uploaded its blob, not yet its record)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tickd runs a tickfence node.
 
@@ -428,6 +433,7 @@ func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.L
 		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, TickWorkers: o.tickWorkers, MaxCatchUp: o.maxCatchUp, CheckpointEvery: o.checkpointEvery,
 		LeaseTTL: o.lease, DataHistory: o.dataHistory,
 		NoCoordinator: o.noCoordinator, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
+		BlobGCEvery: o.blobGCEvery, BlobGCGrace: o.blobGCGrace,
 		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending, WriteStrategy: shard.WriteStrategy(o.writeStrategy),
 		PlayerQuota: &natscmd.Quota{Commands: o.playerCmds, Burst: int(2 * o.playerCmds), CreatesPerMinute: o.playerCreates, CreateBurst: natscmd.DefaultQuota.CreateBurst},
 		Registerer:  reg, Logger: log, BeforeWrite: beforeWrite, BeforeRelease: beforeRelease}

@@ -5,8 +5,11 @@ package metrics
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tickfence/tickfence/store"
 )
 
 // LatencyBuckets run from 50 µs to 1 s, fine enough around 1–5 ms that a 2 ms p99 is visible.
@@ -63,10 +66,20 @@ type Node struct {
 	EffectsRefused   prometheus.Counter
 	EffectsPending   prometheus.GaugeFunc
 
+	// Large state (DESIGN 8): this node's blob uploads, and the leader's collections.
+	BlobUploads, BlobUploadBytes, BlobKept prometheus.CounterFunc
+	BlobGCRuns                             *prometheus.CounterVec
+	BlobGCDeleted, BlobGCDeletedBytes      prometheus.Counter
+	BlobGCOrphanChunks                     prometheus.Counter
+	BlobGCObjects, BlobGCReferenced        prometheus.Gauge
+	BlobGCYoung, BlobGCLastSuccess         prometheus.Gauge
+	BlobGCSeconds                          prometheus.Histogram
+
 	tickMetrics *tickMetrics // tickfence_ticks_total, the tick histograms, the lateness window
 	writes      atomic.Uint64
 	skipped     atomic.Pointer[func() uint64]
 	fxHeld      atomic.Pointer[func() uint64]
+	blobStats   atomic.Pointer[func() store.BlobStats]
 }
 
 var (
@@ -103,6 +116,31 @@ func Forget(reg prometheus.Registerer) {
 
 // CountPendingEffects makes f the source of tickfence_effects_pending (the shard host's count).
 func (m *Node) CountPendingEffects(f func() uint64) { m.fxHeld.Store(&f) }
+
+// CountBlobs makes f the source of tickfence_blob_uploads_total, _upload_bytes_total and
+// _kept_total (the store's store.BlobWriter).
+func (m *Node) CountBlobs(f func() store.BlobStats) { m.blobStats.Store(&f) }
+
+func (m *Node) blobStat(pick func(store.BlobStats) uint64) func() float64 {
+	return func() float64 {
+		if f := m.blobStats.Load(); f != nil {
+			return float64(pick((*f)()))
+		}
+		return 0
+	}
+}
+
+// BlobGCObserve records a successful blob collection finished at now.
+func (m *Node) BlobGCObserve(res store.GCResult, now time.Time) {
+	m.BlobGCRuns.WithLabelValues("ok").Inc()
+	m.BlobGCDeleted.Add(float64(len(res.Deleted)))
+	m.BlobGCDeletedBytes.Add(float64(res.DeletedBytes))
+	m.BlobGCOrphanChunks.Add(float64(res.OrphanChunks))
+	m.BlobGCObjects.Set(float64(res.Objects - len(res.Deleted)))
+	m.BlobGCReferenced.Set(float64(res.Referenced))
+	m.BlobGCYoung.Set(float64(res.Young))
+	m.BlobGCLastSuccess.Set(float64(now.UnixNano()) / 1e9)
+}
 
 // CountSkipped makes f the source of tickfence_ticks_skipped_total (the engine's count).
 func (m *Node) CountSkipped(f func() uint64) { m.skipped.Store(&f) }
@@ -194,6 +232,35 @@ func newNode(reg prometheus.Registerer) *Node {
 		return 0
 	})
 	reg.MustRegister(m.EffectsPending)
+	m.BlobUploads = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tickfence_blob_uploads_total",
+		Help: "Large states (over 64 KiB) this node uploaded to the blobs bucket: one per write whose state changed."}, m.blobStat(func(s store.BlobStats) uint64 { return s.Uploads }))
+	m.BlobUploadBytes = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tickfence_blob_upload_bytes_total",
+		Help: "Bytes of the large states this node uploaded."}, m.blobStat(func(s store.BlobStats) uint64 { return s.UploadBytes }))
+	m.BlobKept = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tickfence_blob_kept_total",
+		Help: "Writes of a large state that uploaded nothing: the state was the stored record's, whose blob pointer the record kept."}, m.blobStat(func(s store.BlobStats) uint64 { return s.Kept }))
+	m.BlobGCRuns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tickfence_blob_gc_runs_total",
+		Help: "Blob collections this node ran as coordinator leader, by result: ok, error."}, []string{"result"})
+	m.BlobGCDeleted = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_blob_gc_deleted_total",
+		Help: "Blobs the collections deleted: referenced by no record of the live epoch, older than the grace period."})
+	m.BlobGCDeletedBytes = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_blob_gc_deleted_bytes_total",
+		Help: "Bytes of the blobs the collections deleted."})
+	m.BlobGCOrphanChunks = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_blob_gc_orphan_chunks_total",
+		Help: "Uploads whose chunks no blob names (a writer that stopped half-way) the collections deleted."})
+	m.BlobGCObjects = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_blob_gc_objects",
+		Help: "Blobs in the bucket after the last collection."})
+	m.BlobGCReferenced = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_blob_gc_referenced",
+		Help: "Blobs a record of the live epoch pointed at in the last collection."})
+	m.BlobGCYoung = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_blob_gc_young",
+		Help: "Unreferenced blobs the last collection kept because they were younger than the grace period."})
+	m.BlobGCLastSuccess = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_blob_gc_last_success_timestamp_seconds",
+		Help: "When this node last finished a blob collection (Unix time; 0: never)."})
+	m.BlobGCSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_blob_gc_seconds",
+		Help: "Duration of a blob collection (listing, reference scan of every record, deletes).", Buckets: prometheus.ExponentialBuckets(0.01, 4, 9)})
+	for _, r := range []string{"ok", "error"} {
+		m.BlobGCRuns.WithLabelValues(r)
+	}
+	reg.MustRegister(m.BlobUploads, m.BlobUploadBytes, m.BlobKept, m.BlobGCRuns, m.BlobGCDeleted, m.BlobGCDeletedBytes,
+		m.BlobGCOrphanChunks, m.BlobGCObjects, m.BlobGCReferenced, m.BlobGCYoung, m.BlobGCLastSuccess, m.BlobGCSeconds)
 	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.Elections, m.LeaseRenewal, m.SelfFenced,
 		m.LeaseTTL, m.ShardsUnowned, m.ShardUnownedMaxAge, m.TickPeriod,
 		m.FramesPublished, m.FramesDropped, m.FramesRefused, m.EffectsEmitted, m.EffectsPublished, m.EffectsFailed, m.EffectsRefused)

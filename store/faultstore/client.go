@@ -767,3 +767,11 @@ func (c *Client) CollectBlobs(ctx context.Context, grace time.Duration, dryRun b
 	}
 	return col.CollectBlobs(ctx, grace, dryRun)
 }
+
+// BlobStats is the blob uploads of the store underneath (shared by every client of the network).
+func (c *Client) BlobStats() store.BlobStats {
+	if bs, ok := c.n.under.(interface{ BlobStats() store.BlobStats }); ok {
+		return bs.BlobStats()
+	}
+	return store.BlobStats{}
+}

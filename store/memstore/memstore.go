@@ -82,6 +82,8 @@ type Store struct {
 
 	blobMu sync.Mutex
 	blobs  map[string]memBlob // store.BlobBucket
+	// blobWriter uploads a large state only when it changed (store.BlobWriter).
+	blobWriter store.BlobWriter
 }
 
 type memBlob struct {
@@ -111,6 +113,9 @@ func (b memBlobs) GetBlob(name string) ([]byte, error) {
 	}
 	return o.data, nil
 }
+
+// BlobStats is what this store uploaded, and the large writes that uploaded nothing.
+func (s *Store) BlobStats() store.BlobStats { return s.blobWriter.Stats() }
 
 // CollectBlobs deletes the blobs no current record references once older than grace, never a
 // referenced one (store.CollectBlobs); dryRun reports without deleting.
@@ -534,6 +539,14 @@ func (s *Store) Register(_ context.Context, g store.Grant, id string, rec store.
 	if err != nil {
 		return 0, err
 	}
+	rev, err := s.register(g, id, v, loadedRev)
+	if err == nil {
+		s.blobWriter.Registered(g, id, rev, rec.Blob)
+	}
+	return rev, err
+}
+
+func (s *Store) register(g store.Grant, id string, v []byte, loadedRev uint64) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, _, err := s.dataBucket(g.Epoch, g.Shard)
@@ -560,6 +573,7 @@ func (s *Store) Create(_ context.Context, g store.Grant, id string, rec store.Re
 	if err != nil {
 		return 0, err
 	}
+	s.blobWriter.Forget(g, id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, _, err := s.dataBucket(g.Epoch, g.Shard)
@@ -616,13 +630,15 @@ func (s *Store) fence(g store.Grant, op string) (*bucket, error) {
 func (s *Store) WriteBatch(g store.Grant, writes []store.BatchWrite, done func(int, uint64, error)) {
 	batch := heldBatch{s: s, g: g}
 	held := false
+	var settles []func(uint64, error)
 	for i, w := range writes {
-		v, err := s.prepare(g, w.ID, w.Rec)
+		v, settle, err := s.prepare(g, w.ID, w.Rec)
 		if err != nil {
 			done(i, 0, err)
 			continue
 		}
 		batch.idx, batch.ids, batch.vs = append(batch.idx, i), append(batch.ids, w.ID), append(batch.vs, v)
+		settles = append(settles, settle)
 		held = held || s.holds(w.ID)
 	}
 	if len(batch.idx) == 0 {
@@ -632,16 +648,20 @@ func (s *Store) WriteBatch(g store.Grant, writes []store.BatchWrite, done func(i
 		s.mu.Lock()
 		s.held = append(s.held, batch)
 		s.mu.Unlock()
-		for _, i := range batch.idx {
-			done(i, 0, fmt.Errorf("write %s: its batch is held by fault injection: %w", writes[i].ID, store.ErrUnknownOutcome))
+		for k, i := range batch.idx {
+			err := fmt.Errorf("write %s: its batch is held by fault injection: %w", writes[i].ID, store.ErrUnknownOutcome)
+			settles[k](0, err)
+			done(i, 0, err)
 		}
 		return
 	}
 	revs, err := batch.commit()
 	for k, i := range batch.idx {
 		if err != nil {
+			settles[k](0, err)
 			done(i, 0, err)
 		} else {
+			settles[k](revs[k], nil)
 			done(i, revs[k], nil)
 		}
 	}
@@ -682,15 +702,21 @@ func (s *Store) holds(id string) bool {
 	return s.hold != nil && s.hold(id)
 }
 
-func (s *Store) prepare(g store.Grant, id string, rec store.Record) ([]byte, error) {
+// prepare encodes rec for a fenced write of id under g, its large state in a blob (uploaded only
+// if it changed: store.BlobWriter); settle takes the write's outcome.
+func (s *Store) prepare(g store.Grant, id string, rec store.Record) (v []byte, settle func(uint64, error), err error) {
 	if err := store.ValidID(id); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rec.Token = g.Token
-	if err := store.MoveStateToBlob(&rec, g, id, memBlobs{s}); err != nil {
-		return nil, err
+	if settle, err = s.blobWriter.Prepare(&rec, g, id, memBlobs{s}); err != nil {
+		return nil, nil, err
 	}
-	return store.EncodeRecord(rec)
+	if v, err = store.EncodeRecord(rec); err != nil {
+		settle(0, err)
+		return nil, nil, err
+	}
+	return v, settle, nil
 }
 
 type heldWrite struct {
@@ -720,14 +746,18 @@ func (s *Store) holdBack(g store.Grant, id string, v []byte, del bool) bool {
 
 // Write implements store.Store.
 func (s *Store) Write(_ context.Context, g store.Grant, id string, rec store.Record) (uint64, error) {
-	v, err := s.prepare(g, id, rec)
+	v, settle, err := s.prepare(g, id, rec)
 	if err != nil {
 		return 0, err
 	}
 	if s.holdBack(g, id, v, false) {
-		return 0, fmt.Errorf("write %s: held by fault injection: %w", id, store.ErrUnknownOutcome)
+		err := fmt.Errorf("write %s: held by fault injection: %w", id, store.ErrUnknownOutcome)
+		settle(0, err)
+		return 0, err
 	}
-	return s.fenced(g, id, v, false)
+	rev, err := s.fenced(g, id, v, false)
+	settle(rev, err)
+	return rev, err
 }
 
 // WriteAsync implements store.Store; the in-memory write completes before it returns.
@@ -740,6 +770,7 @@ func (s *Store) End(_ context.Context, g store.Grant, id string) (uint64, error)
 	if err := store.ValidID(id); err != nil {
 		return 0, err
 	}
+	s.blobWriter.Forget(g, id)
 	if s.holdBack(g, id, nil, true) {
 		return 0, fmt.Errorf("end %s: held by fault injection: %w", id, store.ErrUnknownOutcome)
 	}

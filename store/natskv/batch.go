@@ -43,10 +43,11 @@ type batchAck struct {
 
 // nbatch is a batch ready to send: msgs[k] is the fenced message of writes[idx[k]] (ids[k]).
 type nbatch struct {
-	g    store.Grant
-	idx  []int
-	ids  []string
-	msgs []*nats.Msg
+	g       store.Grant
+	idx     []int
+	ids     []string
+	msgs    []*nats.Msg
+	settles []func(uint64, error) // the blob writer's, per message
 }
 
 func (b *nbatch) op() string {
@@ -63,12 +64,13 @@ func (s *Store) WriteBatch(g store.Grant, writes []store.BatchWrite, done func(i
 	b := &nbatch{g: g}
 	held := false
 	for i, w := range writes {
-		m, err := s.fencedMsg(ctx, g, w.ID, &w.Rec)
+		m, settle, err := s.fencedMsg(ctx, g, w.ID, &w.Rec)
 		if err != nil {
 			done(i, 0, err)
 			continue
 		}
 		b.idx, b.ids, b.msgs = append(b.idx, i), append(b.ids, w.ID), append(b.msgs, m)
+		b.settles = append(b.settles, settle)
 		held = held || s.holds(w.ID)
 	}
 	if len(b.msgs) == 0 {
@@ -76,6 +78,7 @@ func (s *Store) WriteBatch(g store.Grant, writes []store.BatchWrite, done func(i
 	}
 	fail := func(err error) {
 		for k, i := range b.idx {
+			b.settles[k](0, err)
 			done(i, 0, fmt.Errorf("write %s: %w", b.ids[k], err))
 		}
 	}
@@ -101,6 +104,7 @@ func (s *Store) WriteBatch(g store.Grant, writes []store.BatchWrite, done func(i
 			return
 		}
 		for k, i := range b.idx {
+			b.settles[k](revs[k], nil)
 			done(i, revs[k], nil)
 		}
 	}()

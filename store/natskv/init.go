@@ -39,12 +39,12 @@ func (s *Store) Init(ctx context.Context, want store.Cluster, check func(store.C
 			return store.Cluster{}, err
 		}
 	}
-	if _, created, err := s.openBlobs(ctx); err != nil {
+	if _, state, note, err := s.openBlobs(ctx); err != nil {
 		return store.Cluster{}, err
-	} else if created {
-		s.step("blobs bucket", store.BlobBucket, StepCreated, fmt.Sprintf("%d replicas", s.replicas()))
+	} else if state == StepCreated {
+		s.step("blobs bucket", store.BlobBucket, StepCreated, fmt.Sprintf("%d replicas, no roll-ups", s.replicas()))
 	} else {
-		s.step("blobs bucket", store.BlobBucket, StepExists, "")
+		s.step("blobs bucket", store.BlobBucket, state, note)
 	}
 	return c, nil
 }

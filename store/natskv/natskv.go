@@ -107,9 +107,11 @@ type Store struct {
 	mu      sync.Mutex
 	buckets map[string]jetstream.KeyValue
 	objects jetstream.ObjectStore // store.BlobBucket, once used
-	cluster *store.Cluster
-	hold    func(string) bool
-	held    []store.HeldWrite
+	// blobWriter uploads a large state only when it changed (store.BlobWriter).
+	blobWriter store.BlobWriter
+	cluster    *store.Cluster
+	hold       func(string) bool
+	held       []store.HeldWrite
 	// batchSlots bounds the atomic batches in flight per data bucket (Options.MaxBatchesInFlight).
 	batchSlots map[string]chan struct{}
 	// reported are the data buckets whose Step this store gave (Init reports each once).
@@ -870,6 +872,9 @@ func (s *Store) Register(ctx context.Context, g store.Grant, id string, rec stor
 		return 0, err
 	}
 	rev, err := kv.Update(ctx, store.InstanceKey(g.Shard, id), v, loadedRev)
+	if err == nil {
+		s.blobWriter.Registered(g, id, rev, rec.Blob)
+	}
 	return rev, classify("register "+id, err)
 }
 
@@ -883,6 +888,7 @@ func (s *Store) Create(ctx context.Context, g store.Grant, id string, rec store.
 	if err != nil {
 		return 0, err
 	}
+	s.blobWriter.Forget(g, id)
 	kv, _, err := s.dataKV(ctx, g.Epoch, g.Shard)
 	if err != nil {
 		return 0, err
@@ -891,14 +897,17 @@ func (s *Store) Create(ctx context.Context, g store.Grant, id string, rec store.
 	return rev, classify("create "+id, err)
 }
 
-// fencedMsg builds the publish of DESIGN 4: stored only if shard.<S> is still at the token.
-func (s *Store) fencedMsg(ctx context.Context, g store.Grant, id string, rec *store.Record) (*nats.Msg, error) {
+// fencedMsg builds the publish of DESIGN 4: stored only if shard.<S> is still at the token. A
+// record's large state goes to a blob first, uploaded only if it changed (store.BlobWriter);
+// settle takes the publish's outcome (never nil).
+func (s *Store) fencedMsg(ctx context.Context, g store.Grant, id string, rec *store.Record) (_ *nats.Msg, settle func(uint64, error), err error) {
+	settle = func(uint64, error) {}
 	if err := store.ValidID(id); err != nil {
-		return nil, err
+		return nil, settle, err
 	}
 	_, bucket, err := s.dataKV(ctx, g.Epoch, g.Shard)
 	if err != nil {
-		return nil, err
+		return nil, settle, err
 	}
 	tok := []string{strconv.FormatUint(g.Token, 10)}
 	// The header names are canonical already: fill the map directly (Set would re-canonicalise
@@ -909,20 +918,22 @@ func (s *Store) fencedMsg(ctx context.Context, g store.Grant, id string, rec *st
 		HeaderToken:                             tok,
 	}}
 	if rec == nil {
+		s.blobWriter.Forget(g, id)
 		m.Header[headerKVOp] = []string{"DEL"}
-		return m, nil
+		return m, settle, nil
 	}
 	r := *rec
 	r.Token = g.Token
-	if err := store.MoveStateToBlob(&r, g, id, blobs{ctx: ctx, s: s}); err != nil {
-		return nil, err
+	if settle, err = s.blobWriter.Prepare(&r, g, id, blobs{ctx: ctx, s: s}); err != nil {
+		return nil, func(uint64, error) {}, err
 	}
 	// A buffer of an earlier write the store has acknowledged (settle returns them), or a new one.
 	buf := (*recordBufs.Get().(*[]byte))[:0]
 	if m.Data, err = store.AppendRecord(buf, r); err != nil {
-		return nil, err
+		settle(0, err)
+		return nil, func(uint64, error) {}, err
 	}
-	return m, nil
+	return m, settle, nil
 }
 
 // recordBufs holds encoded records' buffers (*[]byte) for reuse once their write is acknowledged:
@@ -1000,23 +1011,29 @@ func (s *Store) TakeHeld() []store.HeldWrite {
 
 // Write implements store.Store.
 func (s *Store) Write(ctx context.Context, g store.Grant, id string, rec store.Record) (uint64, error) {
-	m, err := s.fencedMsg(ctx, g, id, &rec)
+	m, settle, err := s.fencedMsg(ctx, g, id, &rec)
 	if err != nil {
 		return 0, err
 	}
 	if s.holdBack(g, id, m) {
-		return 0, fmt.Errorf("write %s: held by fault injection: %w", id, store.ErrUnknownOutcome)
+		err := fmt.Errorf("write %s: held by fault injection: %w", id, store.ErrUnknownOutcome)
+		settle(0, err)
+		return 0, err
 	}
-	return s.publishFenced(ctx, m, g, id)
+	rev, err := s.publishFenced(ctx, m, g, id)
+	settle(rev, err)
+	return rev, err
 }
 
 // WriteAsync implements store.Store: the publish is pipelined; settle reports its outcome.
 func (s *Store) WriteAsync(g store.Grant, id string, rec store.Record, done func(uint64, error)) {
-	m, err := s.fencedMsg(context.Background(), g, id, &rec)
+	m, settle, err := s.fencedMsg(context.Background(), g, id, &rec)
 	if err != nil {
 		done(0, err)
 		return
 	}
+	caller := done
+	done = func(rev uint64, err error) { settle(rev, err); caller(rev, err) }
 	if s.holdBack(g, id, m) {
 		done(0, fmt.Errorf("write %s: held by fault injection: %w", id, store.ErrUnknownOutcome))
 		return
@@ -1043,7 +1060,7 @@ func (s *Store) WriteAsync(g store.Grant, id string, rec store.Record, done func
 
 // End implements store.Store: a fenced delete marker.
 func (s *Store) End(ctx context.Context, g store.Grant, id string) (uint64, error) {
-	m, err := s.fencedMsg(ctx, g, id, nil)
+	m, _, err := s.fencedMsg(ctx, g, id, nil)
 	if err != nil {
 		return 0, err
 	}

@@ -124,6 +124,8 @@ func Run(t *testing.T, b Backend) {
 		{"WatchAssignments", testWatch},
 		{"LatestAssignmentAndList", testLatestAssignment},
 		{"LargeStateInABlob", testBlobs},
+		{"LargeStateUploadedOnlyWhenChanged", testBlobsByChange},
+		{"KeptBlobSurvivesTheCollector", testKeptBlobCollected},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, setup(t, b)) })
@@ -840,4 +842,182 @@ func testBlobs(t *testing.T, f *fixture) {
 	if r, _ := f.mustLoad(3, id); string(r.State) != "small again" || r.Blob != nil {
 		t.Fatalf("a small state after a blob: %q, blob %+v; want it inline", r.State, r.Blob)
 	}
+}
+
+// BlobCounter is a store that counts its blob uploads (both backends do).
+type BlobCounter interface {
+	BlobStats() store.BlobStats
+}
+
+// uploads returns a function that fails the test unless the store uploaded n blobs since the last
+// call (or since it was made).
+func (f *fixture) uploads() func(what string, n uint64) {
+	c, ok := f.s.(BlobCounter)
+	if !ok {
+		f.t.Fatalf("%T does not count its blob uploads", f.s)
+	}
+	last := c.BlobStats().Uploads
+	return func(what string, n uint64) {
+		f.t.Helper()
+		now := c.BlobStats().Uploads
+		if now-last != n {
+			f.t.Fatalf("%s: %d blobs uploaded, want %d", what, now-last, n)
+		}
+		last = now
+	}
+}
+
+// wantBlob loads id and wants state from the blob named name.
+func (f *fixture) wantBlob(id string, state []byte, name string) {
+	f.t.Helper()
+	r, _ := f.mustLoad(3, id)
+	if !bytes.Equal(r.State, state) || r.Blob == nil || r.Blob.Name != name {
+		f.t.Fatalf("loaded %d bytes from blob %+v; want %d bytes from %s", len(r.State), r.Blob, len(state), name)
+	}
+}
+
+// testBlobsByChange (DESIGN 8, issue 35): a large state is uploaded only when its bytes differ from
+// those of the stored record's blob; an unchanged one keeps the pointer, whichever way it is
+// written (Write, WriteAsync, WriteBatch) and across a registration. Anything that breaks the
+// chain of "the record this write replaces points at that blob" uploads again: a state equal to
+// an older blob's, a new token without a registration, an end and a new creation.
+func testBlobsByChange(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	id := idIn(3, 9)
+	f.create(f.a, id, "small")
+	big := func(b byte) []byte { return bytes.Repeat([]byte{b, 'q', 'r'}, store.BlobThreshold/3+100) }
+	rec := func(tick uint64, state []byte) store.Record {
+		return store.Record{Kind: "test", Tick: tick, State: state}
+	}
+	want := f.uploads()
+	if _, err := f.s.Write(ctx, f.a, id, rec(2, big(1))); err != nil {
+		t.Fatal(err)
+	}
+	want("first large state", 1)
+	first := store.BlobName(id, 1, f.a.Token, 2)
+	for tick := uint64(3); tick < 13; tick++ {
+		if _, err := f.s.Write(ctx, f.a, id, rec(tick, big(1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want("10 idle checkpoints", 0)
+	done := make(chan error, 1)
+	f.s.WriteAsync(f.a, id, rec(13, big(1)), func(_ uint64, err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	want("an idle pipelined write", 0)
+	if bw, ok := f.s.(store.BatchWriter); ok {
+		bw.WriteBatch(f.a, []store.BatchWrite{{ID: id, Rec: rec(14, big(1))}}, func(_ int, _ uint64, err error) { done <- err })
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		want("an idle batched write", 0)
+	}
+	f.wantBlob(id, big(1), first)
+	r, rev := f.mustLoad(3, id)
+	if r.Tick < 13 {
+		t.Fatalf("the kept pointer's record is at tick %d, want the last write's", r.Tick)
+	}
+	if _, err := f.s.Write(ctx, f.a, id, rec(20, big(2))); err != nil {
+		t.Fatal(err)
+	}
+	want("a changed state", 1)
+	f.wantBlob(id, big(2), store.BlobName(id, 1, f.a.Token, 20))
+	if _, err := f.s.Write(ctx, f.a, id, rec(21, big(1))); err != nil {
+		t.Fatal(err)
+	}
+	want("a state equal to an older blob's, not the stored record's", 1)
+	f.wantBlob(id, big(1), store.BlobName(id, 1, f.a.Token, 21))
+	_ = rev
+
+	// A rotation, then the load and registration a rebuild does: the registered pointer is kept.
+	rot, err := f.s.Rotate(ctx, f.a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, rev = f.mustLoad(3, id)
+	if _, err := f.s.Register(ctx, rot, id, r, rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Write(ctx, rot, id, rec(22, big(1))); err != nil {
+		t.Fatal(err)
+	}
+	want("unchanged after a rotation and registration", 0)
+	f.wantBlob(id, big(1), store.BlobName(id, 1, f.a.Token, 21))
+
+	// A new owner's first write without a registration, and a zombie's: both upload; the zombie's
+	// refused write changes nothing of what the new owner keeps.
+	b := f.grant(3, "B", rot.Token)
+	if _, err := f.s.Write(ctx, b, id, rec(23, big(1))); err != nil {
+		t.Fatal(err)
+	}
+	want("a new token's first write", 1)
+	if _, err := f.s.Write(ctx, rot, id, rec(30, big(1))); !errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("zombie's write: %v, want ErrStaleOwner", err)
+	}
+	want("a zombie's write", 1)
+	if _, err := f.s.Write(ctx, b, id, rec(24, big(1))); err != nil {
+		t.Fatal(err)
+	}
+	want("the new owner's unchanged state after the zombie's attempt", 0)
+	f.wantBlob(id, big(1), store.BlobName(id, 1, b.Token, 23))
+
+	// An end and a new life: the old life's blob is not the new record's.
+	if _, err := f.s.End(ctx, b, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Create(ctx, b, id, store.Record{Kind: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Write(ctx, b, id, rec(1, big(1))); err != nil {
+		t.Fatal(err)
+	}
+	want("the same state in a new life", 1)
+	f.wantBlob(id, big(1), store.BlobName(id, 1, b.Token, 1))
+	// A small state drops the pointer; the same large state after it is uploaded again.
+	if _, err := f.s.Write(ctx, b, id, rec(2, []byte("small"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Write(ctx, b, id, rec(3, big(1))); err != nil {
+		t.Fatal(err)
+	}
+	want("a large state after a small one", 1)
+}
+
+// testKeptBlobCollected: a blob kept by many records is older than any grace, yet never collected
+// while the current record points at it; the blobs it replaced are.
+func testKeptBlobCollected(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	c, ok := f.s.(BlobCollector)
+	if !ok {
+		t.Fatalf("%T cannot collect its blobs", f.s)
+	}
+	id := idIn(3, 10)
+	f.create(f.a, id, "small")
+	big := func(b byte) []byte { return bytes.Repeat([]byte{b, 's', 't'}, store.BlobThreshold/3+100) }
+	want := f.uploads()
+	for tick, b := range []byte{1, 2, 2, 2} {
+		if _, err := f.s.Write(ctx, f.a, id, store.Record{Kind: "test", Tick: uint64(tick + 2), State: big(b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want("two states over four writes", 2)
+	kept := store.BlobName(id, 1, f.a.Token, 3)
+	res, err := c.CollectBlobs(ctx, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Deleted) != 1 || res.Deleted[0] != store.BlobName(id, 1, f.a.Token, 2) || res.Referenced != 1 {
+		t.Fatalf("collected %v, %d referenced; want only the replaced blob, the kept one referenced", res.Deleted, res.Referenced)
+	}
+	if _, err := f.s.Write(ctx, f.a, id, store.Record{Kind: "test", Tick: 9, State: big(2)}); err != nil {
+		t.Fatal(err)
+	}
+	want("unchanged after the collection", 0)
+	f.wantBlob(id, big(2), kept)
+	if res, err := c.CollectBlobs(ctx, 0, false); err != nil || len(res.Deleted) != 0 {
+		t.Fatalf("second collection: %+v, %v; want nothing deleted", res, err)
+	}
+	f.wantBlob(id, big(2), kept)
 }
