@@ -71,6 +71,12 @@ const (
 	// CodeRateLimited: the sender is past one of its quotas (commands per second, instances
 	// created); nothing was applied. Retry with the same request after the delay the message says.
 	CodeRateLimited = "rate_limited"
+	// CodeInstanceFailed: the instance is out of service on its owner because the game's code
+	// failed in it — a panic in Handle or Tick, a state its Kind cannot Restore, a kind this node
+	// does not know, an effect it could not store; the message says which. This attempt changed
+	// nothing (its stored state stays as it was). Not retryable: the instance stays failed until
+	// an operator reloads it (tickctl instance reload) once the game is fixed, or its shard moves.
+	CodeInstanceFailed = "instance_failed"
 )
 
 // Subject is where commands to an instance are sent.
