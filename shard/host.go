@@ -172,8 +172,8 @@ type Host struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	// spawnMu orders spawn's Add before waitAll's Wait; finished: no more goroutines start.
-	spawnMu  sync.Mutex
-	denying  atomic.Int64 // unknown-instance checks running (shardRun.deny)
+	spawnMu sync.Mutex
+	denying atomic.Int64 // unknown-instance checks running (shardRun.deny)
 	// failures counts the instances that ever failed here (instance.failLocked): while it is 0,
 	// counting the failed ones (a metric scrape, a lease report) walks nothing.
 	failures atomic.Int64
