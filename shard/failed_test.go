@@ -15,6 +15,7 @@ import (
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/actor/dungeon"
 	"github.com/tickfence/tickfence/shard"
+	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/memstore"
@@ -317,5 +318,66 @@ func TestInvalidEffectOfAnEmitterFailsTheCommand(t *testing.T) {
 	}
 	if f := failedOn(t, n, id); f.Cause != "invalid_effect" {
 		t.Fatalf("reported %+v", f)
+	}
+}
+
+// Over real NATS and JetStream: the Go client takes instance_failed as final (no retry until it
+// gives up), and an operator's reload request on tickfence.op reaches the owner and brings the
+// instance back once the game is fixed. A "reload" sent as a command goes to the game, not to
+// the node.
+func TestInstanceFailedAndReloadOverNATS(t *testing.T) {
+	b := backends(t)[1]
+	st := b.open(t)
+	n := newNode(t, st, "A", nodeOpt{commands: func(reg prometheus.Registerer) shard.Commands { return natscmd.NewServer(b.nc(t), testShards, reg) }})
+	const s = 1
+	n.grant(s)
+	id := idIn(s, 2)
+	defer fragileFaults.Delete(id)
+	c := natscmd.NewClient(b.nc(t), testShards)
+	c.GiveUp = 20 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	send := func(cmd map[string]any) wire.Reply {
+		t.Helper()
+		r, err := c.SendMap(ctx, id, "", cmd)
+		if err != nil {
+			t.Fatalf("%v: %v", cmd, err)
+		}
+		return r
+	}
+	mustOK(t, send(map[string]any{"type": "create", "kind": "fragile"}), "create")
+	mustOK(t, send(map[string]any{"type": "add", "by": 1}), "add")
+	if natscmd.Retryable(wire.CodeInstanceFailed) {
+		t.Fatal("the Go client retries instance_failed")
+	}
+	fragileFaults.Store(id, "handle")
+	start := time.Now()
+	wantFailed(t, send(map[string]any{"type": "boom"}), "boom over NATS", "index out of range")
+	wantFailed(t, send(map[string]any{"type": "add", "by": 1}), "a command after it over NATS", "reload")
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("two answers took %v: the client retried instance_failed", d)
+	}
+	r := send(map[string]any{"type": "reload"})
+	wantFailed(t, r, `"reload" as a command: the instance's, still failed`)
+
+	fragileFaults.Delete(id)
+	rr, err := c.Reload(ctx, id)
+	if err != nil || !rr.OK {
+		t.Fatalf("reload over NATS: %v %+v", err, rr.Error)
+	}
+	if m, _ := rr.Result.(map[string]any); m["reloaded"] != true {
+		t.Fatalf("reload answered %+v", rr.Result)
+	}
+	mustOK(t, send(map[string]any{"type": "boom"}), "boom once fixed")
+	wantCode(t, send(map[string]any{"type": "reload"}), wire.CodeRejected, `"reload" as a command goes to the game`)
+	if _, cs := load(t, st, id); cs.N != 101 {
+		t.Fatalf("n = %d, want 101", cs.N)
+	}
+	// A reload of an instance that runs is an answer, not an error; of one not there, unknown.
+	if rr, err := c.Reload(ctx, id); err != nil || !rr.OK {
+		t.Fatalf("reload of a running instance: %v %+v", err, rr.Error)
+	}
+	if rr, err := c.Reload(ctx, idIn(s, 9)); err != nil || rr.OK || rr.Error.Code != wire.CodeUnknownInstance {
+		t.Fatalf("reload of an instance that does not exist: %v %+v", err, rr)
 	}
 }

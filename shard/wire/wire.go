@@ -110,6 +110,32 @@ func ParsePlayerSubject(subject string) (cmdSubject, player string, err error) {
 	return SubjectPrefix + "." + rest[:i], rest[i+1:], nil
 }
 
+// OperatorPrefix is where operators send requests to the owner of an instance's shard (DESIGN 9:
+// only an operator's credential may publish there, and the players' account does not import it):
+// tickfence.op.<S>.<instanceID>, body {"type":"reload"}, the headers and reply of a command. The
+// owner answers them itself; they never reach the game.
+const OperatorPrefix = "tickfence.op"
+
+// OperatorSubject is where an operator's request about an instance is sent.
+func OperatorSubject(shard uint32, id string) string {
+	return OperatorPrefix + "." + strconv.FormatUint(uint64(shard), 10) + "." + id
+}
+
+// OperatorShardSubject is what the owner of a shard subscribes to for operators' requests.
+func OperatorShardSubject(shard uint32) string {
+	return OperatorPrefix + "." + strconv.FormatUint(uint64(shard), 10) + ".>"
+}
+
+// ParseOperatorSubject maps tickfence.op.<S>.<id> to the command subject it stands for
+// (tickfence.cmd.<S>.<id>), which ParseSubject checks.
+func ParseOperatorSubject(subject string) (cmdSubject string, err error) {
+	rest, ok := strings.CutPrefix(subject, OperatorPrefix+".")
+	if !ok {
+		return "", Errorf(CodeBadRequest, "subject %q: want %s.<shard>.<instance>", subject, OperatorPrefix)
+	}
+	return SubjectPrefix + "." + rest, nil
+}
+
 // ShardSubject is what the owner of a shard subscribes to: ">" so that a malformed instance ID
 // (one with dots) still reaches the owner and gets a clear error instead of silence.
 func ShardSubject(shard uint32) string {
