@@ -21,7 +21,11 @@ type Effect struct {
 const MaxEffectBytes = 4 << 10
 
 // Emitter is a Logic that emits effects. After every tick (which includes the commands applied at
-// its start) the instance takes the effects emitted since the last call.
+// its start) the instance takes the effects emitted since the last call. Embed Effects, which
+// refuses a bad effect at the call; an Emitter of the game's own that hands over an effect
+// ValidEffect refuses fails its instance, as a panic does (the command that made it is answered
+// instance_failed and nothing of it is stored), since dropping it would answer the command ok
+// while its effect never happens.
 type Emitter interface {
 	// TakeEffects returns the effects emitted since the last call, oldest first (nil: none).
 	TakeEffects() []Effect

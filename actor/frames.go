@@ -22,7 +22,9 @@ type Frame struct {
 const MaxFrameBytes = 64 << 10
 
 // Framer is a Logic that shows something to its watchers. After every tick (which includes the
-// commands applied at its start) the instance takes the frames made since the last call.
+// commands applied at its start) the instance takes the frames made since the last call. Embed
+// Frames, which refuses a bad frame at the call; a frame of a Framer of the game's own that
+// ValidFrame refuses is dropped whole, logged and counted (tickfence_frames_refused_total).
 type Framer interface {
 	// TakeFrames returns the frames made since the last call, oldest first (nil: none). The
 	// caller owns the slice and the payloads afterwards.
