@@ -381,3 +381,39 @@ func TestInstanceFailedAndReloadOverNATS(t *testing.T) {
 		t.Fatalf("reload of an instance that does not exist: %v %+v", err, rr)
 	}
 }
+
+// A reload waits for a write of the failed instance still in flight: loaded before it lands, the
+// reloaded instance would write over it, and the command it holds (answered ok) would be lost.
+func TestReloadWaitsForTheWriteInFlight(t *testing.T) {
+	for _, strat := range []shard.WriteStrategy{shard.WriteSingle, shard.WriteBatches} {
+		t.Run(string(strat), func(t *testing.T) {
+			mem := memstore.New()
+			n, id := withInstance(t, mem, "fragile", nodeOpt{writeStrategy: strat})
+			defer fragileFaults.Delete(id)
+			frozen := n.freeze.arm(id)
+			first := n.submit(id, "a1", mustBody(t, map[string]any{"type": "add", "by": 1}))
+			<-frozen // a1's write is in flight, held
+			fragileFaults.Store(id, "handle")
+			wantFailed(t, recvReply(t, n.submit(id, "b1", mustBody(t, map[string]any{"type": "boom"})), "boom"), "boom behind a write in flight")
+			fragileFaults.Delete(id)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			reloaded := make(chan error, 1)
+			go func() { reloaded <- n.host.Reload(ctx, id) }()
+			select {
+			case err := <-reloaded:
+				t.Fatalf("reload returned (%v) while a write of the instance was in flight", err)
+			case <-time.After(300 * time.Millisecond):
+			}
+			n.freeze.release()
+			mustOK(t, recvReply(t, first, "a1"), "a1 (in flight)")
+			if err := <-reloaded; err != nil {
+				t.Fatalf("reload: %v", err)
+			}
+			mustOK(t, n.send(id, "a2", map[string]any{"type": "add", "by": 1}), "a2")
+			if _, s := load(t, mem, id); s.N != 2 {
+				t.Fatalf("n = %d, want 2: a1 (stored by the write in flight) and a2", s.N)
+			}
+		})
+	}
+}
