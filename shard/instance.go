@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/shard/wire"
@@ -104,7 +105,11 @@ const maxReason = 512
 
 func newFailure(cause, reason string) *failure {
 	if len(reason) > maxReason {
-		reason = reason[:maxReason] + "…"
+		cut := maxReason
+		for cut > 0 && !utf8.RuneStart(reason[cut]) { // never half a character
+			cut--
+		}
+		reason = reason[:cut] + "…"
 	}
 	return &failure{cause: cause, reason: reason, at: time.Now()}
 }
