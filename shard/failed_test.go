@@ -410,7 +410,8 @@ func TestReloadWaitsForTheWriteInFlight(t *testing.T) {
 			if err := <-reloaded; err != nil {
 				t.Fatalf("reload: %v", err)
 			}
-			mustOK(t, n.send(id, "a2", map[string]any{"type": "add", "by": 1}), "a2")
+			// The held write made answers slow: admission control may refuse a while (busy).
+			mustOK(t, n.sendRetryingBusy(id, "a2", map[string]any{"type": "add", "by": 1}), "a2")
 			if _, s := load(t, mem, id); s.N != 2 {
 				t.Fatalf("n = %d, want 2: a1 (stored by the write in flight) and a2", s.N)
 			}
