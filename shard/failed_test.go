@@ -132,15 +132,15 @@ func TestPanicFailsTheInstanceUntilReloaded(t *testing.T) {
 	mem := memstore.New()
 	n, id := withInstance(t, mem, "fragile", nodeOpt{})
 	defer fragileFaults.Delete(id)
-	mustOK(t, n.send(id, "a1", map[string]any{"type": "add", "by": 1}), "a1")
+	mustOK(t, n.sendRetryingBusy(id, "a1", map[string]any{"type": "add", "by": 1}), "a1")
 	fragileFaults.Store(id, "handle")
-	wantFailed(t, n.send(id, "b1", map[string]any{"type": "boom"}), "the command that panicked", "index out of range", id)
+	wantFailed(t, n.sendRetryingBusy(id, "b1", map[string]any{"type": "boom"}), "the command that panicked", "index out of range", id)
 	start := time.Now()
-	wantFailed(t, n.send(id, "a2", map[string]any{"type": "add", "by": 1}), "a command after the panic", "index out of range", "reload")
+	wantFailed(t, n.sendRetryingBusy(id, "a2", map[string]any{"type": "add", "by": 1}), "a command after the panic", "index out of range", "reload")
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("a command to a failed instance took %v to answer", d)
 	}
-	if r := n.send(id, "a1", map[string]any{"type": "add", "by": 1}); !r.OK {
+	if r := n.sendRetryingBusy(id, "a1", map[string]any{"type": "add", "by": 1}); !r.OK {
 		t.Fatalf("retransmission of a stored command: %+v, want its first answer", r.Error)
 	}
 	if f := failedOn(t, n, id); f.Cause != "panic" || !strings.Contains(f.Reason, "index out of range") || f.Shard != 1 {
@@ -159,7 +159,7 @@ func TestPanicFailsTheInstanceUntilReloaded(t *testing.T) {
 	if err := n.host.Reload(ctx, id); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	wantFailed(t, n.send(id, "b1", map[string]any{"type": "boom"}), "boom again, not fixed")
+	wantFailed(t, n.sendRetryingBusy(id, "b1", map[string]any{"type": "boom"}), "boom again, not fixed")
 
 	fragileFaults.Delete(id) // the game is fixed
 	if err := n.host.Reload(ctx, id); err != nil {
@@ -171,9 +171,9 @@ func TestPanicFailsTheInstanceUntilReloaded(t *testing.T) {
 	if len(n.host.Load().Failed) != 0 {
 		t.Fatalf("still reported failed: %+v", n.host.Load().Failed)
 	}
-	mustOK(t, n.send(id, "b1", map[string]any{"type": "boom"}), "boom, retransmitted after the fix")
-	mustOK(t, n.send(id, "a2", map[string]any{"type": "add", "by": 1}), "a2 after the reload")
-	mustOK(t, n.send(id, "b1", map[string]any{"type": "boom"}), "boom, retransmitted again")
+	mustOK(t, n.sendRetryingBusy(id, "b1", map[string]any{"type": "boom"}), "boom, retransmitted after the fix")
+	mustOK(t, n.sendRetryingBusy(id, "a2", map[string]any{"type": "add", "by": 1}), "a2 after the reload")
+	mustOK(t, n.sendRetryingBusy(id, "b1", map[string]any{"type": "boom"}), "boom, retransmitted again")
 	if _, s := load(t, mem, id); s.N != 102 {
 		t.Fatalf("n = %d, want 102: a1 (1) + boom once (100) + a2 (1), nothing of the panics", s.N)
 	}
@@ -181,7 +181,7 @@ func TestPanicFailsTheInstanceUntilReloaded(t *testing.T) {
 	if err := n.host.Reload(ctx, id); err != nil {
 		t.Fatalf("reload of a running instance: %v", err)
 	}
-	mustOK(t, n.send(id, "a3", map[string]any{"type": "add", "by": 1}), "a3")
+	mustOK(t, n.sendRetryingBusy(id, "a3", map[string]any{"type": "add", "by": 1}), "a3")
 	if _, s := load(t, mem, id); s.N != 103 {
 		t.Fatalf("n = %d, want 103", s.N)
 	}
@@ -195,7 +195,7 @@ func TestCommandsQueuedInAFailedInstanceGetTheFailureCode(t *testing.T) {
 			mem := memstore.New()
 			n, id := withInstance(t, mem, "fragile", nodeOpt{})
 			defer fragileFaults.Delete(id)
-			mustOK(t, n.send(id, "x", map[string]any{"type": "add", "by": 1}), "x")
+			mustOK(t, n.sendRetryingBusy(id, "x", map[string]any{"type": "add", "by": 1}), "x")
 			c := newCounted()
 			ids := []string{"q0", "q1", "q2", "boom", "q3", "q4"}
 			if where == "tick" {
@@ -243,9 +243,9 @@ func TestRestoreErrorFailsTheInstanceUntilReloaded(t *testing.T) {
 		fragileFaults.Store(id, "restore")
 		bn := newNode(t, b.open(t), "B", nodeOpt{})
 		bn.grant(s)
-		wantFailed(t, bn.send(id, "a2", map[string]any{"type": "add", "by": 1}), "a command", "Restore", "state schema v2")
-		wantFailed(t, bn.send(id, "c2", map[string]any{"type": "create", "kind": "fragile"}), "a create", "Restore")
-		mustOK(t, bn.send(id, "a1", map[string]any{"type": "add", "by": 1}), "retransmission of a stored command")
+		wantFailed(t, bn.sendRetryingBusy(id, "a2", map[string]any{"type": "add", "by": 1}), "a command", "Restore", "state schema v2")
+		wantFailed(t, bn.sendRetryingBusy(id, "c2", map[string]any{"type": "create", "kind": "fragile"}), "a create", "Restore")
+		mustOK(t, bn.sendRetryingBusy(id, "a1", map[string]any{"type": "add", "by": 1}), "retransmission of a stored command")
 		if f := failedOn(t, bn, id); f.Cause != "restore" {
 			t.Fatalf("reported %+v", f)
 		}
@@ -261,7 +261,7 @@ func TestRestoreErrorFailsTheInstanceUntilReloaded(t *testing.T) {
 		if err := bn.host.Reload(ctx, id); err != nil {
 			t.Fatalf("reload once fixed: %v", err)
 		}
-		mustOK(t, bn.send(id, "a2", map[string]any{"type": "add", "by": 1}), "a2 after the reload")
+		mustOK(t, bn.sendRetryingBusy(id, "a2", map[string]any{"type": "add", "by": 1}), "a2 after the reload")
 		if _, st := load(t, bn.st, id); st.N != 2 {
 			t.Fatalf("n = %d, want 2", st.N)
 		}
@@ -286,8 +286,8 @@ func TestUnknownKindFailsTheInstance(t *testing.T) {
 	}
 	bn := newNode(t, mem, "B", nodeOpt{kinds: []actor.Kind{dungeon.Kind{}}})
 	bn.grant(s)
-	wantFailed(t, bn.send(id, "a1", map[string]any{"type": "add", "by": 1}), "a command", `unknown kind "counter"`)
-	wantFailed(t, bn.send(id, "c2", map[string]any{"type": "create", "kind": "dungeon"}), "a create", `unknown kind "counter"`)
+	wantFailed(t, bn.sendRetryingBusy(id, "a1", map[string]any{"type": "add", "by": 1}), "a command", `unknown kind "counter"`)
+	wantFailed(t, bn.sendRetryingBusy(id, "c2", map[string]any{"type": "create", "kind": "dungeon"}), "a create", `unknown kind "counter"`)
 	if f := failedOn(t, bn, id); f.Cause != "unknown_kind" {
 		t.Fatalf("reported %+v", f)
 	}
@@ -306,9 +306,9 @@ func TestInvalidEffectOfAnEmitterFailsTheCommand(t *testing.T) {
 	const s = 1
 	n.grant(s)
 	id := idIn(s, 5)
-	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "rawfx"}), "create")
-	mustOK(t, n.send(id, "a1", map[string]any{"type": "add", "by": 1}), "a1")
-	wantFailed(t, n.send(id, "bad", map[string]any{"type": "bad"}), "the command that made a bad effect", `"loot drop"`)
+	mustOK(t, n.sendRetryingBusy(id, "c", map[string]any{"type": "create", "kind": "rawfx"}), "create")
+	mustOK(t, n.sendRetryingBusy(id, "a1", map[string]any{"type": "add", "by": 1}), "a1")
+	wantFailed(t, n.sendRetryingBusy(id, "bad", map[string]any{"type": "bad"}), "the command that made a bad effect", `"loot drop"`)
 	rec, st := load(t, mem, id)
 	if _, stored := rec.FindRequest("bad"); stored || st.N != 1 || len(rec.Fx) != 0 {
 		t.Fatalf("stored: n = %d, bad remembered %v, outbox %d; want nothing of the bad command", st.N, stored, len(rec.Fx))

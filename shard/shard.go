@@ -309,29 +309,26 @@ func (sh *shardRun) reload(ctx context.Context, id string) (map[string]any, *wir
 	}
 	in.reloading = true
 	in.mu.Unlock()
-	fresh, werr := sh.reloadFrom(ctx, g, in)
-	if fresh == nil || fresh.fail != nil {
+	tick, failedAgain, werr := sh.reloadFrom(ctx, g, in)
+	if werr != nil || failedAgain != "" {
 		in.mu.Lock()
-		in.reloading = false
+		in.reloading = false // a later reload may try again (on the new one, if it replaced in)
 		in.mu.Unlock()
 	}
 	if werr != nil {
 		return nil, werr
 	}
-	if fresh.fail != nil {
-		fresh.mu.Lock()
-		msg := fresh.failMessageLocked()
-		fresh.mu.Unlock()
-		return nil, wire.Errorf(wire.CodeInstanceFailed, "reloaded, and it failed again: %s", msg)
+	if failedAgain != "" {
+		return nil, wire.Errorf(wire.CodeInstanceFailed, "reloaded, and it failed again: %s", failedAgain)
 	}
-	sh.log.Info("failed instance reloaded from its stored state", "instance", id, "token", g.Token, "tick", fresh.rec.Tick)
-	return map[string]any{"instance": id, "reloaded": true, "tick": fresh.rec.Tick, "node": sh.h.cfg.Node}, nil
+	sh.log.Info("failed instance reloaded from its stored state", "instance", id, "token", g.Token, "tick", tick)
+	return map[string]any{"instance": id, "reloaded": true, "tick": tick, "node": sh.h.cfg.Node}, nil
 }
 
 // reloadFrom waits until no write of the failed instance in is in flight, loads it again under g
-// and puts the new one in its place (scheduled if it runs). The new one is returned even if it
-// failed again (it replaces in then too, with the new reason).
-func (sh *shardRun) reloadFrom(ctx context.Context, g store.Grant, in *instance) (*instance, *wire.Error) {
+// and puts the new one in its place (scheduled if it runs), even if it failed again (then with
+// the new reason, returned as failedAgain). tick is the loaded record's.
+func (sh *shardRun) reloadFrom(ctx context.Context, g store.Grant, in *instance) (tick uint64, failedAgain string, _ *wire.Error) {
 	// A write of the instance still in flight could land after the load, and the reloaded
 	// instance would write over it: wait until it is settled (its commands then answered).
 	for {
@@ -341,29 +338,34 @@ func (sh *shardRun) reloadFrom(ctx context.Context, g store.Grant, in *instance)
 		if uncertain {
 			// DESIGN 4: never reload under a token with a write of unknown outcome: the shard is
 			// being rebuilt (rotated), which loads the instance again anyway.
-			return nil, wire.Errorf(wire.CodeRetry, "shard %d is being rebuilt after an uncertain write; retry", sh.id)
+			return 0, "", wire.Errorf(wire.CodeRetry, "shard %d is being rebuilt after an uncertain write; retry", sh.id)
 		}
 		if !inflight {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return nil, wire.Errorf(wire.CodeRetry, "instance %s still has a write in flight; retry", in.id)
+			return 0, "", wire.Errorf(wire.CodeRetry, "instance %s still has a write in flight; retry", in.id)
 		case <-time.After(time.Millisecond):
 		}
 	}
 	fresh := sh.loadOne(g, in.id)
 	if fresh == nil {
 		if sh.ctx.Err() != nil {
-			return nil, wire.Errorf(wire.CodeNotOwner, "node %s no longer owns shard %d", sh.h.cfg.Node, sh.id)
+			return 0, "", wire.Errorf(wire.CodeNotOwner, "node %s no longer owns shard %d", sh.h.cfg.Node, sh.id)
 		}
-		return nil, wire.Errorf(wire.CodeUnknownInstance, "instance %s is no longer stored", in.id)
+		return 0, "", wire.Errorf(wire.CodeUnknownInstance, "instance %s is no longer stored", in.id)
+	}
+	// Not shared yet: read without its lock.
+	tick = fresh.rec.Tick
+	if fresh.fail != nil {
+		failedAgain = fresh.failMessageLocked()
 	}
 	sh.mu.Lock()
 	if sh.state != running || sh.grant.Token != g.Token || sh.insts[in.id] != in {
 		sh.mu.Unlock()
 		fresh.retire()
-		return nil, wire.Errorf(wire.CodeRetry, "shard %d changed while instance %s was reloaded; retry", sh.id, in.id)
+		return 0, "", wire.Errorf(wire.CodeRetry, "shard %d changed while instance %s was reloaded; retry", sh.id, in.id)
 	}
 	sh.insts[in.id] = fresh
 	sh.mu.Unlock()
@@ -371,10 +373,8 @@ func (sh *shardRun) reloadFrom(ctx context.Context, g store.Grant, in *instance)
 		sh.h.answerErr(c, wire.CodeRetry, "instance %s was reloaded; retry with the same request id", in.id)
 	}
 	fresh.schedule()
-	if fresh.fail != nil {
-		fresh.sendEffectsOnce()
-	}
-	return fresh, nil
+	fresh.sendEffectsOnce()
+	return tick, failedAgain, nil
 }
 
 // listed reports whether the shard's listing, which covers every instance written before it,
