@@ -23,6 +23,11 @@ type Kind interface {
 
 // Logic is the state and rules of one instance. It must be deterministic given its inputs: the
 // tick numbers and the commands, in order.
+//
+// A panic in any of its methods fails the instance on its node (so does a Restore of its Kind
+// that returns an error): nothing the instance held in memory is stored, every command is
+// answered instance_failed with the reason until an operator reloads it from its stored state
+// (tickctl instance reload) once the game is fixed.
 type Logic interface {
 	// Tick advances the simulation by one tick. tick numbers increase by one from the last stored.
 	Tick(tick uint64)

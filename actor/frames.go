@@ -1,6 +1,7 @@
 package actor
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 )
@@ -16,12 +17,14 @@ type Frame struct {
 	Payload []byte
 }
 
-// MaxFrameBytes bounds a frame's payload. A bigger frame is refused: logged with the instance and
-// counted (tickfence_frames_refused_total), never published in part.
+// MaxFrameBytes bounds a frame's payload. A bigger frame is refused (Frames.Publish returns an
+// error), never published in part.
 const MaxFrameBytes = 64 << 10
 
 // Framer is a Logic that shows something to its watchers. After every tick (which includes the
-// commands applied at its start) the instance takes the frames made since the last call.
+// commands applied at its start) the instance takes the frames made since the last call. Embed
+// Frames, which refuses a bad frame at the call; a frame of a Framer of the game's own that
+// ValidFrame refuses is dropped whole, logged and counted (tickfence_frames_refused_total).
 type Framer interface {
 	// TakeFrames returns the frames made since the last call, oldest first (nil: none). The
 	// caller owns the slice and the payloads afterwards.
@@ -30,12 +33,44 @@ type Framer interface {
 
 // Frames is an outbox a Logic embeds to be a Framer: Publish from Tick or Handle, and the
 // instance takes them after the tick. It holds nothing between ticks and is never part of the
-// state (its field is unexported, so msgpack leaves it out).
-type Frames struct{ out []Frame }
+// state (its fields are unexported, so msgpack leaves them out).
+type Frames struct {
+	out     []Frame
+	refused []error
+}
+
+// ErrInvalidFrame is wrapped by the error of a frame that breaks the limits (its topic, its
+// size).
+var ErrInvalidFrame = errors.New("invalid frame")
 
 // Publish queues a frame for the end of this tick. The payload must not change afterwards.
-func (f *Frames) Publish(topic string, payload []byte) {
-	f.out = append(f.out, Frame{Topic: topic, Payload: payload})
+//
+// A frame that breaks the limits (a topic that is not empty or 1-32 of A-Z a-z 0-9 _ -, a
+// payload over MaxFrameBytes) is not queued: Publish returns an error wrapping ErrInvalidFrame.
+// Frames are display only, so nothing else fails; the node also logs it at WARN and counts it
+// (tickfence_frames_refused_total).
+func (f *Frames) Publish(topic string, payload []byte) error {
+	fr := Frame{Topic: topic, Payload: payload}
+	if err := ValidFrame(fr); err != nil {
+		f.refused = append(f.refused, err)
+		return err
+	}
+	f.out = append(f.out, fr)
+	return nil
+}
+
+// TakeRefusedFrames returns the errors Publish returned since the last call (nil: none), for the
+// node to log and count: the game was told at the call.
+func (f *Frames) TakeRefusedFrames() []error {
+	r := f.refused
+	f.refused = nil
+	return r
+}
+
+// RefusedFrames is a Framer that keeps the frames it refused at the call (Frames is one), so
+// that the node counts them.
+type RefusedFrames interface {
+	TakeRefusedFrames() []error
 }
 
 // TakeFrames implements Framer.
@@ -47,13 +82,14 @@ func (f *Frames) TakeFrames() []Frame {
 
 var topicRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
 
-// ValidFrame reports why a frame cannot be published (nil if it can).
+// ValidFrame reports why a frame cannot be published (nil if it can): an error wrapping
+// ErrInvalidFrame.
 func ValidFrame(f Frame) error {
 	if f.Topic != "" && !topicRE.MatchString(f.Topic) {
-		return fmt.Errorf("frame topic %q: want 1-32 of A-Z a-z 0-9 _ -", f.Topic)
+		return fmt.Errorf("%w: topic %q: want 1-32 of A-Z a-z 0-9 _ -", ErrInvalidFrame, f.Topic)
 	}
 	if len(f.Payload) > MaxFrameBytes {
-		return fmt.Errorf("frame of %d bytes: over the %d-byte limit", len(f.Payload), MaxFrameBytes)
+		return fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrInvalidFrame, len(f.Payload), MaxFrameBytes)
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ const (
 	blobsO      = "$O.tickfence-blobs.>"   // its chunk and meta subjects
 	cmds        = "tickfence.cmd.>"        // commands of trusted senders (DESIGN 5)
 	playCmds    = "tickfence.play.>"       // players' commands, the player named by the last token (DESIGN 9)
+	opReqs      = "tickfence.op.>"         // operators' requests to the owner of a shard (reload a failed instance); not exported to the players' account
 	frames      = "tickfence.out.>"        // frames (DESIGN 8)
 	fxSubj      = "tickfence.fx.>"         // effects' subjects
 	fxStream    = "tickfence-effects"      // the effects stream (natscmd.EffectsStream)
@@ -132,6 +133,7 @@ func rolePerms(r Role, name string, trusted bool) perms {
 			subAllow: []string{
 				cmds,     // serve commands of the shards it owns
 				playCmds, // and its players' commands
+				opReqs,   // and operators' requests about them (tickctl instance reload)
 				inbox,    // its own requests' replies: JetStream API, KV acknowledgements, watches' deliveries
 			},
 		}
@@ -189,6 +191,7 @@ func rolePerms(r Role, name string, trusted bool) perms {
 				controlKV + "pin.*",           // tickctl pin / unpin
 				controlKV + "weight.*",        // tickctl weight
 				cmds,                          // tickctl instance create/send/end go through the owner, like a gateway's
+				opReqs,                        // tickctl instance reload: a request to the owner, answered by the node (never the game)
 				"tickfence.audit.>",           // tickctl records each action it runs in the audit stream
 			},
 			pubDeny: foreignConsumers,

@@ -292,6 +292,12 @@ const (
 	CodeForbidden       = wire.CodeForbidden
 	CodeRejected        = wire.CodeRejected
 	CodeInternal        = wire.CodeInternal
+	// CodeAnswerForgotten: a retransmission of a command that was applied, whose answer its
+	// instance no longer keeps (its session was let go of while the client was silent).
+	CodeAnswerForgotten = wire.CodeAnswerForgotten
+	// CodeInstanceFailed: the game's code failed in the instance; nothing applied, and resending
+	// will not help until an operator reloads it (tickctl instance reload).
+	CodeInstanceFailed = wire.CodeInstanceFailed
 )
 
 // ErrOutcomeUnknown is wrapped by the error of a command given up after an attempt whose outcome

@@ -142,6 +142,11 @@ func TestAlertsFire(t *testing.T) {
 			 tickfence_coordinator_elections_total{instance="n2"} 0+1x10`,
 			`tickfence_coordinator_elections_total{instance="n1"} 1x10
 			 tickfence_coordinator_elections_total{instance="n2"} 0x10`},
+		{"TickfenceInstanceFailed", // one instance failed on n2 for minutes, or none anywhere
+			`tickfence_instances_failed{instance="n1"} 0x10
+			 tickfence_instances_failed{instance="n2"} 0x5 1x5`,
+			`tickfence_instances_failed{instance="n1"} 0x10
+			 tickfence_instances_failed{instance="n2"} 0x10`},
 		{"TickfenceEffectsBacklog", // effects held and none published, or held while they flow
 			`tickfence_effects_pending{instance="n1"} 5x10
 			 tickfence_effects_published_total{instance="n1"} 7x10`,

@@ -55,7 +55,7 @@ func refusalLevel(code string) (slog.Level, bool) {
 	switch code {
 	case wire.CodeBusy, wire.CodeRetry, wire.CodeNotOwner, wire.CodeUnknownInstance:
 		return slog.LevelDebug, true
-	case wire.CodeBadRequest, wire.CodeTooLarge, wire.CodeRequestIDReused, wire.CodeAnswerForgotten:
+	case wire.CodeBadRequest, wire.CodeTooLarge, wire.CodeRequestIDReused, wire.CodeAnswerForgotten, wire.CodeInstanceFailed:
 		return slog.LevelWarn, true
 	case wire.CodeInternal:
 		return slog.LevelError, true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,9 +45,17 @@ func (s *emitterState) Handle(_ uint64, c actor.Command) (any, error) {
 	if err := c.Decode(&a); err != nil {
 		return nil, err
 	}
-	if c.Type == "emit" {
+	switch c.Type {
+	case "emit":
+		// The outbox refuses a bad effect at the call: the game refuses the command before it
+		// changes anything (bad_request: answered at once, nothing stored).
+		if err := s.Emit("grant", []byte(a.What)); err != nil {
+			return nil, &actor.Rejected{Code: wire.CodeBadRequest, Message: err.Error()}
+		}
 		s.N++
-		s.Emit("grant", []byte(a.What))
+	case "emit-unchecked":
+		s.N++
+		_ = s.Emit("loot drop", []byte(a.What)) // a game that ignores the error: its choice
 	}
 	return s.N, nil
 }
@@ -203,8 +212,9 @@ func TestFullOutboxHoldsCommandsWithBusy(t *testing.T) {
 	_ = context.Background()
 }
 
-// TestEffectOverItsLimitIsRefusedWhole: an effect over MaxEffectBytes is refused — logged and
-// counted, never stored or published in part — and the command that made it still applies.
+// TestEffectOverItsLimitIsRefusedWhole: an effect over MaxEffectBytes is refused at the call
+// (Emit returns the error), never stored or published in part; a game that returns it refuses the
+// command, and one that ignores it is counted and logged by the node.
 func TestEffectOverItsLimitIsRefusedWhole(t *testing.T) {
 	mem := memstore.New()
 	pub := newSink()
@@ -214,13 +224,24 @@ func TestEffectOverItsLimitIsRefusedWhole(t *testing.T) {
 	id := idIn(s, 4)
 	mustOK(t, n.send(id, "c1", map[string]any{"type": "create", "kind": "emitter"}), "create")
 	huge := string(make([]byte, actor.MaxEffectBytes+1))
-	mustOK(t, n.send(id, "e1", map[string]any{"type": "emit", "what": huge}), "emit of an oversized effect")
+	r := n.send(id, "e1", map[string]any{"type": "emit", "what": huge})
+	wantCode(t, r, wire.CodeBadRequest, "emit of an oversized effect")
+	if !strings.Contains(r.Error.Message, "invalid effect") || !strings.Contains(r.Error.Message, "over the 4096-byte limit") {
+		t.Fatalf("the game's refusal does not say why: %q", r.Error.Message)
+	}
 	if got := testutil.ToFloat64(n.metrics.EffectsRefused); got != 1 {
 		t.Fatalf("effects refused: %v, want 1", got)
 	}
 	mustOK(t, n.send(id, "e2", map[string]any{"type": "emit", "what": "fits"}), "emit")
 	waitFor(t, "the fitting effect", func() bool { return len(pub.keys()) == 1 })
-	if rec, cs := load(t, mem, id); cs.N != 2 || rec.FxSeq%store.FxSeqBase(1) != 1 || string(pub.got[pub.keys()[0]]) != "fits" {
-		t.Fatalf("n = %d, fx_seq %d, published %q; want both commands applied and only the fitting effect", cs.N, rec.FxSeq, pub.got[pub.keys()[0]])
+	if rec, cs := load(t, mem, id); cs.N != 1 || rec.FxSeq%store.FxSeqBase(1) != 1 || string(pub.got[pub.keys()[0]]) != "fits" {
+		t.Fatalf("n = %d, fx_seq %d, published %q; want only the fitting command and its effect", cs.N, rec.FxSeq, pub.got[pub.keys()[0]])
+	}
+	mustOK(t, n.send(id, "e3", map[string]any{"type": "emit-unchecked", "what": "sword"}), "a game that ignores Emit's error")
+	if got := testutil.ToFloat64(n.metrics.EffectsRefused); got != 2 {
+		t.Fatalf("effects refused: %v, want 2", got)
+	}
+	if len(pub.keys()) != 1 {
+		t.Fatalf("published %v", pub.keys())
 	}
 }

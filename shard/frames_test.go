@@ -15,6 +15,7 @@ import (
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/shard/wire"
 	"github.com/tickfence/tickfence/store/memstore"
 )
 
@@ -42,13 +43,17 @@ func (s *showerState) Tick(tick uint64) {
 }
 
 func (s *showerState) Handle(_ uint64, c actor.Command) (any, error) {
+	var err error
 	switch c.Type {
 	case "huge":
-		s.Publish("", make([]byte, actor.MaxFrameBytes+1))
+		err = s.Publish("", make([]byte, actor.MaxFrameBytes+1))
 	case "badtopic":
-		s.Publish("a.b", []byte("x"))
+		err = s.Publish("a.b", []byte("x"))
 	case "topic":
-		s.Publish("hp", []byte("on a topic"))
+		err = s.Publish("hp", []byte("on a topic"))
+	}
+	if err != nil {
+		return nil, &actor.Rejected{Code: wire.CodeBadRequest, Message: err.Error()}
 	}
 	return "ok", nil
 }
@@ -105,8 +110,13 @@ func TestFramesLeaveStampedAndLimitsHold(t *testing.T) {
 		}
 	}
 	mustOK(t, n.send(id, "t1", map[string]any{"type": "topic"}), "topic")
-	mustOK(t, n.send(id, "h1", map[string]any{"type": "huge"}), "huge")
-	mustOK(t, n.send(id, "b1", map[string]any{"type": "badtopic"}), "badtopic")
+	// Refused at the call: the game sees Publish's error (here it refuses the command with it).
+	r := n.send(id, "h1", map[string]any{"type": "huge"})
+	wantCode(t, r, wire.CodeBadRequest, "huge")
+	if !strings.Contains(r.Error.Message, "invalid frame") {
+		t.Fatalf("huge: %q", r.Error.Message)
+	}
+	wantCode(t, n.send(id, "b1", map[string]any{"type": "badtopic"}), wire.CodeBadRequest, "badtopic")
 	waitFor(t, "two frames refused", func() bool { return testutil.ToFloat64(n.metrics.FramesRefused) == 2 })
 	topics := 0
 	for _, f := range pub.take() {

@@ -143,7 +143,8 @@ type nodeOpt struct {
 	frames          func(reg prometheus.Registerer) shard.FramePublisher
 	effects         func(reg prometheus.Registerer) shard.EffectPublisher
 	writeStrategy   shard.WriteStrategy
-	log             io.Writer // the host's log (warnings and above) besides stderr
+	log             io.Writer    // the host's log (warnings and above) besides stderr
+	kinds           []actor.Kind // the kinds the node knows (nil: every test kind)
 }
 
 func logTo(w io.Writer) io.Writer {
@@ -165,7 +166,11 @@ func newNode(t *testing.T, st store.Store, name string, opt nodeOpt) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds, _ := actor.NewKinds(counter{}, dungeon.Kind{}, bomb{}, shower{}, emitter{}, fxbomb{}, tbomb{}, vault{})
+	known := opt.kinds
+	if known == nil {
+		known = []actor.Kind{counter{}, dungeon.Kind{}, bomb{}, shower{}, emitter{}, fxbomb{}, tbomb{}, fragile{}, rawfx{}, vault{}}
+	}
+	kinds, _ := actor.NewKinds(known...)
 	n := &node{t: t, name: name, st: st, engine: e, metrics: m, freeze: &freezer{}}
 	cfg := shard.Config{Node: name, Session: name + "-s1", Store: st, Kinds: kinds, Engine: e, Registerer: reg,
 		CheckpointEvery: opt.checkpointEvery, WriteStrategy: opt.writeStrategy, BeforeWrite: n.freeze.before, TombstoneTTL: opt.tombstoneTTL, MaxCommandDelay: opt.maxCmdDelay,

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +47,10 @@ type Command struct {
 	// SenderKey is what an untrusted sender's exactly-once state and the instances it created
 	// are filed under (a digest of its account and user); "" for a trusted sender.
 	SenderKey string
+	// Operator marks an operator's request to the owner (tickfence.op: only an operator's
+	// credential may send one), not a command to the instance: Type names the request
+	// ("reload"). It is answered by the node, never handed to the game.
+	Operator bool
 
 	admitted bool   // counted by admission control until answered
 	cas      string // the result of the write whose failure refused it, for the refusal's log line
@@ -166,8 +172,11 @@ type Host struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	// spawnMu orders spawn's Add before waitAll's Wait; finished: no more goroutines start.
-	spawnMu  sync.Mutex
-	denying  atomic.Int64 // unknown-instance checks running (shardRun.deny)
+	spawnMu sync.Mutex
+	denying atomic.Int64 // unknown-instance checks running (shardRun.deny)
+	// failures counts the instances that ever failed here (instance.failLocked): while it is 0,
+	// counting the failed ones (a metric scrape, a lease report) walks nothing.
+	failures atomic.Int64
 	finished bool
 
 	mu       sync.Mutex
@@ -322,6 +331,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.adm.lag, h.adm.lagLimit = cfg.Engine.Lag, cfg.Engine.Period()/2
 	}
 	cfg.metrics.CountPendingEffects(h.pendingEffects)
+	cfg.metrics.CountFailedInstances(func() uint64 { _, n := h.Failed(0); return uint64(n) })
 	return h, nil
 }
 
@@ -768,6 +778,10 @@ type Load struct {
 	Instances int `json:"instances"`
 	// TickCPU is seconds of tick work per second, by shard, since the previous report.
 	TickCPU map[uint32]float64 `json:"tick_cpu"`
+	// Failed lists instances out of service here because the game's code failed in them (at most
+	// store.MaxFailedReported); FailedCount counts them all.
+	Failed      []store.FailedInstance `json:"failed,omitempty"`
+	FailedCount int                    `json:"failed_count,omitempty"`
 }
 
 // Load measures the host's load since the previous call.
@@ -782,6 +796,7 @@ func (h *Host) Load() Load {
 	}
 	h.mu.Unlock()
 	l := Load{TickCPU: map[uint32]float64{}}
+	l.Failed, l.FailedCount = h.Failed(store.MaxFailedReported)
 	for _, sh := range shards {
 		ns := sh.cpu.Swap(0)
 		sh.mu.Lock()
@@ -807,3 +822,86 @@ func (h *Host) Load() Load {
 	}
 	return l
 }
+
+// Failed lists the instances out of service here because the game's code failed in them (at
+// most max of them, sorted by ID; max 0: none listed) and counts them all. It takes the host's, a
+// shard's and an instance's lock one at a time, never two at once.
+func (h *Host) Failed(max int) ([]store.FailedInstance, int) {
+	if h.failures.Load() == 0 {
+		return nil, 0
+	}
+	var out []store.FailedInstance
+	n := 0
+	for _, sh := range h.all() {
+		sh.mu.Lock()
+		insts := make([]*instance, 0, len(sh.insts))
+		for _, in := range sh.insts {
+			insts = append(insts, in)
+		}
+		sh.mu.Unlock()
+		for _, in := range insts {
+			in.mu.Lock()
+			if f := in.fail; f != nil {
+				n++
+				out = append(out, store.FailedInstance{ID: in.id, Shard: sh.id, Cause: f.cause, Reason: f.reason, Since: f.at.UnixMilli()})
+			}
+			in.mu.Unlock()
+		}
+	}
+	slices.SortFunc(out, func(a, b store.FailedInstance) int { return strings.Compare(a.ID, b.ID) })
+	if len(out) > max {
+		out = out[:max]
+	}
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, n
+}
+
+// Reload loads a failed instance again from the store, as an operator's reload request does
+// (tickctl instance reload): once the game is fixed, it serves the instance from its stored
+// state. Nil if it runs (reloaded, or it had not failed); else a *wire.Error: instance_failed if
+// it fails again (why), not_owner or retry if its shard is not running here now, unknown_instance
+// if the shard holds no such instance.
+func (h *Host) Reload(ctx context.Context, id string) error {
+	if err := store.ValidID(id); err != nil {
+		return wire.Errorf(wire.CodeBadRequest, "%v", err)
+	}
+	h.mu.Lock()
+	sh := h.shards[store.ShardOf(id, h.cluster.Shards)]
+	h.mu.Unlock()
+	if sh == nil {
+		return wire.Errorf(wire.CodeNotOwner, "node %s does not own shard %d", h.cfg.Node, store.ShardOf(id, h.cluster.Shards))
+	}
+	if _, werr := sh.reload(ctx, id); werr != nil {
+		return werr
+	}
+	return nil
+}
+
+// operate answers an operator's request to this node (Command.Operator): "reload" an instance.
+func (sh *shardRun) operate(c Command) {
+	h := sh.h
+	if c.AckOnly() {
+		return
+	}
+	if c.Type != "reload" {
+		h.answerErr(c, wire.CodeBadRequest, "unknown operator request %q (reload)", c.Type)
+		return
+	}
+	if !h.spawn(func() {
+		ctx, cancel := context.WithTimeout(sh.ctx, reloadTimeout)
+		defer cancel()
+		res, werr := sh.reload(ctx, c.Instance)
+		if werr != nil {
+			h.answer(c, wire.EncodeReply(wire.Reply{Error: werr}), werr.Code)
+			return
+		}
+		h.answer(c, wire.EncodeReply(wire.Reply{OK: true, Result: res}), "ok")
+	}) {
+		h.answerErr(c, wire.CodeNotOwner, "node %s is closing", h.cfg.Node)
+	}
+}
+
+// reloadTimeout bounds a reload (the wait for a write of the instance still in flight, the load).
+const reloadTimeout = 10 * time.Second

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/shard/wire"
@@ -25,7 +26,9 @@ const maxMailbox = 1024
 //     it had not answered, for the caller to answer (retireAll: a shard's instances, answered with
 //     one code). Its stored state stays; another grant loads it again.
 //   - poison: retire because the game's code panicked in it; the tick's commands are answered
-//     internal, and it stays out of service on this node.
+//     instance_failed, and it stays out of service on this node (failed) until an operator
+//     reloads it (shardRun.reload). An instance that cannot be loaded (its state does not
+//     restore, its kind is unknown) is kept failed the same way (shardRun.failedInstance).
 //   - giveUpLocked: retire without a flush when a write cannot be made.
 //   - stop (shardRun): a shard is out of service for good under this grant (lost, released,
 //     moved); pause (shardRun, Host.Pause): the node self-fenced, nothing ticks until a rotation
@@ -58,6 +61,8 @@ type instance struct {
 	pauseSeen  bool      // the hand-off pause was reported
 	failed     error     // the last write failed: its outcome may be unknown, so no more writes under this token
 	poisoned   bool      // the game's code panicked in it: what it holds in memory is never stored
+	fail       *failure  // why the game's code failed in it: set with poisoned, answered instance_failed
+	reloading  bool      // failed, and an operator's reload of it is under way
 	fxRetrying bool      // poisoned: a retry of failed effect publishes is scheduled
 	isolate    int       // how many commands at the mailbox's head are applied one write each (sortTooLargeLocked)
 	// tooLarge: commands refused too_large, back at the mailbox's head, by Command.Key, to be
@@ -91,6 +96,49 @@ type answer struct {
 	result string
 }
 
+// failure is why an instance is out of service on this node: the game's code failed in it.
+type failure struct {
+	cause  string // store.FailedInstance's causes: panic, restore, unknown_kind, bad_record, invalid_effect
+	reason string
+	at     time.Time
+}
+
+// maxReason bounds a failure's reason as answers and the node's lease report carry it.
+const maxReason = 512
+
+func newFailure(cause, reason string) *failure {
+	if len(reason) > maxReason {
+		cut := maxReason
+		for cut > 0 && !utf8.RuneStart(reason[cut]) { // never half a character
+			cut--
+		}
+		reason = reason[:cut] + "…"
+	}
+	return &failure{cause: cause, reason: reason, at: time.Now()}
+}
+
+// failMessageLocked is what a command to the failed instance is answered (instance_failed).
+func (in *instance) failMessageLocked() string {
+	return fmt.Sprintf("instance %s failed on node %s (%s: %s); nothing of this command was applied. It stays out of service until an operator reloads it "+
+		"(tickctl instance reload %s) once the game is fixed; a retransmission of a command its stored record holds still gets its first answer",
+		in.id, in.sh.h.cfg.Node, in.fail.cause, in.fail.reason, in.id)
+}
+
+// failLocked takes the instance out of service because the game's code failed in it: nothing
+// it holds in memory is stored any more, and every command is answered instance_failed.
+func (in *instance) failLocked(f *failure) {
+	in.dead, in.poisoned, in.fail = true, true, f
+	in.sh.h.cfg.Engine.Remove(in.handle)
+	in.sh.h.failures.Add(1)
+	in.sh.h.cfg.metrics.InstanceFailures.WithLabelValues(f.cause).Inc()
+}
+
+// invalidEffect is what addEffects panics with when an Emitter of the game's own hands over an
+// effect that breaks the limits (actor.Effects refuses one at the call): the instance fails as if
+// the game's code had panicked, so that nothing of the command or tick that made it is stored and
+// the command is not answered ok with its effect dropped.
+type invalidEffect struct{ err error }
+
 func newInstance(sh *shardRun, g store.Grant, id string, kind actor.Kind, logic actor.Logic, rec store.Record) *instance {
 	in := &instance{sh: sh, grant: g, id: id, kind: kind, logic: logic, rec: rec, acked: rec, lastWrite: rec.Tick}
 	in.rec.Create = nil // kept in acked only: a revert to a placeholder makes the instance again
@@ -122,6 +170,23 @@ func (in *instance) enqueue(c Command) {
 		return
 	}
 	switch {
+	case in.fail != nil:
+		if c.AckOnly() {
+			in.mu.Unlock()
+			return // nothing to free that a write would store, no one to answer
+		}
+		// A retransmission of a command the stored record holds gets its first answer; any other
+		// the failure (this attempt changed nothing).
+		msg := in.failMessageLocked()
+		var refused answer
+		fp, first, ok := in.sh.h.remembered(&in.acked, c, in.rec.Tick, &refused)
+		in.mu.Unlock()
+		if ok && fp == c.Fingerprint {
+			in.sh.h.answer(c, first, "duplicate")
+			return
+		}
+		in.sh.h.answerErr(c, wire.CodeInstanceFailed, "%s", msg)
+		return
 	case in.dead:
 		in.mu.Unlock()
 		in.sh.h.answerErr(c, wire.CodeRetry, "instance %s is moving; retry with the same request id", in.id)
@@ -179,6 +244,8 @@ func (in *instance) Tick(time.Time) {
 	var failed, retry []Command
 	var known []answer
 	var frames []actor.Frame
+	var refusedFrames, refusedFx []error
+	failMsg := ""
 	// Every tick is timed for the shard's tick CPU (its load report, which rebalancing plans
 	// weigh): sampling one tick in 8 saved 1.5 % of the process at 5 000 demo dungeons, but made a
 	// shard of few instances report noise.
@@ -201,9 +268,19 @@ func (in *instance) Tick(time.Time) {
 		if f, ok := in.logic.(actor.Framer); ok && !in.dead {
 			frames = f.TakeFrames()
 		}
+		if r, ok := in.logic.(actor.RefusedFrames); ok && !in.dead {
+			refusedFrames = r.TakeRefusedFrames()
+		}
+		if r, ok := in.logic.(actor.RefusedEffects); ok && !in.dead {
+			refusedFx = r.TakeRefusedEffects()
+		}
 	}()
 	tick, outbox := in.rec.Tick, len(in.acked.Fx) > 0
+	if in.fail != nil {
+		failMsg = in.failMessageLocked()
+	}
 	in.mu.Unlock()
+	in.noteRefused(tick, refusedFrames, refusedFx)
 	if len(frames) > 0 {
 		in.publish(tick, frames)
 	}
@@ -212,7 +289,7 @@ func (in *instance) Tick(time.Time) {
 	}
 	in.sh.cpu.Add(int64(time.Since(start)))
 	for _, c := range failed {
-		in.sh.h.answerErr(c, wire.CodeInternal, "instance %s failed; it is stopped on this node", in.id)
+		in.sh.h.answerErr(c, wire.CodeInstanceFailed, "%s", failMsg)
 	}
 	for _, a := range known {
 		in.sh.h.answer(a.c, a.reply, a.result)
@@ -226,20 +303,36 @@ func (in *instance) Tick(time.Time) {
 	}
 }
 
-// publish hands a tick's frames to the host's publisher, stamped with this instance's grant; a
-// frame that breaks the limits is refused whole, logged and counted.
+// publish hands a tick's frames to the host's publisher, stamped with this instance's grant. A
+// frame that breaks the limits (only a Framer of the game's own can hand one over: actor.Frames
+// refuses it at the call) is refused whole, logged and counted: frames are display only.
 func (in *instance) publish(tick uint64, frames []actor.Frame) {
 	h := in.sh.h
 	for i, f := range frames {
 		if err := actor.ValidFrame(f); err != nil {
 			h.cfg.metrics.FramesRefused.Inc()
-			in.sh.log.Error("frame refused", "instance", in.id, "token", in.grant.Token, "tick", tick, "err", err)
+			in.sh.log.Error("frame refused: the game's Framer handed over a frame that breaks the limits (actor.Frames.Publish would have returned this error)",
+				"instance", in.id, "token", in.grant.Token, "tick", tick, "err", err)
 			continue
 		}
 		if h.cfg.Frames != nil {
 			h.cfg.Frames.Publish(Frame{Shard: in.grant.Shard, Instance: in.id, Topic: f.Topic,
 				Epoch: in.grant.Epoch, Token: in.grant.Token, Tick: tick, Index: uint64(i), Payload: f.Payload})
 		}
+	}
+}
+
+// noteRefused logs and counts the frames and effects the game's outboxes refused at the call
+// (Publish and Emit returned the error to the game): a game that ignored the error is still seen.
+func (in *instance) noteRefused(tick uint64, frames, effects []error) {
+	m := in.sh.h.cfg.metrics
+	for _, err := range frames {
+		m.FramesRefused.Inc()
+		in.sh.log.Warn("frame refused at Publish (the game was given the error)", "instance", in.id, "tick", tick, "err", err)
+	}
+	for _, err := range effects {
+		m.EffectsRefused.Inc()
+		in.sh.log.Warn("effect refused at Emit (the game was given the error; nothing of it is stored)", "instance", in.id, "tick", tick, "err", err)
 	}
 }
 
@@ -258,7 +351,9 @@ func outboxFull(fx []store.Effect) bool {
 
 // addEffects puts a tick's effects in the outbox, each with a key never used before
 // (<id>:<epoch>:<seq>), and makes this tick write: an effect leaves only once the write holding
-// it was accepted. One that breaks the limits is refused whole, logged and counted.
+// it was accepted. One that breaks the limits (only an Emitter of the game's own can hand one
+// over: actor.Effects refuses it at the call) fails the instance (invalidEffect): dropping it
+// would answer ok a command whose effect never happens.
 func (in *instance) addEffects(tick uint64, effs []actor.Effect) {
 	if len(effs) == 0 {
 		return
@@ -267,8 +362,7 @@ func (in *instance) addEffects(tick uint64, effs []actor.Effect) {
 	for _, e := range effs {
 		if err := actor.ValidEffect(e); err != nil {
 			in.sh.h.cfg.metrics.EffectsRefused.Inc()
-			in.sh.log.Error("effect refused", "instance", in.id, "token", in.grant.Token, "tick", tick, "err", err)
-			continue
+			panic(invalidEffect{err})
 		}
 		in.rec.FxSeq++
 		fx = append(fx, store.Effect{Key: store.EffectKey(in.id, in.rec.FxEpoch, in.rec.FxSeq), Kind: e.Kind, Payload: e.Payload})
@@ -347,6 +441,18 @@ func (in *instance) sendEffects() {
 	in.mu.Unlock()
 	for _, e := range send {
 		pub.Publish(in.id, e, func(err error) { in.effectSent(e.Key, err) })
+	}
+}
+
+// sendEffectsOnce publishes, for an instance that does not tick (failed when it was loaded), the
+// effects its stored record holds: they were accepted, and publishing them is safe from anyone.
+// A failed publish is retried by the poisoned instance's own retry (retryEffectsLocked).
+func (in *instance) sendEffectsOnce() {
+	in.mu.Lock()
+	send := in.fail != nil && len(in.acked.Fx) > 0
+	in.mu.Unlock()
+	if send {
+		in.sh.h.spawn(in.sendEffects)
 	}
 }
 
@@ -966,20 +1072,25 @@ func (in *instance) revertLocked(answers []answer) []answer {
 	in.rec.Tick, in.rec.Create = tick, nil
 	in.logic = logic
 	if err != nil { // cannot go back: take it out of service here, as a panicking instance is
-		in.sh.log.Error("instance cannot be reverted to its last stored state; stopped on this node",
+		in.sh.log.Error("instance cannot be reverted to its last stored state; stopped on this node until reloaded",
 			"instance", in.id, "token", in.grant.Token, "err", err)
-		in.dead = true
-		in.sh.h.cfg.Engine.Remove(in.handle)
+		in.failLocked(newFailure("restore", fmt.Sprintf("its kind could not Restore its last stored state: %v", err)))
 	}
 	return answers
 }
 
 // poison stops an instance whose game code panicked; its stored state stays as it was.
 func (in *instance) poison(p any) (failed []Command, known []answer, retry []Command) {
-	in.sh.log.Error("instance panicked; stopped on this node", "instance", in.id, "token", in.grant.Token,
-		"tick", in.rec.Tick, "panic", p, "stack", string(debug.Stack()))
-	in.dead, in.poisoned = true, true
-	in.sh.h.cfg.Engine.Remove(in.handle)
+	f := newFailure("panic", fmt.Sprintf("the game's code panicked: %v", p))
+	if ie, ok := p.(invalidEffect); ok {
+		f = newFailure("invalid_effect", fmt.Sprintf("the game's Emitter handed over an effect that breaks the limits (%v); nothing of it was stored", ie.err))
+		in.sh.log.Error("instance failed: invalid effect; stopped on this node until reloaded", "instance", in.id, "token", in.grant.Token,
+			"tick", in.rec.Tick, "err", ie.err)
+	} else {
+		in.sh.log.Error("instance panicked; stopped on this node until reloaded", "instance", in.id, "token", in.grant.Token,
+			"tick", in.rec.Tick, "panic", p, "stack", string(debug.Stack()))
+	}
+	in.failLocked(f)
 	failed = in.mailbox
 	in.mailbox = nil
 	for _, c := range in.taking { // the one that panicked and those after it

@@ -42,10 +42,10 @@ func TestPoisonedInstanceStoresNothingOfItsWaitingCommands(t *testing.T) {
 		return testutil.ToFloat64(n.metrics.CommandsPending) == 2 && len(behind) == 0
 	})
 	time.Sleep(200 * time.Millisecond) // ticks without writes: rec.Tick > lastWrite
-	wantCode(t, recvReply(t, n.submit(id, "boom", mustBody(t, map[string]any{"type": "boom"})), "boom"), wire.CodeInternal, "boom")
+	wantCode(t, recvReply(t, n.submit(id, "boom", mustBody(t, map[string]any{"type": "boom"})), "boom"), wire.CodeInstanceFailed, "boom")
 	n.freeze.release()
 	mustOK(t, recvReply(t, first, "a1"), "a1 (in flight)")
-	wantCode(t, recvReply(t, behind, "a2"), wire.CodeInternal, "a2 (behind it)")
+	wantCode(t, recvReply(t, behind, "a2"), wire.CodeInstanceFailed, "a2 (behind it)")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := n.host.Close(ctx); err != nil {
@@ -78,7 +78,7 @@ func TestPoisonedInstanceStoresNothingOfItsTick(t *testing.T) {
 		r := recvReply(t, ch, ids[i])
 		_, stored := rec.FindRequest(ids[i])
 		t.Logf("%s: ok=%v %v stored=%v", ids[i], r.OK, r.Error, stored)
-		if r.OK != stored || !r.OK && r.Error.Code != wire.CodeInternal {
+		if r.OK != stored || !r.OK && r.Error.Code != wire.CodeInstanceFailed {
 			t.Errorf("%s answered %+v %v, stored=%v (n=%d)", ids[i], r.Result, r.Error, stored, s.N)
 		}
 	}

@@ -17,7 +17,7 @@ func TestPoisonedInstanceIsNotMarshalledAgainOnFlush(t *testing.T) {
 	defer tbombWhere.Store("")
 	n, id := withInstance(t, memstore.New(), "tbomb", nodeOpt{})
 	tbombWhere.Store("marshal")
-	wantCode(t, n.send(id, "a1", map[string]any{"type": "add", "by": 1}), wire.CodeInternal, "a1, whose tick's MarshalState panicked")
+	wantCode(t, n.send(id, "a1", map[string]any{"type": "add", "by": 1}), wire.CodeInstanceFailed, "a1, whose tick's MarshalState panicked")
 	time.Sleep(100 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

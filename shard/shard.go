@@ -152,6 +152,7 @@ func (sh *shardRun) load(g store.Grant) {
 	for _, in := range loaded {
 		if in != nil {
 			in.schedule()
+			in.sendEffectsOnce()
 		}
 	}
 	if needServe {
@@ -214,9 +215,13 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil
+	case errors.Is(err, store.ErrBadRecord) || errors.Is(err, store.ErrBlobMissing):
+		// Served as failed, not left out: its commands would be told it does not exist.
+		sh.log.Error("instance not loaded: its record cannot be read; it answers instance_failed until reloaded", "instance", id, "token", g.Token, "revision", rev, "err", err)
+		return sh.failedInstance(g, id, nil, store.Record{}, "bad_record", fmt.Sprintf("its stored record cannot be read (revision %d): %v", rev, err))
 	case err != nil:
 		sh.log.Error("instance not loaded", "instance", id, "token", g.Token, "revision", rev, "err", err)
-		return nil
+		return nil // the shard stopped meanwhile
 	}
 	rec.Token = g.Token
 	if rec.FxEpoch != g.Epoch {
@@ -232,18 +237,13 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 		return newInstance(sh, g, id, kind, nil, rec)
 	}
 	if !ok {
-		sh.log.Error("instance of unknown kind not loaded", "instance", id, "kind", rec.Kind, "known", sh.h.cfg.Kinds.Names())
-		return nil
+		sh.log.Error("instance of unknown kind not loaded; it answers instance_failed until reloaded", "instance", id, "kind", rec.Kind, "known", sh.h.cfg.Kinds.Names())
+		return sh.failedInstance(g, id, nil, rec, "unknown_kind", fmt.Sprintf("its record is of unknown kind %q (this node knows %v)", rec.Kind, sh.h.cfg.Kinds.Names()))
 	}
-	var logic actor.Logic
-	if len(rec.State) == 0 { // created, but its initial state was never written: the same create again
-		logic, err = kind.New(id, actor.Command{Type: "create", Body: rec.Create})
-	} else {
-		logic, err = kind.Restore(id, rec.State)
-	}
+	logic, err := restore(kind, id, rec)
 	if err != nil {
-		sh.log.Error("instance state unreadable, not loaded", "instance", id, "revision", rev, "err", err)
-		return nil
+		sh.log.Error("instance state unreadable, not loaded; it answers instance_failed until reloaded", "instance", id, "revision", rev, "err", err)
+		return sh.failedInstance(g, id, kind, rec, "restore", fmt.Sprintf("its kind %s could not Restore its stored state (revision %d): %v", rec.Kind, rev, err))
 	}
 	in := newInstance(sh, g, id, kind, logic, rec)
 	if len(rec.State) == 0 {
@@ -254,6 +254,128 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 }
 
 var errLaggingLoad = errors.New("read lags behind the listing")
+
+// restore makes an instance's logic from its record: Restore of its state, or, for a record
+// whose initial state was never written, New from the same create. A panic of the game's code
+// there is an error (the load goes on with the shard's other instances).
+func restore(kind actor.Kind, id string, rec store.Record) (logic actor.Logic, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			logic, err = nil, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	if len(rec.State) == 0 { // created, but its initial state was never written: the same create again
+		return kind.New(id, actor.Command{Type: "create", Body: rec.Create})
+	}
+	return kind.Restore(id, rec.State)
+}
+
+// failedInstance is an instance that could not be loaded (its record unreadable, its kind
+// unknown, its state not restored): it is served all the same, out of service, so that its
+// commands are answered instance_failed with the reason — not unknown_instance, and a create not
+// answered retry for ever — and a retransmission of a command its record holds gets its first
+// answer. It writes nothing; an operator's reload (tickctl instance reload) loads it again.
+func (sh *shardRun) failedInstance(g store.Grant, id string, kind actor.Kind, rec store.Record, cause, reason string) *instance {
+	in := newInstance(sh, g, id, kind, nil, rec)
+	in.failLocked(newFailure(cause, reason)) // not shared yet: no lock needed
+	return in
+}
+
+// reload loads a failed instance again (an operator's request, Host.Reload): once no write of it
+// is in flight, it is loaded and registered as a new owner's would be, and replaces the failed one.
+// What the failed one held in memory is dropped: the command whose handling panicked was never
+// stored, so nothing of it is applied twice; a retransmission of it applies it once.
+func (sh *shardRun) reload(ctx context.Context, id string) (map[string]any, *wire.Error) {
+	sh.mu.Lock()
+	state, g, in := sh.state, sh.grant, sh.insts[id]
+	sh.mu.Unlock()
+	switch {
+	case state == stopped:
+		return nil, wire.Errorf(wire.CodeNotOwner, "node %s no longer owns shard %d", sh.h.cfg.Node, sh.id)
+	case state != running:
+		return nil, wire.Errorf(wire.CodeRetry, "shard %d is loading, paused or moving; retry", sh.id)
+	case in == nil:
+		return nil, wire.Errorf(wire.CodeUnknownInstance, "no instance %s on shard %d of node %s", id, sh.id, sh.h.cfg.Node)
+	}
+	in.mu.Lock()
+	switch {
+	case in.fail == nil:
+		tick := in.rec.Tick
+		in.mu.Unlock()
+		return map[string]any{"instance": id, "reloaded": false, "tick": tick, "node": sh.h.cfg.Node}, nil
+	case in.reloading:
+		in.mu.Unlock()
+		return nil, wire.Errorf(wire.CodeRetry, "a reload of instance %s is under way; retry", id)
+	}
+	in.reloading = true
+	in.mu.Unlock()
+	tick, failedAgain, werr := sh.reloadFrom(ctx, g, in)
+	if werr != nil || failedAgain != "" {
+		in.mu.Lock()
+		in.reloading = false // a later reload may try again (on the new one, if it replaced in)
+		in.mu.Unlock()
+	}
+	if werr != nil {
+		return nil, werr
+	}
+	if failedAgain != "" {
+		return nil, wire.Errorf(wire.CodeInstanceFailed, "reloaded, and it failed again: %s", failedAgain)
+	}
+	sh.log.Info("failed instance reloaded from its stored state", "instance", id, "token", g.Token, "tick", tick)
+	return map[string]any{"instance": id, "reloaded": true, "tick": tick, "node": sh.h.cfg.Node}, nil
+}
+
+// reloadFrom waits until no write of the failed instance in is in flight, loads it again under g
+// and puts the new one in its place (scheduled if it runs), even if it failed again (then with
+// the new reason, returned as failedAgain). tick is the loaded record's.
+func (sh *shardRun) reloadFrom(ctx context.Context, g store.Grant, in *instance) (tick uint64, failedAgain string, _ *wire.Error) {
+	// A write of the instance still in flight could land after the load, and the reloaded
+	// instance would write over it: wait until it is settled (its commands then answered).
+	for {
+		in.mu.Lock()
+		inflight, uncertain := in.inflight != nil, in.failed != nil || sh.uncertain(in.grant.Token)
+		in.mu.Unlock()
+		if uncertain {
+			// DESIGN 4: never reload under a token with a write of unknown outcome: the shard is
+			// being rebuilt (rotated), which loads the instance again anyway.
+			return 0, "", wire.Errorf(wire.CodeRetry, "shard %d is being rebuilt after an uncertain write; retry", sh.id)
+		}
+		if !inflight {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, "", wire.Errorf(wire.CodeRetry, "instance %s still has a write in flight; retry", in.id)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	fresh := sh.loadOne(g, in.id)
+	if fresh == nil {
+		if sh.ctx.Err() != nil {
+			return 0, "", wire.Errorf(wire.CodeNotOwner, "node %s no longer owns shard %d", sh.h.cfg.Node, sh.id)
+		}
+		return 0, "", wire.Errorf(wire.CodeUnknownInstance, "instance %s is no longer stored", in.id)
+	}
+	// Not shared yet: read without its lock.
+	tick = fresh.rec.Tick
+	if fresh.fail != nil {
+		failedAgain = fresh.failMessageLocked()
+	}
+	sh.mu.Lock()
+	if sh.state != running || sh.grant.Token != g.Token || sh.insts[in.id] != in {
+		sh.mu.Unlock()
+		fresh.retire()
+		return 0, "", wire.Errorf(wire.CodeRetry, "shard %d changed while instance %s was reloaded; retry", sh.id, in.id)
+	}
+	sh.insts[in.id] = fresh
+	sh.mu.Unlock()
+	for _, c := range in.retire() { // none: a failed instance answers at once; for safety
+		sh.h.answerErr(c, wire.CodeRetry, "instance %s was reloaded; retry with the same request id", in.id)
+	}
+	fresh.schedule()
+	fresh.sendEffectsOnce()
+	return tick, failedAgain, nil
+}
 
 // listed reports whether the shard's listing, which covers every instance written before it,
 // still holds id (true when it cannot tell, so the caller retries).
@@ -458,6 +580,10 @@ func (sh *shardRun) stop(reason string, attrs ...any) {
 func (sh *shardRun) submit(c Command) {
 	if c.SenderKey == "" {
 		c.Sender.Trusted = true // from within the process or the trusted account (DESIGN 9)
+	}
+	if c.Operator { // an operator's request to this node, not a command: no admission, no game
+		sh.operate(c)
+		return
 	}
 	// An acknowledgement alone costs the instance nothing and frees its client's session:
 	// admission control never refuses one.

@@ -55,6 +55,27 @@ type NodeRecord struct {
 	TickCPU map[uint32]float64 `json:"tick_cpu,omitempty"`
 	// P99LatenessMs is the node's p99 tick lateness over the last report interval.
 	P99LatenessMs float64 `json:"p99_lateness_ms"`
+	// Failed lists the instances out of service on this node because the game's code failed in
+	// them (answered instance_failed), at most MaxFailedReported of them; FailedCount counts them all.
+	Failed      []FailedInstance `json:"failed,omitempty"`
+	FailedCount int              `json:"failed_count,omitempty"`
+}
+
+// MaxFailedReported bounds the failed instances a node lists in its lease (the lease stays small).
+const MaxFailedReported = 64
+
+// FailedInstance is an instance out of service on its owner because the game's code failed in
+// it: a panic in Handle or Tick (cause "panic"), a state its Kind could not Restore ("restore"),
+// a kind the node does not know ("unknown_kind"), a record it could not read ("bad_record"), an
+// invalid effect from an Emitter of the game's own ("invalid_effect"). It answers every command
+// instance_failed until an operator reloads it (tickctl instance reload) or its shard moves.
+type FailedInstance struct {
+	ID     string `json:"id"`
+	Shard  uint32 `json:"shard"`
+	Cause  string `json:"cause"`
+	Reason string `json:"reason"`
+	// Since is when it failed, Unix ms on the node's clock (for display only).
+	Since int64 `json:"since"`
 }
 
 // Move states.

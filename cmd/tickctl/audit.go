@@ -29,6 +29,8 @@ func audited(pos []string, g globals) bool {
 		return true
 	case "rebalance":
 		return !g.dryRun
+	case "instance":
+		return len(pos) > 1 && pos[1] == "reload"
 	}
 	return false
 }

@@ -151,6 +151,7 @@ func TestRolesWork(t *testing.T) {
 	}
 	tc("operator", "shards")
 	tc("operator", "instances")
+	tc("operator", "instance", "reload", "d1") // an operator's request to d1's owner (it runs: nothing to reload)
 	tc("operator", "move", "3", "n2")
 	tc("operator", "pin", "3")
 	tc("operator", "unpin", "3")
@@ -185,7 +186,8 @@ func TestRolesWork(t *testing.T) {
 		got[strings.SplitN(e.What, " /", 2)[0]] = e.Who + "/" + e.Role
 	}
 	for what, who := range map[string]string{"move 3 n2": "operator/operator", "pin 3": "operator/operator", "unpin 3": "operator/operator",
-		"weight n1 2": "operator/operator", "drain n2": "operator/operator", "undrain n2": "operator/operator", "restore": "admin/admin"} {
+		"weight n1 2": "operator/operator", "drain n2": "operator/operator", "undrain n2": "operator/operator", "restore": "admin/admin",
+		"instance reload d1": "operator/operator"} {
 		if got[what] != who {
 			t.Errorf("audit: %q by %q, want %q (all: %v)", what, got[what], who, got)
 		}

@@ -128,7 +128,7 @@ func TestUsageErrorsBeforeConnecting(t *testing.T) {
 	}{
 		{[]string{"frobnicate"}, `unknown command "frobnicate" (see tickctl --help)`},
 		{[]string{"stauts"}, `did you mean "status"?`},
-		{[]string{"instance"}, "instance needs one of: get, create, end, send, watch (see tickctl instance --help)"},
+		{[]string{"instance"}, "instance needs one of: get, create, end, reload, send, watch (see tickctl instance --help)"},
 		{[]string{"instance", "frob", "d1"}, `unknown command "instance frob"`},
 		{[]string{"drain", "n1", "--dry-run"}, "drain does not take --dry-run (a flag of: rebalance, gc) (see tickctl drain --help)"},
 		{[]string{"--kind", "dungeon", "instance", "send", "d1", "{}"}, "instance send does not take --kind"},
@@ -222,7 +222,7 @@ words=("$BIN" backup ""); CURRENT=3; _tickctl`
 	}{
 		{[]string{"dr"}, "drain"},
 		{[]string{""}, "audit auth backup cluster completion console drain gc help instance instances move nodes pin rebalance restore shards status undrain unpin weight"},
-		{[]string{"instance", ""}, "create end get send watch"},
+		{[]string{"instance", ""}, "create end get reload send watch"},
 		{[]string{"instance", "watch", "d1", "--c"}, "--count --creds"},
 		{[]string{"rebalance", "--d"}, "--dry-run"},
 		{[]string{"drain", "--d"}, ""},

@@ -172,7 +172,7 @@ var verbs = []*verb{
 	{path: "nodes", short: "the live nodes", run: func(ctx context.Context, c *cli, _ []string) error { return c.nodes(ctx) }},
 	{path: "shards", short: "owner, session and token of every shard",
 		run: func(ctx context.Context, c *cli, _ []string) error { return c.shards(ctx) }},
-	{path: "instances", args: "[--shard N]", short: "instances with shard, token, tick and kind", flags: []string{"shard"},
+	{path: "instances", args: "[--shard N]", short: "instances with shard, token, tick, kind, and those failed on their node", flags: []string{"shard"},
 		run: func(ctx context.Context, c *cli, _ []string) error { return c.instances(ctx) }},
 	{path: "instance get", args: "<id>", min: 1, max: 1, short: "the decoded record of one instance",
 		check: func(_ *globals, a []string) error { return validInstance(a[0]) },
@@ -198,6 +198,15 @@ var verbs = []*verb{
 		run: func(ctx context.Context, c *cli, a []string) error {
 			return c.send(ctx, a[0], []byte(`{"type":"end"}`))
 		}},
+	{path: "instance reload", args: "<id>", min: 1, max: 1, short: "load a failed instance again from its stored state, once the game is fixed\n" +
+		"(an operator's request to the node that owns it)",
+		long: "An instance whose game code failed on its node — a panic in Handle or Tick, a state its kind\n" +
+			"cannot Restore, a kind the node does not know — answers every command instance_failed and is\n" +
+			"listed FAILED by tickctl instances. Once the game is fixed (the node restarted with the fix, or\n" +
+			"the cause removed), reload asks its owner to load it again; nothing of what it held in memory\n" +
+			"when it failed is kept (its stored state is). Needs an operator's credential.",
+		check: func(_ *globals, a []string) error { return validInstance(a[0]) },
+		run:   func(ctx context.Context, c *cli, a []string) error { return c.reload(ctx, a[0]) }},
 	{path: "instance send", args: "<id> '<json command>'", min: 2, max: 2,
 		short: `send a command, e.g. '{"type":"attack","player":"p1"}'`, flags: []string{"request-id"},
 		long: "The answer is printed with its request ID; sending again with the same --request-id returns the\n" +

@@ -277,6 +277,39 @@ type instRow struct {
 	Rev   uint64 `json:"revision"`
 	Ended bool   `json:"ended,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Failed: its owner reports it out of service because the game's code failed in it (it
+	// answers instance_failed until tickctl instance reload).
+	Failed *failedRow `json:"failed,omitempty"`
+}
+
+type failedRow struct {
+	Node   string `json:"node"`
+	Cause  string `json:"cause"`
+	Reason string `json:"reason"`
+	Since  string `json:"since"`
+}
+
+// failedInstances reads what the live nodes report failed in their leases (store.NodeRecord),
+// by instance ID; more is the count of failed instances beyond those a node lists.
+func (c *cli) failedInstances(ctx context.Context) (map[string]failedRow, int, error) {
+	entries, err := c.st.ControlList(ctx, "node.*")
+	if err != nil {
+		return nil, 0, err
+	}
+	out := map[string]failedRow{}
+	more := 0
+	for _, e := range entries {
+		var r store.NodeRecord
+		if json.Unmarshal(e.Value, &r) != nil {
+			continue
+		}
+		node := strings.TrimPrefix(e.Key, "node.")
+		for _, f := range r.Failed {
+			out[f.ID] = failedRow{Node: node, Cause: f.Cause, Reason: f.Reason, Since: time.UnixMilli(f.Since).UTC().Format(time.RFC3339)}
+		}
+		more += max(r.FailedCount-len(r.Failed), 0)
+	}
+	return out, more, nil
 }
 
 func (c *cli) instances(ctx context.Context) error {
@@ -299,23 +332,43 @@ func (c *cli) instances(ctx context.Context) error {
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
+	failed, more, err := c.failedInstances(ctx)
+	if err != nil {
+		return err
+	}
+	nfailed := 0
+	for i := range rows {
+		if f, ok := failed[rows[i].ID]; ok {
+			rows[i].Failed = &f
+			nfailed++
+		}
+	}
 	if c.g.json {
 		return c.printJSON(rows)
 	}
 	w := c.table()
-	fmt.Fprintln(w, "INSTANCE\tSHARD\tKIND\tTOKEN\tTICK\tREVISION")
+	fmt.Fprintln(w, "INSTANCE\tSHARD\tKIND\tTOKEN\tTICK\tREVISION\tSTATUS")
 	for _, r := range rows {
-		if r.Error != "" {
-			fmt.Fprintf(w, "%s\t%d\t!\t\t\t%s\n", r.ID, r.Shard, r.Error)
+		status := "ok"
+		switch {
+		case r.Failed != nil:
+			status = fmt.Sprintf("FAILED on %s since %s (%s): %s", r.Failed.Node, r.Failed.Since, r.Failed.Cause, r.Failed.Reason)
+		case r.Ended:
+			status = "ended"
+		}
+		if r.Error != "" { // unreadable here too: the error, and what its node says if it failed
+			if r.Failed == nil {
+				status = ""
+			}
+			fmt.Fprintf(w, "%s\t%d\t!\t\t\t%s\t%s\n", r.ID, r.Shard, r.Error, status)
 			continue
 		}
-		kind := r.Kind
-		if r.Ended {
-			kind += " (ended)"
-		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\n", r.ID, r.Shard, kind, r.Token, r.Tick, r.Rev)
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\t%s\n", r.ID, r.Shard, r.Kind, r.Token, r.Tick, r.Rev, status)
 	}
 	fmt.Fprintf(w, "%d instances\n", len(rows))
+	if nfailed+more > 0 {
+		fmt.Fprintf(w, "%d failed: they answer instance_failed until the game is fixed and `tickctl instance reload ID` loads them again (the nodes' logs say more)\n", nfailed+more)
+	}
 	return w.Flush()
 }
 
@@ -381,6 +434,33 @@ func (c *cli) client(ctx context.Context, verify bool) (*client.Client, error) {
 		opts = append(opts, client.VerifyGrants())
 	}
 	return client.New(ctx, c.nc, opts...)
+}
+
+// reload asks the owner of a failed instance to load it again from its stored state (an
+// operator's request, tickfence.op).
+func (c *cli) reload(ctx context.Context, id string) error {
+	cl, err := c.client(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	r, err := cl.Commands().Reload(ctx, id)
+	if err != nil {
+		return err
+	}
+	if c.g.json {
+		return c.printJSON(r)
+	}
+	if !r.OK {
+		return fmt.Errorf("%s: %s", r.Error.Code, r.Error.Message)
+	}
+	res, _ := r.Result.(map[string]any)
+	if res["reloaded"] == true {
+		fmt.Fprintf(c.out, "instance %s reloaded from its stored state on %v (tick %v); it runs again\n", id, res["node"], res["tick"])
+	} else {
+		fmt.Fprintf(c.out, "instance %s runs on %v (tick %v); it had not failed, nothing to reload\n", id, res["node"], res["tick"])
+	}
+	return nil
 }
 
 func (c *cli) send(ctx context.Context, id string, body []byte) error {

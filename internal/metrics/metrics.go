@@ -74,12 +74,17 @@ type Node struct {
 	BlobGCObjects, BlobGCReferenced        prometheus.Gauge
 	BlobGCYoung, BlobGCLastSuccess         prometheus.Gauge
 	BlobGCSeconds                          prometheus.Histogram
+	// InstancesFailed: instances out of service here because the game's code failed in them
+	// (answered instance_failed until reloaded); InstanceFailures counts failures by cause.
+	InstancesFailed  prometheus.GaugeFunc
+	InstanceFailures *prometheus.CounterVec
 
 	tickMetrics *tickMetrics // tickfence_ticks_total, the tick histograms, the lateness window
 	writes      atomic.Uint64
 	skipped     atomic.Pointer[func() uint64]
 	fxHeld      atomic.Pointer[func() uint64]
 	blobStats   atomic.Pointer[func() store.BlobStats]
+	failedNow   atomic.Pointer[func() uint64]
 }
 
 var (
@@ -141,6 +146,9 @@ func (m *Node) BlobGCObserve(res store.GCResult, now time.Time) {
 	m.BlobGCYoung.Set(float64(res.Young))
 	m.BlobGCLastSuccess.Set(float64(now.UnixNano()) / 1e9)
 }
+
+// CountFailedInstances makes f the source of tickfence_instances_failed (the shard host's count).
+func (m *Node) CountFailedInstances(f func() uint64) { m.failedNow.Store(&f) }
 
 // CountSkipped makes f the source of tickfence_ticks_skipped_total (the engine's count).
 func (m *Node) CountSkipped(f func() uint64) { m.skipped.Store(&f) }
@@ -261,6 +269,19 @@ func newNode(reg prometheus.Registerer) *Node {
 	}
 	reg.MustRegister(m.BlobUploads, m.BlobUploadBytes, m.BlobKept, m.BlobGCRuns, m.BlobGCDeleted, m.BlobGCDeletedBytes,
 		m.BlobGCOrphanChunks, m.BlobGCObjects, m.BlobGCReferenced, m.BlobGCYoung, m.BlobGCLastSuccess, m.BlobGCSeconds)
+	m.InstancesFailed = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tickfence_instances_failed",
+		Help: "Instances out of service on this node because the game's code failed in them (a panic, a state that does not restore, an unknown kind): answered instance_failed until an operator reloads them (tickctl instance reload)."}, func() float64 {
+		if f := m.failedNow.Load(); f != nil {
+			return float64((*f)())
+		}
+		return 0
+	})
+	m.InstanceFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tickfence_instance_failures_total",
+		Help: "Instances taken out of service because the game's code failed in them, by cause: panic, restore, unknown_kind, bad_record, invalid_effect."}, []string{"cause"})
+	for _, c := range []string{"panic", "restore", "unknown_kind", "bad_record", "invalid_effect"} {
+		m.InstanceFailures.WithLabelValues(c)
+	}
+	reg.MustRegister(m.InstancesFailed, m.InstanceFailures)
 	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.Elections, m.LeaseRenewal, m.SelfFenced,
 		m.LeaseTTL, m.ShardsUnowned, m.ShardUnownedMaxAge, m.TickPeriod,
 		m.FramesPublished, m.FramesDropped, m.FramesRefused, m.EffectsEmitted, m.EffectsPublished, m.EffectsFailed, m.EffectsRefused)

@@ -108,7 +108,7 @@ func (k *call) attempt() {
 		k.finish(nil, wire.Status{}, k.c.gaveUp(k.instance, k.requestID, k.seq, context.DeadlineExceeded, k.last, k.uncertain))
 		return
 	}
-	m := k.c.message(k.instance, k.requestID, k.seq, k.body, k.asJSON)
+	m := k.c.message(k.instance, k.requestID, k.seq, k.body, k.asJSON, false)
 	if testHookAttempt != nil {
 		testHookAttempt()
 	}

@@ -85,8 +85,18 @@ func NewServer(nc *nats.Conn, shards uint32, reg prometheus.Registerer) *Server 
 	return &Server{nc: nc, shards: shards, metrics: metrics.For(reg), Quota: DefaultQuota}
 }
 
-// Serve implements shard.Commands: it subscribes tickfence.cmd.<S>.> (trusted senders) and
-// tickfence.play.<S>.> (players, named by the subject's last token: DESIGN 9).
+// origin is who may publish on the subjects a subscription serves (DESIGN 9).
+type origin int
+
+const (
+	fromTrusted  origin = iota // tickfence.cmd: trusted senders
+	fromPlayer                 // tickfence.play: players, named by the subject's last token
+	fromOperator               // tickfence.op: operators' requests to the owner (not the game's)
+)
+
+// Serve implements shard.Commands: it subscribes tickfence.cmd.<S>.> (trusted senders),
+// tickfence.play.<S>.> (players, named by the subject's last token: DESIGN 9) and
+// tickfence.op.<S>.> (operators' requests, such as reloading a failed instance).
 func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 	var subs []*nats.Subscription
 	stop := func() {
@@ -94,13 +104,16 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 			_ = sub.Unsubscribe()
 		}
 	}
-	for _, player := range []bool{false, true} {
+	for _, from := range []origin{fromTrusted, fromPlayer, fromOperator} {
 		subj := wire.ShardSubject(sh)
-		if player {
+		switch from {
+		case fromPlayer:
 			subj = wire.PlayerShardSubject(sh)
+		case fromOperator:
+			subj = wire.OperatorShardSubject(sh)
 		}
 		queue := new(intake) // the handler's own (the client calls it one message at a time)
-		sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) { s.serve(m, queue, player, handle) })
+		sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) { s.serve(m, queue, from, handle) })
 		if err != nil {
 			stop()
 			return nil, fmt.Errorf("subscribe %s: %w", subj, err)
@@ -114,8 +127,9 @@ func (s *Server) Serve(sh uint32, handle func(shard.Command)) (func(), error) {
 	return stop, nil
 }
 
-// serve takes one command off a shard's subscription; player: from tickfence.play.
-func (s *Server) serve(m *nats.Msg, queue *intake, player bool, handle func(shard.Command)) {
+// serve takes one command off a shard's subscription (from: which).
+func (s *Server) serve(m *nats.Msg, queue *intake, from origin, handle func(shard.Command)) {
+	player, operator := from == fromPlayer, from == fromOperator
 	delivered, behind, ok := queued(m.Sub)
 	now := time.Now() // after counting: an arrival counted must not look older than it is
 	var waited time.Duration
@@ -148,24 +162,31 @@ func (s *Server) serve(m *nats.Msg, queue *intake, player bool, handle func(shar
 		}
 		_ = s.nc.PublishMsg(out) // the requester retries if this is lost
 	}
-	// The queue first: a command refused for its wait must not draw on admission's share.
-	if s.MaxQueueWait > 0 && waited > s.MaxQueueWait && !ackOnly {
+	// The queue first: a command refused for its wait must not draw on admission's share. An
+	// operator's request is never shed: it is how an overloaded node is looked after.
+	if s.MaxQueueWait > 0 && waited > s.MaxQueueWait && !ackOnly && !operator {
 		s.refuse(m, reply, slog.LevelDebug, wire.CodeBusy, "the command waited too long in the node's queue", 0, queuedReply)
 		return
 	}
-	if s.Shedding != nil && s.Shedding() && !ackOnly {
+	if s.Shedding != nil && s.Shedding() && !ackOnly && !operator {
 		s.refuse(m, reply, slog.LevelDebug, wire.CodeBusy, "the node is shedding load", 0, busyReply)
 		return
 	}
 	subject := m.Subject
 	var who actor.Sender
 	var err error
-	if player {
+	switch from {
+	case fromPlayer:
 		var name string
 		if subject, name, err = wire.ParsePlayerSubject(m.Subject); err == nil {
 			who, err = playerSender(name)
 		}
-	} else {
+	case fromOperator:
+		// Only an operator's credential may publish on tickfence.op (package auth): the subject,
+		// which the server authorises, says so.
+		subject, err = wire.ParseOperatorSubject(m.Subject)
+		who = actor.Sender{Trusted: true}
+	default:
 		who, err = trustedSender(m.Header)
 	}
 	if err != nil {
@@ -190,7 +211,7 @@ func (s *Server) serve(m *nats.Msg, queue *intake, player bool, handle func(shar
 	if player && req.Type == "create" && !s.playerAllowed(m, reply, who, false, true) {
 		return
 	}
-	c := shard.Command{Request: req, Received: received, Reply: reply, Screened: s.Shedding != nil}
+	c := shard.Command{Request: req, Received: received, Reply: reply, Screened: s.Shedding != nil, Operator: operator}
 	c.SetSender(who)
 	handle(c)
 }
@@ -447,10 +468,13 @@ func (c *Client) ack(instance string) uint64 {
 }
 
 // message makes one attempt of a command: the request ID, or (seq != 0) the session headers
-// with the current ack.
-func (c *Client) message(instance, requestID string, seq uint64, body []byte, asJSON bool) *nats.Msg {
+// with the current ack; op: an operator's request (tickfence.op).
+func (c *Client) message(instance, requestID string, seq uint64, body []byte, asJSON, op bool) *nats.Msg {
 	subj := wire.Subject(store.ShardOf(instance, c.shards), instance)
-	if c.Player != "" {
+	switch {
+	case op:
+		subj = wire.OperatorSubject(store.ShardOf(instance, c.shards), instance)
+	case c.Player != "":
 		subj = wire.PlayerSubject(store.ShardOf(instance, c.shards), instance, c.Player)
 	}
 	m := nats.NewMsg(subj)
@@ -497,7 +521,7 @@ func (c *Client) Once(ctx context.Context, instance, requestID string, cmd map[s
 		return wire.Reply{}, fmt.Errorf("subscribe the replies' inbox: %w", err)
 	}
 	out := make(chan answer, 1)
-	tok := c.replies.send(c.message(instance, requestID, seq, body, false), func(a answer) { out <- a })
+	tok := c.replies.send(c.message(instance, requestID, seq, body, false, false), func(a answer) { out <- a })
 	select {
 	case a := <-out:
 		switch {
@@ -532,6 +556,33 @@ func (c *Client) Send(ctx context.Context, instance, requestID string, body []by
 // Exec is Send without decoding the result: it returns the final reply as sent by the owner and
 // its status (for senders that do not read results, such as load generators).
 func (c *Client) Exec(ctx context.Context, instance, requestID string, body []byte, asJSON bool) ([]byte, wire.Status, error) {
+	return c.exec(ctx, instance, requestID, body, asJSON, false)
+}
+
+// Reload asks the owner of a failed instance (one answering instance_failed) to load it again
+// from its stored state, once the game is fixed: an operator's request (tickfence.op, which only
+// an operator's credential may publish), retried like a command while the shard moves. The reply
+// is ok ({"reloaded": true, "tick": …}; "reloaded": false if it had not failed), or
+// instance_failed with why it failed again.
+func (c *Client) Reload(ctx context.Context, instance string) (wire.Reply, error) {
+	body, err := wire.Canonical(map[string]any{"type": "reload"})
+	if err != nil {
+		return wire.Reply{}, err
+	}
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	raw, _, err := c.exec(ctx, instance, "reload-"+hex.EncodeToString(b[:]), body, false, true)
+	if raw == nil {
+		return wire.Reply{}, err
+	}
+	r, derr := wire.DecodeReply(raw, false)
+	if derr != nil {
+		return r, derr
+	}
+	return r, err
+}
+
+func (c *Client) exec(ctx context.Context, instance, requestID string, body []byte, asJSON, op bool) ([]byte, wire.Status, error) {
 	if err := store.ValidID(instance); err != nil {
 		return nil, wire.Status{}, err
 	}
@@ -581,7 +632,7 @@ func (c *Client) Exec(ctx context.Context, instance, requestID string, body []by
 		if !giveUp.IsZero() && !time.Now().Before(giveUp) {
 			return nil, wire.Status{}, gaveUp(context.DeadlineExceeded, last)
 		}
-		m := c.message(instance, requestID, seq, body, asJSON)
+		m := c.message(instance, requestID, seq, body, asJSON, op)
 		if testHookAttempt != nil {
 			testHookAttempt()
 		}

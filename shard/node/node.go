@@ -111,6 +111,7 @@ func (n *Node) record(session string) []byte {
 	if h := n.Host(); h != nil && h.Session() == session {
 		l := h.Load()
 		r.Shards, r.Instances, r.TickCPU = l.Shards, l.Instances, l.TickCPU
+		r.Failed, r.FailedCount = l.Failed, l.FailedCount
 	}
 	if n.cfg.P99Lateness != nil {
 		r.P99LatenessMs = float64(n.cfg.P99Lateness()) / 1e6

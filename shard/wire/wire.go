@@ -76,6 +76,12 @@ const (
 	// CodeRateLimited: the sender is past one of its quotas (commands per second, instances
 	// created); nothing was applied. Retry with the same request after the delay the message says.
 	CodeRateLimited = "rate_limited"
+	// CodeInstanceFailed: the instance is out of service on its owner because the game's code
+	// failed in it — a panic in Handle or Tick, a state its Kind cannot Restore, a kind this node
+	// does not know, an effect it could not store; the message says which. This attempt changed
+	// nothing (its stored state stays as it was). Not retryable: the instance stays failed until
+	// an operator reloads it (tickctl instance reload) once the game is fixed, or its shard moves.
+	CodeInstanceFailed = "instance_failed"
 )
 
 // Subject is where commands to an instance are sent.
@@ -107,6 +113,32 @@ func ParsePlayerSubject(subject string) (cmdSubject, player string, err error) {
 		return "", "", Errorf(CodeBadRequest, "subject %q: want %s.<shard>.<instance>.<player>", subject, PlayerPrefix)
 	}
 	return SubjectPrefix + "." + rest[:i], rest[i+1:], nil
+}
+
+// OperatorPrefix is where operators send requests to the owner of an instance's shard (DESIGN 9:
+// only an operator's credential may publish there, and the players' account does not import it):
+// tickfence.op.<S>.<instanceID>, body {"type":"reload"}, the headers and reply of a command. The
+// owner answers them itself; they never reach the game.
+const OperatorPrefix = "tickfence.op"
+
+// OperatorSubject is where an operator's request about an instance is sent.
+func OperatorSubject(shard uint32, id string) string {
+	return OperatorPrefix + "." + strconv.FormatUint(uint64(shard), 10) + "." + id
+}
+
+// OperatorShardSubject is what the owner of a shard subscribes to for operators' requests.
+func OperatorShardSubject(shard uint32) string {
+	return OperatorPrefix + "." + strconv.FormatUint(uint64(shard), 10) + ".>"
+}
+
+// ParseOperatorSubject maps tickfence.op.<S>.<id> to the command subject it stands for
+// (tickfence.cmd.<S>.<id>), which ParseSubject checks.
+func ParseOperatorSubject(subject string) (cmdSubject string, err error) {
+	rest, ok := strings.CutPrefix(subject, OperatorPrefix+".")
+	if !ok {
+		return "", Errorf(CodeBadRequest, "subject %q: want %s.<shard>.<instance>", subject, OperatorPrefix)
+	}
+	return SubjectPrefix + "." + rest, nil
 }
 
 // ShardSubject is what the owner of a shard subscribes to: ">" so that a malformed instance ID
