@@ -109,8 +109,8 @@ type recorded struct {
 }
 
 // keepBudget bounds the bytes of states and frames a harness keeps to show what differs in a
-// failed CheckDeterminism; past it, it keeps their SHA-256 only.
-const keepBudget = 64 << 20
+// failed CheckDeterminism; past it, it keeps their SHA-256 only. A variable for the tests.
+var keepBudget = 64 << 20
 
 // New creates an instance of kind from its create command and returns a harness at tick 0: the
 // next commands are applied at the start of tick 1. The test fails if the create is refused.
