@@ -183,6 +183,10 @@ func TestCommandsAnswersAndState(t *testing.T) {
 	if v := res.Value().(map[string]any)["n"]; v != int64(10) {
 		t.Fatalf("Value's n is %T %v, want int64 10", v, v)
 	}
+	m := map[string]any{"stale": true}
+	if res.Decode(&m); m["stale"] != nil || m["n"] != int64(10) {
+		t.Fatalf("Decode into a used map: %v", m)
+	}
 	if c := h.SendAs(actortest.Player("bob"), add{Type: "add", Player: "ann", N: 1}).WantCode("forbidden").Code(); c != "forbidden" {
 		t.Fatal(c)
 	}

@@ -78,14 +78,15 @@ func (r *Result) Raw() []byte { return r.raw }
 func (r *Result) Effects() []Effect { return slices.Clone(r.effects) }
 
 // Decode decodes the result into out (a struct with msgpack tags, a map, an *any), as the Go
-// client's Reply.Decode does. The test fails if the command was refused or the result does not
+// client's Reply.Decode does, after setting *out to its zero value: a key the result leaves out
+// is a zero field, even in a variable decoded into before. The test fails if the command was refused or the result does not
 // decode into out.
 func (r *Result) Decode(out any) *Result {
 	r.t.Helper()
 	if !r.ok {
 		fatal(r.t, "%s: refused (%s: %s), no result to decode", r.desc, r.code, r.message)
 	}
-	if err := wire.Assign(r.value, out); err != nil {
+	if err := wire.Assign(r.value, reset(out)); err != nil {
 		fatal(r.t, "%s: result %v does not decode into %T: %v", r.desc, r.value, out, err)
 	}
 	return r
@@ -203,11 +204,11 @@ type Frame struct {
 	h       *Harness
 }
 
-// Decode decodes the payload (msgpack) into out as the Go client's Decode does; the test fails if
-// it does not decode.
+// Decode decodes the payload (msgpack) into out, zeroed first, as the Go client's Decode does;
+// the test fails if it does not decode.
 func (f Frame) Decode(out any) {
 	f.h.t.Helper()
-	if err := wire.Unmarshal(f.Payload, out); err != nil {
+	if err := wire.Unmarshal(f.Payload, reset(out)); err != nil {
 		f.h.fatalf("frame %d of tick %d (topic %q): does not decode into %T: %v", f.Index, f.Tick, f.Topic, out, err)
 	}
 }
@@ -222,10 +223,11 @@ type Effect struct {
 	h       *Harness
 }
 
-// Decode decodes the payload (msgpack) into out; the test fails if it does not decode.
+// Decode decodes the payload (msgpack) into out, zeroed first; the test fails if it does not
+// decode.
 func (e Effect) Decode(out any) {
 	e.h.t.Helper()
-	if err := wire.Unmarshal(e.Payload, out); err != nil {
+	if err := wire.Unmarshal(e.Payload, reset(out)); err != nil {
 		e.h.fatalf("effect %s of tick %d: does not decode into %T: %v", e.Kind, e.Tick, out, err)
 	}
 }
@@ -255,11 +257,12 @@ func (h *Harness) TakeEffects(kinds ...string) []Effect {
 }
 
 // State decodes the instance's state — what MarshalState writes now — into out (a struct with
-// msgpack tags, a map, an *any).
+// msgpack tags, a map, an *any), zeroed first: a field the state leaves out (omitempty) is zero,
+// even in a variable decoded into before.
 func (h *Harness) State(out any) {
 	h.t.Helper()
 	b := h.marshal(h.cur, fmt.Sprintf("after tick %d: State", h.cur.tick))
-	if err := wire.Unmarshal(b, out); err != nil {
+	if err := wire.Unmarshal(b, reset(out)); err != nil {
 		h.fatalf("after tick %d: the state (%d bytes) does not decode into %T: %v", h.cur.tick, len(b), out, err)
 	}
 }
@@ -268,4 +271,12 @@ func (h *Harness) State(out any) {
 func (h *Harness) StateBytes() []byte {
 	h.t.Helper()
 	return h.marshal(h.cur, fmt.Sprintf("after tick %d: StateBytes", h.cur.tick))
+}
+
+// reset sets what out points at to its zero value, and returns out.
+func reset(out any) any {
+	if v := reflect.ValueOf(out); v.Kind() == reflect.Pointer && !v.IsNil() {
+		v.Elem().SetZero()
+	}
+	return out
 }
