@@ -29,6 +29,6 @@
 // can store. CheckRoundTrip and CheckDeterminism name the first tick that differs and what differs
 // in it, down to the key of the state:
 //
-//	replaying the same inputs from scratch: tick 7 differs from the first run: state:
+//	replaying the same inputs from scratch: tick 7 differs from the first run: the state:
 //	    players[1].hp: 96 (first run), 95 (replay)
 package actortest

@@ -320,8 +320,9 @@ func (h *Harness) apply(c actor.Command) *Result {
 	return res
 }
 
-// Tick runs n ticks: each applies the commands sent since the one before (Send already did) and
-// calls Logic.Tick, then takes the tick's frames and effects and its state.
+// Tick runs n ticks. Each calls Logic.Tick — the first after the commands sent since the last
+// tick, which Send applied at its start — then takes the tick's effects and frames (checking
+// them) and its state (MarshalState, for CheckDeterminism).
 func (h *Harness) Tick(n int) {
 	h.t.Helper()
 	if n < 0 {
@@ -336,6 +337,9 @@ func (h *Harness) Tick(n int) {
 // ran; the test fails if done is still false after max ticks.
 func (h *Harness) TickUntil(max int, done func() bool) int {
 	h.t.Helper()
+	if max < 0 {
+		h.fatalf("TickUntil(%d): want 0 or more", max)
+	}
 	for n := 0; ; n++ {
 		if done() {
 			return n
@@ -412,6 +416,9 @@ func (h *Harness) handle(l *life, tick uint64, c actor.Command) recorded {
 	var err error
 	h.call(where+": Handle", func() { res, err = l.logic.Handle(tick, c) })
 	reply, code := replyFor(res, err)
+	if code == "" {
+		h.fatalf("%s: Handle refused it with an *actor.Rejected without a Code (%q): clients branch on the code", where, errMessage(err))
+	}
 	if err == nil {
 		if _, encErr := wire.Canonical(res); encErr != nil {
 			h.fatalf("%s: the result (%T) cannot be encoded as msgpack, a node would answer internal: %v", where, res, encErr)

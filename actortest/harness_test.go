@@ -122,6 +122,8 @@ func (s *sum) Handle(tick uint64, cmd actor.Command) (any, error) {
 		return make(chan int), nil
 	case "plain":
 		return nil, errors.New("a plain error")
+	case "nocode":
+		return nil, &actor.Rejected{Message: "why"}
 	}
 	return nil, &actor.Rejected{Code: "bad_request", Message: "unknown " + cmd.Type}
 }
@@ -344,6 +346,8 @@ func TestGameMistakesFail(t *testing.T) {
 			[]string{"tick 1: frame 0", `frame topic "a.b"`}},
 		{"unencodable result", counter{}, func(h *actortest.Harness) { h.Send(map[string]any{"type": "chan"}) },
 			[]string{"tick 1, command chan", "cannot be encoded as msgpack"}},
+		{"refusal without a code", counter{}, func(h *actortest.Harness) { h.Send(map[string]any{"type": "nocode"}) },
+			[]string{"tick 1, command nocode", "without a Code"}},
 		{"end", counter{}, func(h *actortest.Harness) { h.Send(map[string]any{"type": "end"}) },
 			[]string{"end is tickfence's command"}},
 	} {
