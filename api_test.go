@@ -106,10 +106,10 @@ func TestNoInternalTypeInExportedAPI(t *testing.T) {
 	t.Logf("%d exported names checked", checked)
 }
 
-// The game API, the shard runtime, the coordinator and the store contract do not depend on
-// NATS: only the adapters (store/natskv, shard/natscmd) and the programs do.
+// The game API and its test harness, the shard runtime, the coordinator and the store contract
+// do not depend on NATS: only the adapters (store/natskv, shard/natscmd) and the programs do.
 func TestCoreDoesNotImportNATS(t *testing.T) {
-	for _, p := range []string{"./actor", "./actor/dungeon", "./shard", "./shard/node", "./shard/wire", "./coordinator", "./store", "./store/memstore"} {
+	for _, p := range []string{"./actor", "./actor/dungeon", "./actortest", "./shard", "./shard/node", "./shard/wire", "./coordinator", "./store", "./store/memstore"} {
 		out, err := exec.Command("go", "list", "-deps", p).Output()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v", p, err)
