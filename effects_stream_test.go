@@ -57,7 +57,31 @@ func startAuthCluster(t *testing.T) (string, string) {
 	if err := natsserver.WaitCluster(srvs, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	return strings.Join(urls, ","), adir
+	url := strings.Join(urls, ",")
+	// In operator mode an account's JetStream is enabled shortly after the cluster forms: under
+	// load, a first API call could still be answered "JetStream not enabled for account" (10039).
+	opts, err := auth.ClientOptions(auth.CredsFile(adir, string(auth.Admin)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natskv.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("JetStream not available to the admin account 30 s after the cluster formed: %v", err)
+		}
+	}
+	return url, adir
 }
 
 // initAs runs cluster init on url as the user of creds ("" none).
