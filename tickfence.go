@@ -134,6 +134,9 @@ type Options struct {
 	// LeaseTTL of the node and coordinator leases, whole seconds (default 2s): a dead node's
 	// shards move after about this long.
 	LeaseTTL time.Duration
+	// RideThrough: how long a node whose lease cannot be renewed keeps ticking on the fence
+	// before it pauses its shards (default node.DefaultRideThrough, 15 s; negative: at once).
+	RideThrough time.Duration
 	// DataHistory is the revisions kept per instance key (default 1).
 	DataHistory int64
 
@@ -379,7 +382,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 		Commands: cmds, Frames: n.frames, Effects: n.effects, Kinds: kinds, Engine: n.engine, CheckpointEvery: opt.CheckpointEvery, Logger: n.log,
 		Registerer: opt.Registerer, BeforeWrite: opt.BeforeWrite, MaxCommandDelay: opt.MaxCommandDelay,
 		MaxPendingCommands: opt.MaxPendingCommands, WriteStrategy: opt.WriteStrategy},
-		BeforeRelease: opt.BeforeRelease, LeaseTTL: opt.LeaseTTL,
+		BeforeRelease: opt.BeforeRelease, LeaseTTL: opt.LeaseTTL, RideThrough: opt.RideThrough,
 		P99Lateness: func() time.Duration { return late.Take().Quantile(0.99) }})
 	if err != nil {
 		return nil, err

@@ -40,6 +40,12 @@ type Config struct {
 	// Round is the interval between placement rounds (default 250ms); an expired node lease or a
 	// move update starts one at once.
 	Round time.Duration
+	// NodeGrace: after this leader is elected, and after its own lease could not be renewed for
+	// a while (the control bucket electing a leader), shards whose owner has no live lease are
+	// failed over only once the control plane has been reachable this long (default TTL): nodes
+	// that could not renew meanwhile get a lease's time to renew (they re-create an expired lease
+	// under the same session) before they are declared dead. Hand-offs are not delayed.
+	NodeGrace time.Duration
 	// RebalanceEvery spaces out load-based rebalancing (default 1s).
 	RebalanceEvery time.Duration
 	// MaxMoves bounds graceful moves under way at once (default 8). Failover is exempt.
@@ -75,6 +81,9 @@ func (c *Config) defaults() error {
 	c.metrics.LeaseTTL.Set(c.TTL.Seconds())
 	if c.Margin == 0 {
 		c.Margin = 500 * time.Millisecond
+	}
+	if c.NodeGrace == 0 {
+		c.NodeGrace = c.TTL
 	}
 	if c.Round == 0 {
 		c.Round = 250 * time.Millisecond
@@ -385,11 +394,20 @@ func lead(ctx context.Context, cfg Config, log *slog.Logger, t *term, remaining 
 		epochChanged(errViewLost)
 	}()
 	r := &rounds{cfg: cfg, log: log, st: st, epoch: cl.Epoch, v: v, t: t, firstSeen: map[string]time.Duration{},
-		lastRebalance: cfg.Clock.Monotonic(), stuck: map[string]bool{}, unowned: map[uint32]time.Duration{}}
+		lastRebalance: cfg.Clock.Monotonic(), stuck: map[string]bool{}, unowned: map[uint32]time.Duration{},
+		reachable: cfg.Clock.Monotonic()}
 	tick := lease.NewTicker(cfg.Clock, cfg.Round)
 	defer tick.Stop()
+	outage := false
 	for {
-		if d := remaining(); d > 0 {
+		d := remaining()
+		if d <= 0 {
+			outage = true // this leader's lease unrenewed: the control plane may be away for nodes too
+		} else if outage {
+			outage, r.reachable = false, cfg.Clock.Monotonic()
+			log.Info("leader lease renewed again: shards of nodes without a live lease wait for them to renew", "grace", cfg.NodeGrace)
+		}
+		if d > 0 {
 			rctx, cancel := context.WithTimeout(epochCtx, d)
 			if err := r.round(rctx); err != nil && epochCtx.Err() == nil {
 				log.Warn("placement round failed", "err", err)
@@ -418,7 +436,11 @@ type rounds struct {
 	stuck         map[string]bool          // leaving nodes already reported as unable to hand off
 	firstSeen     map[string]time.Duration // move key@revision → when this leader first saw it (monotonic)
 	lastRebalance time.Duration
-	unowned       map[uint32]time.Duration // shard → when this leader first saw it without a live owner (monotonic)
+	// reachable: since when (monotonic) this leader's view of the control plane has been whole
+	// (its election, or its lease renewed again after a lapse); see Config.NodeGrace.
+	reachable time.Duration
+	deferred  bool                     // failovers are being deferred (logged once per grace)
+	unowned   map[uint32]time.Duration // shard → when this leader first saw it without a live owner (monotonic)
 }
 
 func (r *rounds) seen(key string, rev uint64) time.Duration {
@@ -468,9 +490,18 @@ func (r *rounds) round(ctx context.Context) error {
 		r.lastRebalance = now
 	}
 	assigned := map[uint32]bool{}
+	inGrace := now-r.reachable < r.cfg.NodeGrace
 	for s, node := range plan.Failover {
 		cur := snap.shards[s]
 		released := in.Shards[s].Released
+		if inGrace && !released && cur.Owner.Owner != "" {
+			if !r.deferred {
+				r.deferred = true
+				r.log.Info("failover deferred: the control plane has been reachable for less than a lease; its owner may renew yet",
+					logkey.Shard, s, "owner", cur.Owner.Owner, "session", cur.Owner.Session, "grace_left", r.cfg.NodeGrace-(now-r.reachable))
+			}
+			continue
+		}
 		to := store.Assignment{Owner: node, Session: snap.nodes[node].Session}
 		got, rev, err := assign(ctx, r.st, r.t, r.epoch, s, cur.Owner, cur.Revision, to, released)
 		if err != nil {
@@ -499,6 +530,9 @@ func (r *rounds) round(ctx context.Context) error {
 		default:
 			r.log.Debug("shard assigned", "shard", s, "to", node, "token", rev)
 		}
+	}
+	if !inGrace {
+		r.deferred = false
 	}
 	r.trackUnowned(snap, in, assigned)
 	for _, m := range plan.Moves {

@@ -78,6 +78,7 @@ type options struct {
 	logLevel        string
 	logJSON         bool
 	lease           time.Duration
+	rideThrough     time.Duration
 	noCoordinator   bool
 	maxMoves        int
 	rebalanceEvery  time.Duration
@@ -165,6 +166,7 @@ func main() {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines instead of text")
 	fs.DurationVar(&o.lease, "lease", 2*time.Second, "node and coordinator lease TTL (whole seconds); a dead node's shards move after about this long")
+	fs.DurationVar(&o.rideThrough, "ride-through", node.DefaultRideThrough, "how long a node whose lease cannot be renewed (the control bucket electing a leader) keeps ticking on the fence before it pauses its shards; negative: pause at once")
 	fs.BoolVar(&o.noCoordinator, "no-coordinator", false, "never become the coordinator leader (every node is a candidate otherwise)")
 	fs.IntVar(&o.maxMoves, "max-moves", 8, "coordinator: graceful moves under way at once (failover is exempt)")
 	fs.DurationVar(&o.rebalanceEvery, "rebalance-every", time.Second, "coordinator: minimum interval between load-based rebalancing rounds")
@@ -431,7 +433,7 @@ func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.L
 		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync, Creds: o.creds, Auth: o.authDir, Insecure: o.insecure, TLSCA: o.tlsCA, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 		Shards: uint32(o.shards), RequireShards: set.Shards, Partitions: uint32(o.partitions), RequirePartitions: set.Partitions,
 		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, TickWorkers: o.tickWorkers, MaxCatchUp: o.maxCatchUp, CheckpointEvery: o.checkpointEvery,
-		LeaseTTL: o.lease, DataHistory: o.dataHistory,
+		LeaseTTL: o.lease, RideThrough: o.rideThrough, DataHistory: o.dataHistory,
 		NoCoordinator: o.noCoordinator, MaxMoves: o.maxMoves, RebalanceEvery: o.rebalanceEvery, HandOffTimeout: o.handoffTimeout,
 		BlobGCEvery: o.blobGCEvery, BlobGCGrace: o.blobGCGrace,
 		MaxCommandDelay: o.maxCmdDelay, MaxPendingCommands: o.maxPending, WriteStrategy: shard.WriteStrategy(o.writeStrategy),

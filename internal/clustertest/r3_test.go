@@ -543,9 +543,9 @@ func (r *r3) holdServer(t *testing.T, c *cluster) {
 }
 
 // partitionNode: a node loses every server (its links hold: connections open, nothing through,
-// as in a partition that drops packets). It self-fences within its lease, its shards fail over
-// to the others; on the heal what it sent meanwhile arrives — the fence rejects it — and it
-// rejoins with a new session.
+// as in a partition that drops packets). Its lease goes unrenewed (it rides through on the
+// fence), its shards fail over to the others; on the heal what it sent meanwhile arrives — the
+// fence rejects it — and it creates its expired lease again under the same session.
 func (r *r3) partitionNode(t *testing.T, c *cluster) {
 	const victim = "n3"
 	r.reproxy(t, c)
@@ -563,15 +563,15 @@ func (r *r3) partitionNode(t *testing.T, c *cluster) {
 		before[id] = c.load(id, sh)
 	}
 	p := r.srv.Node(victim)
-	fenced := metric(t, p, "tickfence_self_fenced_total")
+	fenced := metric(t, p, "tickfence_lease_ride_through_total")
 	rejected := metric(t, p, `tickfence_state_writes_total{result="stale_owner"}`)
 	mark := p.LineCount()
 	t0 := time.Now()
 	a := watchAnswers(l, t0)
 	r.srv.HoldNode(victim)
-	for metric(t, p, "tickfence_self_fenced_total") <= fenced {
+	for metric(t, p, "tickfence_lease_ride_through_total") <= fenced {
 		if time.Since(t0) > lease+2*time.Second {
-			t.Fatalf("%s did not self-fence within %v of its partition", victim, time.Since(t0))
+			t.Fatalf("%s's lease was not shown unrenewed within %v of its partition", victim, time.Since(t0))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -598,11 +598,11 @@ func (r *r3) partitionNode(t *testing.T, c *cluster) {
 	}
 	r.srv.HealNode(victim)
 	healed := time.Since(t0)
-	waitLog(t, p, "rejoin under a new session", mark, 30*time.Second, func(m map[string]any) bool {
-		return m["msg"] == "node joined" && m["session"] != session
+	waitLog(t, p, "its expired lease re-created", mark, 30*time.Second, func(m map[string]any) bool {
+		return m["msg"] == "lease re-created after it expired unrenewed" || m["msg"] == "node joined" && m["session"] != session
 	})
 	l.waitSent(100, 30*time.Second)
-	t.Logf("partition of %s (%d instances): self-fenced after %v, its instances ticking elsewhere after %v, healed after %v "+
+	t.Logf("partition of %s (%d instances): lease unrenewed after %v, its instances ticking elsewhere after %v, healed after %v "+
 		"(what it sent meanwhile delivered then); stale-owner rejections on it %v; stretches without a command answered %v",
 		victim, len(insts), selfFenced.Round(time.Millisecond), failover.Round(time.Millisecond), healed.Round(time.Millisecond),
 		metric(t, p, `tickfence_state_writes_total{result="stale_owner"}`)-rejected, a.stretches())

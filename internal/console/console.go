@@ -88,6 +88,7 @@ type Console struct {
 	timeline []Event
 	lateness map[string][]point
 	joined   map[string]time.Time // session → when the console first saw it
+	lapsed   map[string]bool      // node → its lease expired and has not been seen since
 	moves    map[uint32]recentMove
 	plans    map[string]planned
 	planSeq  int
@@ -157,7 +158,7 @@ func New(ctx context.Context, cfg Config) (*Console, error) {
 		return nil, err
 	}
 	c := &Console{cfg: cfg, log: cfg.Log, ctx: ctx, files: files, changed: make(chan struct{}), refused: make(chan struct{}),
-		lateness: map[string][]point{}, joined: map[string]time.Time{}, moves: map[uint32]recentMove{}, plans: map[string]planned{}}
+		lateness: map[string][]point{}, joined: map[string]time.Time{}, lapsed: map[string]bool{}, moves: map[uint32]recentMove{}, plans: map[string]planned{}}
 	w, err := coordinator.Watch(ctx, cfg.Store, cfg.Log, c.onChange)
 	if err != nil {
 		return nil, fmt.Errorf("watch the cluster: %w", err)
@@ -214,6 +215,7 @@ func (c *Console) control(e store.Entry, now time.Time) {
 	case kind == "node" && e.Deleted:
 		if e.Expired {
 			c.add(Event{At: now, Kind: "lease-expired", Node: name, Text: name + "'s lease expired"})
+			c.lapsed[name] = true
 		} else {
 			c.add(Event{At: now, Kind: "left", Node: name, Text: name + " left (released its lease)"})
 		}
@@ -225,7 +227,12 @@ func (c *Console) control(e store.Entry, now time.Time) {
 		if _, seen := c.joined[r.Session]; !seen {
 			c.joined[r.Session] = now
 			c.add(Event{At: now, Kind: "joined", Node: name, Text: name + " joined (session " + r.Session + ")"})
+		} else if c.lapsed[name] {
+			// Its lease expired unrenewed and it created it again, the same session going on
+			// (a frozen node that woke, or the control bucket back after an election).
+			c.add(Event{At: now, Kind: "joined", Node: name, Text: name + " joined again (session " + r.Session + " goes on: its expired lease re-created)"})
 		}
+		delete(c.lapsed, name)
 		c.addLateness(name, now, r.P99LatenessMs)
 	case kind == "move":
 		sh, err := store.ShardName(name)
@@ -305,7 +312,7 @@ func (c *Console) addLateness(node string, now time.Time, ms float64) {
 type NodeInfo struct {
 	ID         string  `json:"id"`
 	Session    string  `json:"session"`
-	State      string  `json:"state"` // joining, serving, self-fenced, draining, drained, leaving
+	State      string  `json:"state"` // joining, serving, unrenewed, draining, drained, leaving
 	Shards     int     `json:"shards"`
 	Instances  int     `json:"instances"`
 	Load       float64 `json:"load"` // tick CPU s/s
@@ -411,7 +418,7 @@ func (c *Console) nodeInfo(n coordinator.NodeView, stuck bool, now time.Time) No
 		Leaving: n.Record.Leaving, Stuck: stuck}
 	switch {
 	case n.LeaseAge > c.cfg.LeaseTTL-c.cfg.LeaseMargin:
-		ni.State = "self-fenced" // no renewal acknowledged in time: by its own clock it holds nothing
+		ni.State = "unrenewed" // no renewal acknowledged in time: it ticks on the fence for its ride-through, then pauses
 	case n.Record.Leaving:
 		ni.State = "leaving"
 	case n.Drained && n.Owned > 0:

@@ -62,10 +62,10 @@ func TestConsoleShowsAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	frozen := time.Now()
-	if err := b.WaitFor(`(e => e && e.textContent === 'self-fenced')(document.querySelector('tr[data-node="n3"] .state'))`, 10*time.Second); err != nil {
+	if err := b.WaitFor(`(e => e && e.textContent === 'unrenewed')(document.querySelector('tr[data-node="n3"] .state'))`, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("n3 shown self-fenced %v after SIGSTOP", time.Since(frozen).Round(time.Millisecond))
+	t.Logf("n3 shown unrenewed %v after SIGSTOP", time.Since(frozen).Round(time.Millisecond))
 	if err := b.WaitFor(`!consoleState.nodes.some(n => n.id === 'n3') && !consoleState.grid.includes(consoleState.owners.indexOf('n3')) && !consoleState.grid.includes(-1)`, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}

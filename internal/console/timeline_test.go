@@ -15,7 +15,7 @@ import (
 func bare() *Console {
 	return &Console{cfg: Config{LeaseTTL: 2 * time.Second, LeaseMargin: 500 * time.Millisecond, History: time.Minute},
 		log: slog.New(slog.DiscardHandler), changed: make(chan struct{}), lateness: map[string][]point{},
-		joined: map[string]time.Time{}, moves: map[uint32]recentMove{}, plans: map[string]planned{}}
+		joined: map[string]time.Time{}, lapsed: map[string]bool{}, moves: map[uint32]recentMove{}, plans: map[string]planned{}}
 }
 
 func control(key string, v any, deleted, expired bool) coordinator.Change {
@@ -90,7 +90,7 @@ func TestNodeStates(t *testing.T) {
 		{coordinator.NodeView{Owned: 3, Drained: true}, "draining"},
 		{coordinator.NodeView{Owned: 0, Drained: true}, "drained"},
 		{coordinator.NodeView{Owned: 3, Record: store.NodeRecord{Leaving: true}}, "leaving"},
-		{coordinator.NodeView{Owned: 3, LeaseAge: 1600 * time.Millisecond}, "self-fenced"}, // past 2 s − 500 ms
+		{coordinator.NodeView{Owned: 3, LeaseAge: 1600 * time.Millisecond}, "unrenewed"}, // past 2 s − 500 ms
 		{coordinator.NodeView{Owned: 3, LeaseAge: 1400 * time.Millisecond}, "serving"},
 	} {
 		if got := c.nodeInfo(tc.n, false, time.Now()).State; got != tc.want {

@@ -130,6 +130,12 @@ type Config struct {
 	OnValid  func()
 	// ObserveRenewal receives each acknowledged renewal's round trip.
 	ObserveRenewal func(time.Duration)
+	// Recreate: when the key is gone (it expired while renewals could not reach the store, e.g.
+	// while the control bucket elected a leader), create it again with the holder's value instead
+	// of giving the lease up. Only a key someone else holds is then lost. A node lease sets it
+	// (its session goes on: the fence, not the lease, keeps its writes safe); the coordinator's
+	// does not (a leader that lapsed steps down).
+	Recreate bool
 }
 
 // Lease is a held key.
@@ -348,6 +354,23 @@ func (l *Lease) renew(ctx context.Context) error {
 		// conflict proves the key moved past the revision held, so only a later one can be mine.
 		held := l.Revision()
 		e, gerr := l.cfg.Store.LatestControl(rctx, l.cfg.Key)
+		recreated := false
+		if l.cfg.Recreate && errors.Is(gerr, store.ErrNotFound) {
+			// It expired: nobody holds it. Take it again, as its holder still; the TTL runs from
+			// this create's send time.
+			csent := l.cfg.Clock.Monotonic()
+			r, cerr := l.cfg.Store.ControlCreate(rctx, l.cfg.Key, l.cfg.Value(), l.cfg.TTL)
+			if cerr == nil {
+				l.cfg.Logger.Warn("lease re-created after it expired unrenewed", "key", l.cfg.Key, "revision", r, "previous_revision", held)
+				rev, sent, recreated = r, csent, true
+			} else if !errors.Is(cerr, store.ErrConflict) {
+				l.cfg.Logger.Warn("lease renewal failed", "key", l.cfg.Key, "err", cerr)
+				return nil // unknown: the next renewal reads it again
+			}
+		}
+		if recreated {
+			break
+		}
 		if gerr != nil || !l.cfg.Mine(e.Value) || e.Revision <= held {
 			l.forceFence()
 			if gerr == nil && e.Revision <= held {

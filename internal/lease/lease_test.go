@@ -288,3 +288,57 @@ func TestLaggingReadBackIsNotAdopted(t *testing.T) {
 		})
 	}
 }
+
+// TestExpiredLeaseIsRecreated (issue 36): a node's lease (Config.Recreate) expires while its
+// renewals cannot reach the store (the control bucket electing a leader). When they can again it
+// creates the key again with its own value, and is valid again: its session goes on. A key that
+// someone else created meanwhile is lost, as before.
+func TestExpiredLeaseIsRecreated(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		st := &lossy{Store: memstore.New()}
+		var fenced, valid atomic.Int32
+		cfg := config(st, "s1", &fenced, &valid)
+		cfg.Recreate = true
+		l, err := lease.TryAcquire(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := l.Revision()
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+		time.Sleep(500 * time.Millisecond)
+		st.cut.Store(true)
+		time.Sleep(3 * time.Second) // self-fenced, then expired on the store
+		if _, err := st.ControlGet(ctx, "node.n1"); !errors.Is(err, store.ErrNotFound) || fenced.Load() != 1 {
+			t.Fatalf("after the cut: key %v, self-fenced %d times; want it expired and one self-fence", err, fenced.Load())
+		}
+		st.cut.Store(false)
+		time.Sleep(time.Second)
+		if !l.Valid() || valid.Load() != 1 || l.Revision() <= first {
+			t.Fatalf("after the store came back: valid %v (told %d times), revision %d (first %d); want valid again at a new revision",
+				l.Valid(), valid.Load(), l.Revision(), first)
+		}
+		e, err := st.ControlGet(ctx, "node.n1")
+		if err != nil || !cfg.Mine(e.Value) || e.Revision != l.Revision() {
+			t.Fatalf("stored lease %+v, %v; want the holder's own at its revision", e, err)
+		}
+		// Someone else's key is not taken over.
+		st.cut.Store(true)
+		time.Sleep(3 * time.Second)
+		var f2, v2 atomic.Int32
+		if _, err := lease.TryAcquire(ctx, config(st, "s2", &f2, &v2)); err != nil {
+			t.Fatalf("another session after the expiry: %v", err)
+		}
+		st.cut.Store(false)
+		select {
+		case err := <-done:
+			if !errors.Is(err, lease.ErrLost) {
+				t.Fatalf("Run = %v, want ErrLost (the key is another session's)", err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("the holder never learned its lease was taken")
+		}
+	})
+}

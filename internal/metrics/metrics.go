@@ -49,7 +49,11 @@ type Node struct {
 	Elections         prometheus.Counter
 	LeaseRenewal      prometheus.Histogram
 	SelfFenced        prometheus.Counter
-	LeaseTTL          prometheus.Gauge
+	// RideThroughs counts the node lease going unrenewed past TTL minus margin while the node kept
+	// ticking on the fence; RidingThrough is 1 while it does (shard/node: Config.RideThrough).
+	RideThroughs  prometheus.Counter
+	RidingThrough prometheus.Gauge
+	LeaseTTL      prometheus.Gauge
 	// The leader's view: shards with no live owner, and how long the longest of them has had none.
 	ShardsUnowned      prometheus.Gauge
 	ShardUnownedMaxAge prometheus.Gauge
@@ -214,7 +218,11 @@ func newNode(reg prometheus.Registerer) *Node {
 	m.LeaseRenewal = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tickfence_lease_renewal_seconds",
 		Help: "Round trip of acknowledged lease renewals (node and coordinator leases).", Buckets: LatencyBuckets})
 	m.SelfFenced = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_self_fenced_total",
-		Help: "Times a lease of this node went unrenewed past TTL minus margin and the node stopped acting on it."})
+		Help: "Times a lease of this node went unrenewed for too long and the node stopped acting on it (the coordinator at TTL minus margin; a node's shards after its ride-through)."})
+	m.RideThroughs = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_lease_ride_through_total",
+		Help: "Times this node's lease went unrenewed past TTL minus margin and the node kept ticking, its writes checked by the fence (an unreachable control plane)."})
+	m.RidingThrough = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tickfence_lease_riding_through",
+		Help: "1 while this node ticks on the fence without a renewed lease."})
 	for _, r := range []string{"ok", "timeout", "aborted"} {
 		m.Handoffs.WithLabelValues(r)
 	}
@@ -282,7 +290,7 @@ func newNode(reg prometheus.Registerer) *Node {
 		m.InstanceFailures.WithLabelValues(c)
 	}
 	reg.MustRegister(m.InstancesFailed, m.InstanceFailures)
-	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.Elections, m.LeaseRenewal, m.SelfFenced,
+	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.Elections, m.LeaseRenewal, m.SelfFenced, m.RideThroughs, m.RidingThrough,
 		m.LeaseTTL, m.ShardsUnowned, m.ShardUnownedMaxAge, m.TickPeriod,
 		m.FramesPublished, m.FramesDropped, m.FramesRefused, m.EffectsEmitted, m.EffectsPublished, m.EffectsFailed, m.EffectsRefused)
 	for _, r := range []string{"ok", "stale_owner", "conflict", "refused", "error"} {

@@ -47,7 +47,19 @@ type Config struct {
 	// BeforeRelease, if set, runs in a hand-off after the instances are flushed and before the
 	// move is marked released (fault tests crash the node there).
 	BeforeRelease func(shard uint32, id string)
+	// RideThrough is how long, from its last acknowledged renewal, the node keeps ticking when
+	// it cannot renew its lease (default DefaultRideThrough; negative: it pauses at TTL minus
+	// margin, as a node did before). Its writes stay checked by the fence in the data stream,
+	// which is what keeps a node whose shards were given to another from writing (DESIGN 4), so
+	// a control bucket electing a new leader stops no instance; past it the node pauses every
+	// shard until a renewal is acknowledged, then re-validates them by rotating their tokens.
+	RideThrough time.Duration
 }
+
+// DefaultRideThrough covers JetStream's elections of a control bucket leader (4–12 s measured on
+// three servers) with room to spare, and bounds what a node cut off from the control plane may
+// still do (tick, publish frames) before it stops.
+const DefaultRideThrough = 15 * time.Second
 
 // Node is one tickd node: it holds the lease node.<id> for a session, runs a Host for that session,
 // follows its grants and hand-off requests, self-fences when its lease cannot be trusted, and
@@ -167,6 +179,7 @@ func (n *Node) join(ctx context.Context, session string) (*shard.Host, *lease.Le
 		return nil, nil, fmt.Errorf("cannot start a session: %w", err)
 	}
 	waited, waitedAt := false, time.Duration(0)
+	r := &rider{n: n, host: host}
 	l, err := lease.Acquire(ctx, lease.Config{Store: n.cfg.Store, Key: store.NodeKey(n.cfg.Node),
 		TTL: n.cfg.LeaseTTL, Margin: n.cfg.LeaseMargin, Clock: n.cfg.Clock, Logger: n.log,
 		Value: func() []byte { return n.record(session) },
@@ -174,8 +187,9 @@ func (n *Node) join(ctx context.Context, session string) (*shard.Host, *lease.Le
 			var r store.NodeRecord
 			return json.Unmarshal(v, &r) == nil && r.Session == session
 		},
-		OnFenced:       func() { n.metrics.SelfFenced.Inc(); host.Pause() },
-		OnValid:        host.Resume,
+		Recreate:       true,
+		OnFenced:       func() { r.fenced() },
+		OnValid:        func() { r.valid() },
 		ObserveRenewal: func(d time.Duration) { n.metrics.LeaseRenewal.Observe(d.Seconds()) },
 	}, func(holder store.Entry) {
 		if now := n.cfg.Clock.Monotonic(); !waited || now-waitedAt > 5*time.Second {
@@ -394,4 +408,80 @@ func (n *Node) followEpoch(ctx context.Context, epoch uint64) bool {
 		return changed // the watch ends with the context its caller cancels next
 	})
 	return changed
+}
+
+// rider decides what a session does while its lease goes unrenewed (Config.RideThrough): it goes
+// on ticking on the fence, and pauses every shard only once the ride-through is over.
+type rider struct {
+	n    *Node
+	host *shard.Host
+
+	mu     sync.Mutex
+	riding bool        // the lease is not valid now
+	paused bool        // the ride-through ran out: the host is paused
+	stop   func() bool // cancels the pause
+}
+
+// fenced: the lease went unrenewed past TTL minus margin.
+func (r *rider) fenced() {
+	n := r.n
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.riding {
+		return
+	}
+	r.riding = true
+	ttl, margin := n.cfg.LeaseTTL, n.cfg.LeaseMargin
+	if ttl == 0 {
+		ttl = 2 * time.Second
+	}
+	if margin == 0 {
+		margin = 500 * time.Millisecond
+	}
+	ride := n.cfg.RideThrough
+	if ride == 0 {
+		ride = DefaultRideThrough
+	}
+	left := ride - (ttl - margin)
+	if ride < 0 || left <= 0 {
+		r.pauseLocked()
+		return
+	}
+	n.metrics.RideThroughs.Inc()
+	n.metrics.RidingThrough.Set(1)
+	n.log.Warn("node lease not renewed: ticking on, every write still checked by the fence", "session", r.host.Session(),
+		"pause_in", left, "ride_through", ride)
+	r.stop = n.cfg.Clock.AfterFunc(left, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.riding && !r.paused {
+			r.pauseLocked()
+		}
+	})
+}
+
+func (r *rider) pauseLocked() {
+	r.paused = true
+	r.n.metrics.SelfFenced.Inc()
+	r.n.metrics.RidingThrough.Set(0)
+	r.host.Pause()
+}
+
+// valid: a renewal was acknowledged again.
+func (r *rider) valid() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stop != nil {
+		r.stop()
+		r.stop = nil
+	}
+	r.n.metrics.RidingThrough.Set(0)
+	if r.riding && !r.paused {
+		r.n.log.Info("node lease renewed again: it was ridden through", "session", r.host.Session())
+	}
+	r.riding = false
+	if r.paused {
+		r.paused = false
+		r.host.Resume()
+	}
 }

@@ -82,10 +82,10 @@ function renderNodes(v) {
     tr.querySelector(".swatch").style.background = css(colourOf(i));
     tr.querySelector(".id").textContent = n.id + (n.id === v.leader ? " ★" : "");
     tr.querySelector(".id").title = "session " + n.session + (n.id === v.leader ? " (coordinator leader)" : "");
-    // Lease ages go on between pushes: a node not renewed in time is self-fenced by its own clock
-    // by now, whatever the last push said.
+    // Lease ages go on between pushes: a node not renewed in time is unrenewed by now (it ticks on
+    // the fence for its ride-through, then pauses), whatever the last push said.
     const age = n.lease_age_ms + (performance.now() - receivedAt);
-    const state = age > v.lease_ttl_ms - v.lease_margin_ms ? "self-fenced" : n.state;
+    const state = age > v.lease_ttl_ms - v.lease_margin_ms ? "unrenewed" : n.state;
     const st = tr.querySelector(".state");
     st.textContent = state + (n.stuck ? " (stuck: peers drained)" : "");
     st.className = "state " + state;
