@@ -71,7 +71,11 @@ func (f *Frames) Publish(topic string, payload []byte) error {
 // player name that is not 1-64 of A-Z a-z 0-9 _ -.
 func (f *Frames) PublishTo(player, topic string, payload []byte) error {
 	fr := Frame{Topic: topic, To: player, Payload: payload}
-	if err := ValidFrame(fr); err != nil {
+	err := ValidFrame(fr)
+	if player == "" {
+		err = fmt.Errorf("%w: PublishTo needs a player (Publish shows a frame to everyone)", ErrInvalidFrame)
+	}
+	if err != nil {
 		f.refused = append(f.refused, err)
 		return err
 	}
