@@ -64,7 +64,7 @@ func (s *lobbyState) Leave(tick uint64, player string, why actor.LeaveReason) {
 }
 
 func (s *lobbyState) PresenceTimeout() uint64 { return s.Timeout }
-func (s *lobbyState) Tick(uint64)              {}
+func (s *lobbyState) Tick(uint64)             {}
 func (s *lobbyState) Handle(_ uint64, c actor.Command) (any, error) {
 	switch c.Type {
 	case "add":
