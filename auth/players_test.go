@@ -227,8 +227,9 @@ func TestPlayerSeesOnlyItsOwnFrames(t *testing.T) {
 		return raw.Publish(wire.PrivateFrameSubject(s, "r1", "bob", "hud"), []byte("forged"))
 	})
 
-	// A trusted gateway, which relays them, and an operator see everyone's.
-	for _, who := range []string{"gateway", "operator"} {
+	// A trusted gateway, which relays them, an operator and an observer see everyone's; none of
+	// them, nor the effects service, may publish one; the effects service sees none.
+	for _, who := range []string{"gateway", "operator", "observer"} {
 		_, tc := e.connect(t, who)
 		var got frames
 		if _, err := tc.Subscribe("tickfence.to.>", got.add); err != nil {
@@ -238,7 +239,15 @@ func TestPlayerSeesOnlyItsOwnFrames(t *testing.T) {
 		if v := tc.violations(); len(v) > 0 {
 			t.Fatalf("%s: %v", who, v)
 		}
+		refused(t, tc, who+" publishes a frame for bob", func() error {
+			return tc.Publish(wire.PrivateFrameSubject(s, "r1", "bob", "hud"), []byte("forged"))
+		})
 	}
+	_, fx := e.connect(t, "effects")
+	refused(t, fx, "the effects service subscribes tickfence.to.>", func() error { _, err := fx.Subscribe("tickfence.to.>", seen.add); return err })
+	refused(t, fx, "the effects service publishes a frame for bob", func() error {
+		return fx.Publish(wire.PrivateFrameSubject(s, "r1", "bob", "hud"), []byte("forged"))
+	})
 	gw := e.dial(t, "gateway")
 	gw2, err := gw.WatchPlayer(wctx, "r1", "bob", "hud")
 	if err != nil {

@@ -81,8 +81,19 @@ func (s *lobbyState) Handle(_ uint64, c actor.Command) (any, error) {
 func (s *lobbyState) MarshalState() ([]byte, error) { return msgpack.Marshal(s) }
 
 // sendAs submits a command (request ID req) as sender, as the transport would, and waits for
-// its answer.
+// its answer; busy (admission control, on a loaded machine) is retried with the same request.
 func (n *node) sendAs(sender actor.Sender, id, req string, cmd map[string]any) wire.Reply {
+	n.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := n.sendAsOnce(sender, id, req, cmd)
+		if r.OK || r.Error.Code != wire.CodeBusy || time.Now().After(deadline) {
+			return r
+		}
+	}
+}
+
+// submitAs submits a command as sender and returns where its answer will arrive.
+func (n *node) submitAs(sender actor.Sender, id, req string, cmd map[string]any) <-chan []byte {
 	n.t.Helper()
 	r, err := wire.DecodeRequest(wire.Subject(store.ShardOf(id, testShards), id), req, "", mustBody(n.t, cmd), testShards)
 	if err != nil {
@@ -92,6 +103,12 @@ func (n *node) sendAs(sender actor.Sender, id, req string, cmd map[string]any) w
 	c := shard.Command{Request: r, Received: time.Now(), Reply: func(b []byte) { ch <- b }}
 	c.SetSender(sender)
 	n.host.Submit(c)
+	return ch
+}
+
+func (n *node) sendAsOnce(sender actor.Sender, id, req string, cmd map[string]any) wire.Reply {
+	n.t.Helper()
+	ch := n.submitAs(sender, id, req, cmd)
 	select {
 	case b := <-ch:
 		rep, err := wire.DecodeReply(b, false)
@@ -184,7 +201,7 @@ func TestPlayersJoinAndLeave(t *testing.T) {
 		const s = 2
 		n.grant(s)
 		id := idIn(s, 0)
-		mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "lobby", "timeout": timeout}), "create")
+		mustOK(t, n.sendRetryingBusy(id, "c", map[string]any{"type": "create", "kind": "lobby", "timeout": timeout}), "create")
 		ada, bob, cid, mallory, eve := playerSender("ada"), playerSender("bob"), playerSender("cid"), playerSender("mallory"), playerSender("eve")
 
 		// ada joins with her first command, which is then handled.
@@ -296,7 +313,7 @@ func TestPlayersJoinAndLeave(t *testing.T) {
 		// The end: everyone in leaves, ended; the tombstone keeps the leaves' effects.
 		mustOK(t, n.sendAs(ada, id, "a2", map[string]any{"type": "add"}), "ada back")
 		mustOK(t, n.sendAs(bob, id, "b5", map[string]any{"type": "add"}), "bob back")
-		mustOK(t, n.send(id, "end", map[string]any{"type": "end"}), "end")
+		mustOK(t, n.sendRetryingBusy(id, "end", map[string]any{"type": "end"}), "end")
 		rec, _ = lobbyLog(t, st, id)
 		var ended []string
 		for _, e := range rec.Fx {
@@ -326,7 +343,7 @@ func TestPlayersSurviveFailover(t *testing.T) {
 		opt := nodeOpt{checkpointEvery: 1 << 30, kinds: []actor.Kind{lobby{}}}
 		a := newNode(t, b.open(t), "A", opt)
 		a.grant(s)
-		mustOK(t, a.send(id, "c", map[string]any{"type": "create", "kind": "lobby", "timeout": timeout}), "create")
+		mustOK(t, a.sendRetryingBusy(id, "c", map[string]any{"type": "create", "kind": "lobby", "timeout": timeout}), "create")
 		ada, bob, cid := playerSender("ada"), playerSender("bob"), playerSender("cid")
 		mustOK(t, a.sendAs(ada, id, "a1", map[string]any{"type": "add"}), "ada joins at A")
 
@@ -356,9 +373,17 @@ func TestPlayersSurviveFailover(t *testing.T) {
 
 		// cid's first command joins him at A, which freezes before storing it.
 		frozen := a.freeze.arm(id)
-		zombie := a.submit(id, "c1", mustBody(t, map[string]any{"type": "add"}))
-		_ = zombie
-		<-frozen
+		for held := false; !held; {
+			select {
+			case <-frozen:
+				held = true
+			case b := <-a.submitAs(cid, id, "c1", map[string]any{"type": "add"}):
+				if r, _ := wire.DecodeReply(b, false); r.OK || r.Error.Code != wire.CodeBusy {
+					t.Fatalf("cid's add at A answered before its write: %+v", r)
+				}
+				time.Sleep(20 * time.Millisecond) // busy: again, as a client would
+			}
+		}
 		bn := newNode(t, b.open(t), "B", opt)
 		mu.Lock()
 		nodes = append(nodes, bn)
@@ -428,7 +453,7 @@ func TestPrivateFramesGoToTheirPlayer(t *testing.T) {
 	const s = 5
 	n.grant(s)
 	id := idIn(s, 2)
-	mustOK(t, n.send(id, "c", map[string]any{"type": "create", "kind": "lobby"}), "create")
+	mustOK(t, n.sendRetryingBusy(id, "c", map[string]any{"type": "create", "kind": "lobby"}), "create")
 	mustOK(t, n.sendAs(playerSender("ada"), id, "a1", map[string]any{"type": "hud"}), "ada's hud")
 	wantCode(t, n.sendAs(actor.Sender{Trusted: true}, id, "o1", map[string]any{"type": "hud"}), wire.CodeBadRequest, "a hud for no player")
 	waitFor(t, "frames", func() bool { return pub.count() >= 3 })
