@@ -61,6 +61,7 @@ func (s *lobbyState) Leave(tick uint64, player string, why actor.LeaveReason) {
 	e := fmt.Sprintf("leave %s %s @%d", player, why, tick)
 	s.Log = append(s.Log, e)
 	_ = s.Emit("presence", []byte(e))
+	_ = s.PublishTo(player, "hud", []byte(fmt.Sprintf("bye %s %s", player, why)))
 }
 
 func (s *lobbyState) PresenceTimeout() uint64 { return s.Timeout }
@@ -327,6 +328,15 @@ func TestPlayersJoinAndLeave(t *testing.T) {
 		if rec.V != 4 {
 			t.Fatalf("a record holding no players written as version %d, want 4", rec.V)
 		}
+		// What the leaves showed in the tick the logic ended is published after it.
+		waitFor(t, "the leaves' frames of the end", func() bool {
+			for _, f := range pub.take() {
+				if f.To == "bob" && string(f.Payload) == "bye bob ended" {
+					return true
+				}
+			}
+			return false
+		})
 	})
 }
 
@@ -461,7 +471,7 @@ func TestPrivateFramesGoToTheirPlayer(t *testing.T) {
 	for _, f := range pub.take() {
 		got = append(got, fmt.Sprintf("%s:%s:%s", f.To, f.Topic, f.Payload))
 	}
-	want := []string{"ada:hud:welcome ada", "ada:hud:yours ada", "::everyone"}
+	want := []string{"ada:hud:welcome ada", "ada:hud:yours ada", "::everyone"} // (ada never leaves)
 	if !slices.Equal(got, want) {
 		t.Fatalf("frames %v, want %v", got, want)
 	}
