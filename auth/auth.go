@@ -4,10 +4,12 @@
 // account, holds the streams and the users that run or operate the cluster: node, operator,
 // observer, admin and effects, each with the narrowest subject permissions that let it work.
 // PLAYERS, the untrusted account, holds gateways and players; it reaches only what TICKFENCE
-// exports: the command services and the frames (tickfence.out.>). A player's credential may send
-// commands only on its own subject, tickfence.play.<S>.<id>.<its name>, so the subject — which the
-// server authorises — names the player; a trusted gateway's sends on tickfence.cmd.> and names the
-// player it acts for.
+// exports: the command services and the frames (tickfence.out.>, and tickfence.to.>, the frames for
+// one player). A player's credential may send commands only on its own subject,
+// tickfence.play.<S>.<id>.<its name>, so the subject — which the server authorises — names the
+// player, and may subscribe the frames for one player only under its own name
+// (tickfence.to.<S>.<id>.<its name>[.<topic>]); a trusted gateway's sends on tickfence.cmd.> and names
+// the player it acts for.
 // Nothing else of the cluster exists for it: no bucket, no stream, no JetStream API, and no way
 // to aim a node's answer anywhere but back at the requester (the server rewrites reply subjects
 // of requests that cross accounts).

@@ -53,6 +53,14 @@
 // integer width was on the wire; decoded into an any (Reply.Result, or any inside out), every
 // integer is an int64 (uint64 only above math.MaxInt64) and every float a float64 — never
 // msgpack's int8 or uint16 (see wire.Normalize).
+//
+// # Players
+//
+// A player's client (Creds of a player's file) sends as that player, and its Watch also
+// receives the frames the game made for that player only (Frame.To; actor.Frames.PublishTo),
+// which no other player's credential may subscribe. While a watch runs it sends a heartbeat
+// every 5 s (Heartbeat), so that a game tracking its players (actor.PlayerLeaver) does not
+// disconnect a player who only watches. A trusted gateway relays a player's with WatchPlayer.
 package client
 
 import (
