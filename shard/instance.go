@@ -276,10 +276,13 @@ func (in *instance) Tick(time.Time) {
 			refusedFx = r.TakeRefusedEffects()
 		}
 	}()
-	if len(in.pl.frames) > 0 { // made in the tick it ended (players.go)
-		frames = append(in.takeEndFramesLocked(), frames...)
+	var endTick uint64 // frames made in the tick it ended (players.go), which a tombstone does not count
+	if len(in.pl.frames) > 0 {
+		var end []actor.Frame
+		end, endTick = in.takeEndFramesLocked()
+		frames = append(end, frames...)
 	}
-	tick, outbox := in.rec.Tick, len(in.acked.Fx) > 0
+	tick, outbox := max(in.rec.Tick, endTick), len(in.acked.Fx) > 0
 	if in.fail != nil {
 		failMsg = in.failMessageLocked()
 	}

@@ -20,8 +20,10 @@ type presence struct {
 	// the next tick, so that when a player was last seen is a tick the commands decide.
 	heard map[string]struct{}
 	// frames the logic made in the tick it ended (its players' LeaveEnded among them), published
-	// after that tick: the logic is dropped with the end.
-	frames []actor.Frame
+	// after that tick: the logic is dropped with the end. endTick is that tick (the record's
+	// does not count it: a tombstone does not tick), which stamps them after the frames before.
+	frames  []actor.Frame
+	endTick uint64
 }
 
 // heardLocked notes that player, if in, was heard from: it is seen at the next tick.
@@ -134,14 +136,16 @@ func (in *instance) endPlayersLocked(tick uint64) {
 	}
 	if f, ok := in.logic.(actor.Framer); ok {
 		in.pl.frames = append(in.pl.frames, f.TakeFrames()...)
+		in.pl.endTick = tick
 	}
 }
 
-// takeEndFramesLocked returns the frames endPlayersLocked kept, once.
-func (in *instance) takeEndFramesLocked() []actor.Frame {
-	f := in.pl.frames
+// takeEndFramesLocked returns the frames endPlayersLocked kept, once, and the tick they were
+// made at.
+func (in *instance) takeEndFramesLocked() ([]actor.Frame, uint64) {
+	f, t := in.pl.frames, in.pl.endTick
 	in.pl.frames = nil
-	return f
+	return f, t
 }
 
 // handleLocked hands a command to the game at tick. For a logic that tracks players, the

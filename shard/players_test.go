@@ -314,7 +314,8 @@ func TestPlayersJoinAndLeave(t *testing.T) {
 		// The end: everyone in leaves, ended; the tombstone keeps the leaves' effects.
 		mustOK(t, n.sendAs(ada, id, "a2", map[string]any{"type": "add"}), "ada back")
 		mustOK(t, n.sendAs(bob, id, "b5", map[string]any{"type": "add"}), "bob back")
-		mustOK(t, n.sendRetryingBusy(id, "end", map[string]any{"type": "end"}), "end")
+		end := n.sendRetryingBusy(id, "end", map[string]any{"type": "end"})
+		mustOK(t, end, "end")
 		rec, _ = lobbyLog(t, st, id)
 		var ended []string
 		for _, e := range rec.Fx {
@@ -329,14 +330,21 @@ func TestPlayersJoinAndLeave(t *testing.T) {
 			t.Fatalf("a record holding no players written as version %d, want 4", rec.V)
 		}
 		// What the leaves showed in the tick the logic ended is published after it.
+		// They carry the tick they were made at, after every frame before (a tombstone does not
+		// tick: its record's tick is the one before the end's).
+		var bye shard.Frame
 		waitFor(t, "the leaves' frames of the end", func() bool {
 			for _, f := range pub.take() {
 				if f.To == "bob" && string(f.Payload) == "bye bob ended" {
+					bye = f
 					return true
 				}
 			}
 			return false
 		})
+		if endTick := end.Result.(map[string]any)["tick"]; fmt.Sprint(bye.Tick) != fmt.Sprint(endTick.(int64)+1) {
+			t.Fatalf("bob's bye at tick %d; the end answered at tick %v, want the tick after", bye.Tick, endTick)
+		}
 	})
 }
 
