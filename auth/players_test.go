@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tickfence/tickfence"
@@ -296,5 +299,66 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
+	}
+}
+
+// TestOldNodeCredentialDropsPlayerFrames: a node credential made before frames for one player
+// (it may not publish tickfence.to.>) is told apart, so that its node drops them instead of
+// having the server refuse each; one made now is not.
+func TestOldNodeCredentialDropsPlayerFrames(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "auth")
+	if _, err := auth.Init(dir); err != nil {
+		t.Fatal(err)
+	}
+	node := auth.CredsFile(dir, "node")
+	if w := auth.PlayerFramesWarning(node); w != "" {
+		t.Fatalf("a node credential made now: %q", w)
+	}
+	for _, r := range []string{"gateway", "operator"} {
+		if w := auth.PlayerFramesWarning(auth.CredsFile(dir, r)); w != "" {
+			t.Fatalf("the %s's credential is judged: %q", r, w)
+		}
+	}
+	// The same credential as an older auth init signed it: without tickfence.to.>.
+	b, err := os.ReadFile(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := jwt.ParseDecoratedJWT(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc.Pub.Allow = slices.DeleteFunc(uc.Pub.Allow, func(s string) bool { return s == auth.PlayerFrames })
+	seed, err := os.ReadFile(filepath.Join(dir, "account.nk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := uc.Encode(acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nkey, err := jwt.ParseDecoratedUserNKey(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	useed, _ := nkey.Seed()
+	creds, err := jwt.FormatUserConfig(old, useed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldFile := filepath.Join(t.TempDir(), "old-node.creds")
+	if err := os.WriteFile(oldFile, creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if w := auth.PlayerFramesWarning(oldFile); !strings.Contains(w, "tickctl auth init") {
+		t.Fatalf("an older node credential: %q, want a warning naming tickctl auth init", w)
 	}
 }
