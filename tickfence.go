@@ -207,6 +207,10 @@ type Node struct {
 	wg      sync.WaitGroup
 	runErr  chan error
 	stopped sync.Once
+
+	// noPlayerFrames: the node's credential may not publish frames for one player (an auth
+	// directory made before them): its frame publisher drops them.
+	noPlayerFrames bool
 }
 
 func (o *Options) defaults() error {
@@ -323,6 +327,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n.frames = natscmd.NewFramePublisher(frameConn, 0, opt.Registerer)
+	n.frames.DropPrivate.Store(n.noPlayerFrames)
 	want := store.DefaultCluster()
 	want.Shards, want.Partitions, want.Replicas = opt.Shards, opt.Partitions, opt.Replicas
 	req := coordinator.Require{Shards: opt.RequireShards, Partitions: opt.RequirePartitions, Replicas: opt.RequireReplicas}
@@ -567,6 +572,10 @@ func (n *Node) openNATS() error {
 	if creds != "" {
 		if err := auth.CheckNode(creds, o.NodeID); err != nil {
 			return err
+		}
+		if w := auth.PlayerFramesWarning(creds); w != "" {
+			n.log.Warn(w)
+			n.noPlayerFrames = true
 		}
 		copts, err := auth.ClientOptions(creds, func(w string) { n.log.Warn(w) })
 		if err != nil {

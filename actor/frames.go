@@ -13,6 +13,10 @@ type Frame struct {
 	// Topic, if not empty, narrows who receives it (one NATS subject token: letters, digits, _
 	// and -, at most 32); watchers of the instance get every topic.
 	Topic string
+	// To, if not empty, is the one player who receives it (Frames.PublishTo): it goes on that
+	// player's own subject, which no other player's credential may subscribe (README: Players).
+	// Empty: every watcher of the instance may receive it.
+	To string
 	// Payload is the game's bytes (msgpack is conventional), at most MaxFrameBytes.
 	Payload []byte
 }
@@ -59,6 +63,26 @@ func (f *Frames) Publish(topic string, payload []byte) error {
 	return nil
 }
 
+// PublishTo queues a frame for player only, for the end of this tick: its HUD, its hand of
+// cards, what only it may see. It is published on the player's own subject
+// (tickfence.to.<S>.<id>.<player>[.<topic>]), which only that player's credential (and trusted
+// ones) may subscribe; the player's client.Watch receives it with the instance's public frames.
+// To show something to a set of players, call it once per player. Errors as Publish, and for a
+// player name that is not 1-64 of A-Z a-z 0-9 _ -.
+func (f *Frames) PublishTo(player, topic string, payload []byte) error {
+	fr := Frame{Topic: topic, To: player, Payload: payload}
+	err := ValidFrame(fr)
+	if player == "" {
+		err = fmt.Errorf("%w: PublishTo needs a player (Publish shows a frame to everyone)", ErrInvalidFrame)
+	}
+	if err != nil {
+		f.refused = append(f.refused, err)
+		return err
+	}
+	f.out = append(f.out, fr)
+	return nil
+}
+
 // TakeRefusedFrames returns the errors Publish returned since the last call (nil: none), for the
 // node to log and count: the game was told at the call.
 func (f *Frames) TakeRefusedFrames() []error {
@@ -87,6 +111,9 @@ var topicRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
 func ValidFrame(f Frame) error {
 	if f.Topic != "" && !topicRE.MatchString(f.Topic) {
 		return fmt.Errorf("%w: topic %q: want 1-32 of A-Z a-z 0-9 _ -", ErrInvalidFrame, f.Topic)
+	}
+	if f.To != "" && !ValidPlayer(f.To) {
+		return fmt.Errorf("%w: player %q: want 1-64 of A-Z a-z 0-9 _ -", ErrInvalidFrame, f.To)
 	}
 	if len(f.Payload) > MaxFrameBytes {
 		return fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrInvalidFrame, len(f.Payload), MaxFrameBytes)

@@ -4,10 +4,12 @@
 // account, holds the streams and the users that run or operate the cluster: node, operator,
 // observer, admin and effects, each with the narrowest subject permissions that let it work.
 // PLAYERS, the untrusted account, holds gateways and players; it reaches only what TICKFENCE
-// exports: the command services and the frames (tickfence.out.>). A player's credential may send
-// commands only on its own subject, tickfence.play.<S>.<id>.<its name>, so the subject — which the
-// server authorises — names the player; a trusted gateway's sends on tickfence.cmd.> and names the
-// player it acts for.
+// exports: the command services and the frames (tickfence.out.>, and tickfence.to.>, the frames for
+// one player). A player's credential may send commands only on its own subject,
+// tickfence.play.<S>.<id>.<its name>, so the subject — which the server authorises — names the
+// player, and may subscribe the frames for one player only under its own name
+// (tickfence.to.<S>.<id>.<its name>[.<topic>]); a trusted gateway's sends on tickfence.cmd.> and names
+// the player it acts for.
 // Nothing else of the cluster exists for it: no bucket, no stream, no JetStream API, and no way
 // to aim a node's answer anywhere but back at the requester (the server rewrites reply subjects
 // of requests that cross accounts).
@@ -105,6 +107,7 @@ const (
 	CommandService = "tickfence.cmd.>"  // the trusted senders' command service (trusted gateways)
 	PlayerService  = "tickfence.play.>" // the players' command service: each player publishes only under its own name
 	FrameStream    = "tickfence.out.>"  // the frames
+	PlayerFrames   = "tickfence.to.>"   // the frames for one player each; a player may subscribe its own only
 )
 
 // Files in an auth directory.
@@ -178,7 +181,8 @@ func Init(dir string) ([]string, error) {
 	// What the players' account may reach, and nothing else: commands (one answer each) and frames.
 	ac.Exports.Add(&jwt.Export{Name: "commands", Subject: CommandService, Type: jwt.Service, ResponseType: jwt.ResponseTypeSingleton},
 		&jwt.Export{Name: "player-commands", Subject: PlayerService, Type: jwt.Service, ResponseType: jwt.ResponseTypeSingleton},
-		&jwt.Export{Name: "frames", Subject: FrameStream, Type: jwt.Stream})
+		&jwt.Export{Name: "frames", Subject: FrameStream, Type: jwt.Stream},
+		&jwt.Export{Name: "player-frames", Subject: PlayerFrames, Type: jwt.Stream})
 	accJWT, err := ac.Encode(op)
 	if err != nil {
 		return nil, err
@@ -190,7 +194,8 @@ func Init(dir string) ([]string, error) {
 	// (shard/natscmd/sender.go).
 	pc.Imports.Add(&jwt.Import{Name: "commands", Subject: CommandService, Account: accPub, Type: jwt.Service},
 		&jwt.Import{Name: "player-commands", Subject: PlayerService, Account: accPub, Type: jwt.Service},
-		&jwt.Import{Name: "frames", Subject: FrameStream, Account: accPub, Type: jwt.Stream})
+		&jwt.Import{Name: "frames", Subject: FrameStream, Account: accPub, Type: jwt.Stream},
+		&jwt.Import{Name: "player-frames", Subject: PlayerFrames, Account: accPub, Type: jwt.Stream})
 	playersJWT, err := pc.Encode(op)
 	if err != nil {
 		return nil, err
@@ -373,6 +378,7 @@ type User struct {
 	Trusted bool   // a trusted gateway (the TrustedTag tag)
 
 	servesPlayers bool      // a node's: it may subscribe players' commands (tickfence.play.>)
+	playerFrames  bool      // a node's: it may publish frames for one player (tickfence.to.>)
 	Expires       time.Time // zero: never
 }
 
@@ -390,7 +396,7 @@ func ReadCreds(file string) (User, error) {
 	if err != nil {
 		return User{}, fmt.Errorf("credentials %s: %w", file, err)
 	}
-	u := User{Name: uc.Name, servesPlayers: slices.Contains(uc.Sub.Allow, playCmds)}
+	u := User{Name: uc.Name, servesPlayers: slices.Contains(uc.Sub.Allow, playCmds), playerFrames: slices.Contains(uc.Pub.Allow, privFrames)}
 	for _, t := range uc.Tags {
 		if r, ok := strings.CutPrefix(t, "role:"); ok {
 			u.Role = Role(r)
@@ -455,6 +461,19 @@ func CheckNode(file, nodeID string) error {
 			"and the gateways of its directory are not told from players; make a new directory with tickctl auth init and restart the servers with it", file)
 	}
 	return nil
+}
+
+// PlayerFramesWarning says why a node on the credentials file cannot send frames to one player
+// ("" if it can, or the file is not judged): a node credential made before them may not publish
+// on tickfence.to.>, nor does its directory's players' account import them. Such a node still
+// runs; it drops those frames (counted as dropped) instead of having the server refuse each.
+func PlayerFramesWarning(file string) string {
+	u, err := ReadCreds(file)
+	if err != nil || u.Role != Node || u.playerFrames {
+		return ""
+	}
+	return fmt.Sprintf("credentials %s predate frames for one player (tickfence.to.>, actor.Frames.PublishTo): this node drops them; "+
+		"make a new directory with tickctl auth init and restart the servers with it", file)
 }
 
 // CredsFromEnv is the credentials file a flag's default should be: $NATS_CREDS.

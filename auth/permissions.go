@@ -41,6 +41,7 @@ const (
 	playCmds    = "tickfence.play.>"       // players' commands, the player named by the last token (DESIGN 9)
 	opReqs      = "tickfence.op.>"         // operators' requests to the owner of a shard (reload a failed instance); not exported to the players' account
 	frames      = "tickfence.out.>"        // frames (DESIGN 8)
+	privFrames  = "tickfence.to.>"         // frames for one player each: tickfence.to.<S>.<id>.<player>[.<topic>] (wire.PrivateFrameSubject)
 	fxSubj      = "tickfence.fx.>"         // effects' subjects
 	fxStream    = "tickfence-effects"      // the effects stream (natscmd.EffectsStream)
 	auditStream = AuditStream              // tickctl's audit stream
@@ -116,6 +117,7 @@ func rolePerms(r Role, name string, trusted bool) perms {
 				blobsO,                        // large state uploaded before the record that points at it
 				fxSubj,                        // effects, published after the write that holds them
 				frames,                        // frames after each tick
+				privFrames,                    // and those for one player (actor.Frames.PublishTo)
 				cmds,                          // Node.Client: the program's own players and bots (tickd's demo) send commands; a node runs the instances' logic anyway
 				"_R_.>",                       // answers to commands from the players' account: the server's response subjects of requests that crossed accounts
 				"_INBOX.*.cmd.>",              // answers to commands from this account (tickctl, its own players): natscmd.Client's command inboxes, not anyone's JetStream replies
@@ -160,10 +162,10 @@ func rolePerms(r Role, name string, trusted bool) perms {
 				pubAllow: []string{
 					"tickfence.play.*.*." + name, // its commands: tickfence.play.<S>.<id>.<name> (wire.PlayerSubject)
 				},
-				subAllow: []string{
+				subAllow: append([]string{
 					inbox,  // its own commands' replies, and nobody else's
-					frames, // watch instances' frames
-				},
+					frames, // watch instances' public frames
+				}, ownFrames(name)...),
 				subs: PlayerMaxSubs, payload: PlayerMaxPayload,
 			}
 		}
@@ -172,8 +174,9 @@ func rolePerms(r Role, name string, trusted bool) perms {
 				cmds, // send commands as a trusted sender, naming the player it acts for (DESIGN 5, 9)
 			},
 			subAllow: []string{
-				inbox,  // its own commands' replies, and nobody else's
-				frames, // watch instances' frames
+				inbox,      // its own commands' replies, and nobody else's
+				frames,     // watch instances' frames
+				privFrames, // and each player's own, to relay them to it
 			},
 		}
 	case Operator:
@@ -196,8 +199,9 @@ func rolePerms(r Role, name string, trusted bool) perms {
 			},
 			pubDeny: foreignConsumers,
 			subAllow: []string{
-				inbox,  // its own requests' replies
-				frames, // tickctl instance watch
+				inbox,      // its own requests' replies
+				frames,     // tickctl instance watch
+				privFrames, // tickctl instance watch --player
 			},
 		}
 	case Effects:
@@ -227,10 +231,23 @@ func rolePerms(r Role, name string, trusted bool) perms {
 			},
 			pubDeny: foreignConsumers,
 			subAllow: []string{
-				inbox,  // its own requests' replies
-				frames, // watch frames (display only)
+				inbox,      // its own requests' replies
+				frames,     // watch frames (display only)
+				privFrames, // a player's too
 			},
 		}
 	}
 	return perms{}
+}
+
+// ownFrames are the subjects of a player's own frames, the only ones of tickfence.to it may
+// subscribe: tickfence.to.<S>.<id>.<name> and tickfence.to.<S>.<id>.<name>.<topic>. Its name is a
+// literal token of both, so no subscription it may make matches another player's: NATS checks a
+// subscription's subject against the allow list token by token, and a wildcard of the
+// subscription meets a literal name only as the same literal (tickfence.to.>, tickfence.to.*.>
+// and tickfence.to.*.*.* are refused: TestPlayerSeesOnlyItsOwnFrames). Private frames have a prefix
+// of their own for that reason: below tickfence.out, which a player may subscribe whole
+// (tickfence.out.>), any wildcard it may use would reach them.
+func ownFrames(name string) []string {
+	return []string{"tickfence.to.*.*." + name, "tickfence.to.*.*." + name + ".*"}
 }

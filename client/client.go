@@ -53,6 +53,14 @@
 // integer width was on the wire; decoded into an any (Reply.Result, or any inside out), every
 // integer is an int64 (uint64 only above math.MaxInt64) and every float a float64 — never
 // msgpack's int8 or uint16 (see wire.Normalize).
+//
+// # Players
+//
+// A player's client (Creds of a player's file) sends as that player, and its Watch also
+// receives the frames the game made for that player only (Frame.To; actor.Frames.PublishTo),
+// which no other player's credential may subscribe. While a watch runs it sends a heartbeat
+// every 5 s (Heartbeat), so that a game tracking its players (actor.PlayerLeaver) does not
+// disconnect a player who only watches. A trusted gateway relays a player's with WatchPlayer.
 package client
 
 import (
@@ -94,6 +102,7 @@ type options struct {
 	player                 *string
 	verify                 bool
 	attempt, giveUp        time.Duration
+	heartbeat              time.Duration
 }
 
 // Creds connects as the user of a NATS credentials file (tickctl auth init, tickctl auth user):
@@ -136,6 +145,12 @@ func VerifyGrants() Option { return func(o *options) { o.verify = true } }
 
 // Attempt bounds one round trip of a command (default 2 s); past it the command is sent again.
 func Attempt(d time.Duration) Option { return func(o *options) { o.attempt = d } }
+
+// Heartbeat is how often a watch of a player's frames (Watch of a player's client,
+// WatchPlayer) tells the instance that the player is there (default 5 s; negative: never, the
+// player's commands alone then keep it in). A game that tracks players disconnects one it has
+// not heard from for its actor.PresenceTimeout ticks (README: Players).
+func Heartbeat(d time.Duration) Option { return func(o *options) { o.heartbeat = d } }
 
 // GiveUp bounds how long a command is tried when its context has no earlier deadline (default:
 // until the context ends).
@@ -234,6 +249,7 @@ func open(ctx context.Context, nc *nats.Conn, o options) (*Client, error) {
 		c.cmd.Attempt = o.attempt
 	}
 	c.cmd.GiveUp = o.giveUp
+	c.cmd.Heartbeat = o.heartbeat
 	if o.verify {
 		st, err := natskv.Open(nc, natskv.Options{OpenOnly: true})
 		if err != nil {
@@ -420,8 +436,22 @@ type Watch = natscmd.Watch
 // subject): the server sends the connection no other topic's frames. It applies the watcher's
 // rule (a zombie's frames, and frames older than one shown, are dropped) and survives moves of the
 // instance between nodes.
+//
+// A player's client (Creds of a player, or Player) also receives the frames the game made for
+// that player only (Frame.To is then the player: actor.Frames.PublishTo), and, while the watch
+// runs, tells the instance the player is there (Heartbeat): see WatchPlayer.
 func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (*Watch, error) {
 	return c.cmd.Watch(ctx, instance, topics...)
+}
+
+// WatchPlayer is Watch for player: the instance's public frames, and the frames the game made
+// for that player only, on the player's own subjects (tickfence.to.<S>.<id>.<player>[.<topic>],
+// the same topics as the public ones); while it runs, a heartbeat every Heartbeat (5 s) tells
+// the instance the player is still there. A trusted client (a gateway relaying for its players)
+// may watch any player; a player's client only its own (another is an error wrapping
+// natscmd.ErrOtherPlayer: the server would refuse the subscription anyway).
+func (c *Client) WatchPlayer(ctx context.Context, instance, player string, topics ...string) (*Watch, error) {
+	return c.cmd.WatchPlayer(ctx, instance, player, topics...)
 }
 
 // Decode decodes msgpack (a frame's payload, a result) into out: a struct, a map, a slice, or an

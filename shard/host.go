@@ -51,6 +51,9 @@ type Command struct {
 	// credential may send one), not a command to the instance: Type names the request
 	// ("reload"). It is answered by the node, never handed to the game.
 	Operator bool
+	// Heartbeat: no command but a heartbeat of Sender's player (wire.HeaderHeartbeat), which a
+	// Logic that tracks players counts as hearing from it. Never answered.
+	Heartbeat bool
 
 	admitted bool   // counted by admission control until answered
 	cas      string // the result of the write whose failure refused it, for the refusal's log line
@@ -92,6 +95,7 @@ type Frame struct {
 	Shard    uint32
 	Instance string
 	Topic    string // "" for the instance's main subject
+	To       string // "" for every watcher; else the one player it is for (wire.PrivateFrameSubject)
 	Epoch    uint64
 	Token    uint64
 	Tick     uint64
@@ -564,6 +568,9 @@ func (h *Host) Submit(c Command) {
 	h.mu.Lock()
 	sh := h.shards[c.Shard]
 	h.mu.Unlock()
+	if sh == nil && c.Heartbeat {
+		return // nothing to note, no one to answer
+	}
 	if sh == nil {
 		h.answer(c, wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeNotOwner,
 			"node %s does not own shard %d", h.cfg.Node, c.Shard)}), wire.CodeNotOwner)

@@ -75,6 +75,7 @@ type instance struct {
 	// record). fxRetry: after a failed publish, nothing is sent again before then.
 	fx      map[string]uint8
 	fxRetry time.Time
+	pl      presence // its players besides the record's (players.go)
 }
 
 const (
@@ -275,7 +276,13 @@ func (in *instance) Tick(time.Time) {
 			refusedFx = r.TakeRefusedEffects()
 		}
 	}()
-	tick, outbox := in.rec.Tick, len(in.acked.Fx) > 0
+	var endTick uint64 // frames made in the tick it ended (players.go), which a tombstone does not count
+	if len(in.pl.frames) > 0 {
+		var end []actor.Frame
+		end, endTick = in.takeEndFramesLocked()
+		frames = append(end, frames...)
+	}
+	tick, outbox := max(in.rec.Tick, endTick), len(in.acked.Fx) > 0
 	if in.fail != nil {
 		failMsg = in.failMessageLocked()
 	}
@@ -316,7 +323,7 @@ func (in *instance) publish(tick uint64, frames []actor.Frame) {
 			continue
 		}
 		if h.cfg.Frames != nil {
-			h.cfg.Frames.Publish(Frame{Shard: in.grant.Shard, Instance: in.id, Topic: f.Topic,
+			h.cfg.Frames.Publish(Frame{Shard: in.grant.Shard, Instance: in.id, Topic: f.Topic, To: f.To,
 				Epoch: in.grant.Epoch, Token: in.grant.Token, Tick: tick, Index: uint64(i), Payload: f.Payload})
 		}
 	}
@@ -578,6 +585,7 @@ func (in *instance) tickBody() *write {
 	if ended { // created again from its tombstone: this tick is its first
 		tick++
 	}
+	in.presenceTickLocked(tick) // players heard from are seen, silent ones leave (players.go)
 	in.logic.Tick(tick)
 	in.rec.Tick = tick
 	if e, ok := in.logic.(actor.Emitter); ok {
@@ -622,6 +630,7 @@ func (in *instance) expireLocked() *write {
 // apply runs one command; now reports an answer that does not wait for a write.
 func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 	a.c = c
+	in.heardLocked(c.Sender.Player) // a command says its player is there (players.go)
 	if fp, res, ok := in.sh.h.remembered(&in.rec, c, tick, &a); ok {
 		if fp != c.Fingerprint {
 			a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRequestIDReused,
@@ -679,12 +688,13 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 			// retransmitted end gets this answer and never ends a later instance of the ID.
 			in.rec.Ended, in.rec.EndedAt = true, time.Now().UnixMilli()
 			in.endedSeen = time.Now()
+			in.endPlayersLocked(tick) // every player in leaves (players.go)
 			in.logic = nil
 			in.forceWrite = true
 			a.reply = wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"ended": in.id, "tick": in.rec.Tick}})
 			a.result = "ok"
 		default:
-			res, err := in.logic.Handle(tick, actor.Command{Type: c.Type, Body: c.Body, Sender: c.Sender})
+			res, err := in.handleLocked(tick, c) // Logic.Handle, and its players' joins (players.go)
 			a.reply, a.result = replyFor(res, err)
 			var effs []actor.Effect
 			if e, ok := in.logic.(actor.Emitter); ok {

@@ -585,6 +585,10 @@ func (sh *shardRun) submit(c Command) {
 		sh.operate(c)
 		return
 	}
+	if c.Heartbeat { // costs nothing, answers nothing: no admission (players.go)
+		sh.heartbeat(c)
+		return
+	}
 	// An acknowledgement alone costs the instance nothing and frees its client's session:
 	// admission control never refuses one.
 	if !c.AckOnly() && !sh.h.admit(&c) {

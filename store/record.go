@@ -14,12 +14,14 @@ import (
 	"github.com/tickfence/tickfence/internal/mpscan"
 )
 
-// SchemaVersion is the version of the instance record encoding written by this code. Version 2
-// added client sessions (clients) and the age of remembered requests (at); version 3 the effects
-// outbox (fx, fx_seq, fx_epoch); version 4 the sessions let go of (gone). Older versions are read
-// as they are. An older build refuses a newer version rather than forget its sessions or its
-// effects.
-const SchemaVersion = 4
+// SchemaVersion is the highest version of the instance record encoding this code writes and
+// reads. Version 2 added client sessions (clients) and the age of remembered requests (at);
+// version 3 the effects outbox (fx, fx_seq, fx_epoch); version 4 the sessions let go of (gone);
+// version 5 the players present (players), written only by a record that holds some
+// (Record.WriteVersion: a record without is still version 4). Older versions are read as they
+// are. An older build refuses a newer version rather than forget its sessions, its effects or
+// who is in.
+const SchemaVersion = PresenceVersion
 
 // Size limits. A record or command over its limit is refused before anything is stored.
 const (
@@ -76,6 +78,10 @@ type Record struct {
 	// stored record. Backends set and follow it themselves: a caller's State is always the
 	// state (Load fills it from the blob; Write moves a state over BlobThreshold to a new blob).
 	Blob *BlobRef `msgpack:"blob,omitempty"`
+	// Players are the players present in the instance (presence.go), in ascending order of their
+	// names: kept for a Logic that tracks players (actor.PlayerJoiner, actor.PlayerLeaver), so
+	// that who is in, and who joined or left, survives a failover exactly as stored.
+	Players []Presence `msgpack:"players,omitempty"`
 }
 
 // BlobRef points at an instance's state in the Object Store bucket BlobBucket.
@@ -244,10 +250,13 @@ func (r Record) ApproxSize() int {
 	for _, g := range r.Gone {
 		n += 48 + 9*len(g.Done)
 	}
+	for _, p := range r.Players {
+		n += 40 + len(p.Player)
+	}
 	return n
 }
 
-// EncodeRecord encodes a record at the current schema version; ErrTooLarge over MaxRecordBytes.
+// EncodeRecord encodes a record at its schema version (WriteVersion); ErrTooLarge over MaxRecordBytes.
 func EncodeRecord(r Record) ([]byte, error) {
 	return AppendRecord(make([]byte, 0, r.ApproxSize()), r)
 }
@@ -255,7 +264,7 @@ func EncodeRecord(r Record) ([]byte, error) {
 // AppendRecord appends the encoding of r (as EncodeRecord makes it) to b and returns the extended
 // buffer: a writer that knows when the store is done with a record's bytes can reuse its buffers.
 func AppendRecord(b []byte, r Record) ([]byte, error) {
-	r.V = SchemaVersion
+	r.V = r.WriteVersion()
 	n := len(b)
 	b = appendRecord(b, &r)
 	if len(b)-n > MaxRecordBytes {
@@ -309,6 +318,9 @@ func DecodeRecord(b []byte) (Record, error) {
 			}
 			prev = d
 		}
+	}
+	if err := checkPlayers(r.Players); err != nil {
+		return Record{}, err
 	}
 	if len(r.Fx) > 4*MaxOutbox {
 		return Record{}, fmt.Errorf("%w: %d effects in the outbox", ErrBadRecord, len(r.Fx))

@@ -42,6 +42,9 @@ func appendRecord(b []byte, r *Record) []byte {
 	if r.Blob != nil {
 		n++
 	}
+	if len(r.Players) > 0 {
+		n++
+	}
 	b = mpenc.MapLen(b, n)
 	b = mpenc.Int(mpenc.Str(b, "v"), int64(r.V))
 	b = mpenc.Uint(mpenc.Str(b, "token"), r.Token)
@@ -145,6 +148,16 @@ func appendRecord(b []byte, r *Record) []byte {
 		b = mpenc.Str(mpenc.Str(b, "name"), r.Blob.Name)
 		b = mpenc.Str(mpenc.Str(b, "digest"), r.Blob.Digest)
 		b = mpenc.Int(mpenc.Str(b, "size"), int64(r.Blob.Size))
+	}
+	if len(r.Players) > 0 {
+		b = mpenc.ArrayLen(mpenc.Str(b, "players"), len(r.Players))
+		for i := range r.Players {
+			p := &r.Players[i]
+			b = mpenc.MapLen(b, 3)
+			b = mpenc.Str(mpenc.Str(b, "p"), p.Player)
+			b = mpenc.Uint(mpenc.Str(b, "since"), p.Since)
+			b = mpenc.Uint(mpenc.Str(b, "seen"), p.Seen)
+		}
 	}
 	return b
 }

@@ -27,7 +27,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.V != store.SchemaVersion || got.Token != 42 || got.Tick != 7 || got.Kind != "dungeon" ||
+	if got.V != 4 || got.Token != 42 || got.Tick != 7 || got.Kind != "dungeon" ||
 		!bytes.Equal(got.State, r.State) || len(got.Reqs) != store.RequestWindow || got.Reqs[0].Fingerprint != 10 {
 		t.Fatalf("round trip: got %+v", got)
 	}

@@ -143,6 +143,7 @@ func TestUsageErrorsBeforeConnecting(t *testing.T) {
 		{[]string{"instance", "create", "d1"}, "instance create needs --kind"},
 		{[]string{"instance", "send", "d1", "not json"}, "command is not valid JSON"},
 		{[]string{"instance", "watch", "d1", "--topic", "hud.ada"}, `--topic: invalid frame: topic "hud.ada"`},
+		{[]string{"instance", "watch", "d1", "--player", "a.b"}, `--player "a.b": want 1-64 of A-Z a-z 0-9 _ -`},
 		{[]string{"rebalance", "--max-moves", "0"}, "--max-moves must be at least 1"},
 		{[]string{"restore", "--undo", "file"}, "restore --undo takes no file"},
 		{[]string{"--timeout", "x", "status"}, `invalid value "x" for flag -timeout`},

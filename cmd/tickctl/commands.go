@@ -117,6 +117,10 @@ var flagDefs = []flagDef{
 		fs.StringVar(&g.topics, "topic", "", "watch only these `TOPICS`, comma-separated (a game's frame topics; an empty one in the list,\n"+
 			"as in \",hud\", is the main subject; default: every topic)")
 	}},
+	{"player", func(fs *flag.FlagSet, g *globals) {
+		fs.StringVar(&g.player, "player", "", "also the frames the game made for player `NAME` only (actor.Frames.PublishTo; an operator's\n"+
+			"or observer's credential may watch any player's)")
+	}},
 	{"count", func(fs *flag.FlagSet, g *globals) {
 		fs.IntVar(&g.count, "count", 0, "stop after `N` (watch: frames; audit: entries, default 50)")
 	}},
@@ -218,7 +222,7 @@ var verbs = []*verb{
 			return validInstance(a[0])
 		},
 		run: func(ctx context.Context, c *cli, a []string) error { return c.send(ctx, a[0], []byte(a[1])) }},
-	{path: "instance watch", args: "<id> [--count N] [--topic T,…]", min: 1, max: 1, flags: []string{"count", "topic"}, timeout: -1,
+	{path: "instance watch", args: "<id> [--count N] [--topic T,…] [--player NAME]", min: 1, max: 1, flags: []string{"count", "topic", "player"}, timeout: -1,
 		short: "print the instance's frames live (until Ctrl-C, --count frames or --timeout if\n" +
 			"given), zombies' frames dropped",
 		check: func(g *globals, a []string) error {
@@ -229,6 +233,9 @@ var verbs = []*verb{
 				if err := actor.ValidFrame(actor.Frame{Topic: t}); err != nil {
 					return usageError{"--topic: " + err.Error()}
 				}
+			}
+			if g.player != "" && !actor.ValidPlayer(g.player) {
+				return usageError{fmt.Sprintf("--player %q: want 1-64 of A-Z a-z 0-9 _ -", g.player)}
 			}
 			return validInstance(a[0])
 		},

@@ -51,6 +51,8 @@ type globals struct {
 	count     int
 	topics    string // instance watch --topic
 	grace     time.Duration
+
+	player string // instance watch --player
 }
 
 func main() {
@@ -390,6 +392,9 @@ func (c *cli) get(ctx context.Context, id string) error {
 	if c.g.json {
 		v := map[string]any{"id": id, "shard": s, "kind": rec.Kind, "schema": rec.V, "token": rec.Token, "tick": rec.Tick,
 			"revision": rev, "state": state, "recent_request_ids": reqs, "ended": rec.Ended}
+		if len(rec.Players) > 0 {
+			v["present"] = presentJSON(rec.Players)
+		}
 		if aerr == nil {
 			v["owner"], v["session"], v["current_token"] = a.Owner, a.Session, token
 		}
@@ -407,6 +412,9 @@ func (c *cli) get(ctx context.Context, id string) error {
 			time.UnixMilli(rec.EndedAt).UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "requests\t%d remembered\n", len(rec.Reqs))
+	if len(rec.Players) > 0 {
+		fmt.Fprintf(w, "present\t%s\n", presentText(rec.Players))
+	}
 	if rec.Kind == "dungeon" && state != nil {
 		fmt.Fprintf(w, "boss\tHP %v/%v, phase %v, run %v, kills %v\n", state["hp"], state["max_hp"], state["phase"], state["run"], state["kills"])
 		if ps, ok := state["players"].([]any); ok {
@@ -429,7 +437,7 @@ func (c *cli) get(ctx context.Context, id string) error {
 // client is a command client of the cluster on tickctl's connection: the shard count is the
 // record's tickctl read already; verify: frames' grants are checked against the store.
 func (c *cli) client(ctx context.Context, verify bool) (*client.Client, error) {
-	opts := []client.Option{client.Shards(c.cl.Shards)}
+	opts := []client.Option{client.Shards(c.cl.Shards), client.Heartbeat(-1)} // tickctl speaks for no player
 	if verify {
 		opts = append(opts, client.VerifyGrants())
 	}
@@ -505,16 +513,23 @@ func (c *cli) watch(ctx context.Context, id string) error {
 	if c.g.topics != "" {
 		topics = strings.Split(c.g.topics, ",")
 	}
-	w, err := cl.Watch(ctx, id, topics...)
+	// An operator's watch of a player's own frames never speaks for the player (no heartbeat).
+	w, err := cl.WatchPlayer(ctx, id, c.g.player, topics...)
 	if err != nil {
 		return err
 	}
 	if !c.g.json {
 		subj := wire.FrameSubject(cl.ShardOf(id), id, "") + "[.<topic>]"
+		if c.g.player != "" {
+			subj += ", " + wire.PrivateFrameSubject(cl.ShardOf(id), id, c.g.player, "") + "[.<topic>]"
+		}
 		if topics != nil {
 			var subjs []string
 			for _, t := range topics {
 				subjs = append(subjs, wire.FrameSubject(cl.ShardOf(id), id, t))
+				if c.g.player != "" {
+					subjs = append(subjs, wire.PrivateFrameSubject(cl.ShardOf(id), id, c.g.player, t))
+				}
 			}
 			subj = strings.Join(subjs, ", ")
 		}
@@ -527,14 +542,20 @@ func (c *cli) watch(ctx context.Context, id string) error {
 			b, _ = json.Marshal(fmt.Sprintf("%d bytes, not msgpack", len(f.Payload)))
 		}
 		if c.g.json {
-			if err := json.NewEncoder(c.out).Encode(map[string]any{"instance": id, "topic": f.Topic, "epoch": f.Epoch,
-				"token": f.Token, "tick": f.Tick, "frame": json.RawMessage(b)}); err != nil {
+			v := map[string]any{"instance": id, "topic": f.Topic, "epoch": f.Epoch, "token": f.Token, "tick": f.Tick, "frame": json.RawMessage(b)}
+			if f.To != "" {
+				v["to"] = f.To
+			}
+			if err := json.NewEncoder(c.out).Encode(v); err != nil {
 				return err
 			}
 		} else {
 			topic := ""
 			if f.Topic != "" {
 				topic = " [" + f.Topic + "]"
+			}
+			if f.To != "" {
+				topic += " (to " + f.To + ")"
 			}
 			fmt.Fprintf(c.out, "tick %d  epoch %d token %d%s  %s\n", f.Tick, f.Epoch, f.Token, topic, b)
 		}

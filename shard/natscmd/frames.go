@@ -24,6 +24,10 @@ import (
 // finds the queue full is dropped and counted (tickfence_frames_dropped_total): frames are for
 // display, and the next tick's frame supersedes it.
 type FramePublisher struct {
+	// DropPrivate drops (and counts as dropped) the frames for one player (shard.Frame.To): a
+	// node whose credential predates them may not publish on their subjects (tickfence.to.>).
+	DropPrivate atomic.Bool
+
 	nc      *nats.Conn
 	q       chan shard.Frame
 	metrics *metrics.Node
@@ -75,6 +79,13 @@ func (p *FramePublisher) run() {
 			return
 		}
 		m.Subject = wire.FrameSubject(f.Shard, f.Instance, f.Topic)
+		if f.To != "" {
+			if p.DropPrivate.Load() {
+				p.metrics.FramesDropped.Inc()
+				continue
+			}
+			m.Subject = wire.PrivateFrameSubject(f.Shard, f.Instance, f.To, f.Topic)
+		}
 		m.Data = f.Payload
 		num = strconv.AppendUint(num[:0], f.Epoch, 10)
 		epoch[0] = string(num)
@@ -102,14 +113,18 @@ func (p *FramePublisher) Close() {
 type Frame struct {
 	Instance string
 	Topic    string // "" for the instance's main subject
+	// To is the player a private frame is for (actor.Frames.PublishTo: it came on
+	// tickfence.to.<S>.<id>.<To>[.<Topic>]); "" for the instance's public frames.
+	To string
 	wire.FrameStamp
 	Payload []byte
 }
 
 // Watch delivers the frames of one instance until ctx ends (then the channel closes): every
-// topic, or with topics only those ("" names the main subject, tickfence.out.<S>.<id>). It
-// subscribes the chosen topics' own subjects, so the server sends this connection nothing else:
-// a player's client watching its own HUD topic does not receive everyone's. It applies the
+// topic, or with topics only those ("" names the main subject, tickfence.out.<S>.<id>). A client
+// that sends as a player (Client.Player) also receives that player's own frames (WatchPlayer).
+// It subscribes the chosen topics' own subjects, so the server sends this connection nothing
+// else: a player's client watching its own HUD topic does not receive everyone's. It applies the
 // watcher's rule (wire.FrameFilter) to what it subscribed: a frame under an older grant than one
 // already seen — a zombie's — is dropped, and under the same grant one that is not after the last
 // shown on its subject (by tick and frame number), so what arrives goes forward in time. It
@@ -119,13 +134,34 @@ type Frame struct {
 // ctx needs no deadline (a signal.NotifyContext is fine): Watch waits up to watchFlush for the
 // server to confirm the subscriptions before it returns.
 func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (*Watch, error) {
+	return c.WatchPlayer(ctx, instance, c.Player, topics...)
+}
+
+// WatchPlayer is Watch for player: the instance's public frames and, on the player's own
+// subjects (wire.PrivateFrameSubject), the frames the game made for that player only
+// (Frame.To), the same topics of both. While it runs it tells the instance that the player is
+// there, with a heartbeat every Client.Heartbeat (SendHeartbeat). player "" watches the public
+// frames only, and sends none. A client that sends as a player watches that player only
+// (ErrOtherPlayer); a trusted one (a gateway relaying for its players) any.
+func (c *Client) WatchPlayer(ctx context.Context, instance, player string, topics ...string) (*Watch, error) {
 	if err := store.ValidID(instance); err != nil {
 		return nil, err
+	}
+	if player != "" && !actor.ValidPlayer(player) {
+		return nil, fmt.Errorf("watch %s: player %q: want 1-64 of A-Z a-z 0-9 _ -", instance, player)
+	}
+	if player != "" && c.Player != "" && player != c.Player {
+		return nil, fmt.Errorf("watch %s for %s as player %s: %w", instance, player, c.Player, ErrOtherPlayer)
 	}
 	s := store.ShardOf(instance, c.shards)
 	base := wire.FrameSubject(s, instance, "")
 	subjects := []string{base, base + ".*"} // every topic
-	var want map[string]bool                // the subjects subscribed, with topics
+	var priv string                         // the player's own frames' base subject
+	if player != "" {
+		priv = wire.PrivateFrameSubject(s, instance, player, "")
+		subjects = append(subjects, priv, priv+".*")
+	}
+	var want map[string]bool // the subjects subscribed, with topics
 	if len(topics) > 0 {
 		subjects, want = nil, map[string]bool{}
 		for _, t := range topics {
@@ -136,6 +172,12 @@ func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (
 			if !want[subj] {
 				want[subj] = true
 				subjects = append(subjects, subj)
+			}
+			if player != "" {
+				if subj = wire.PrivateFrameSubject(s, instance, player, t); !want[subj] {
+					want[subj] = true
+					subjects = append(subjects, subj)
+				}
 			}
 		}
 	}
@@ -155,7 +197,9 @@ func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (
 		// A frame is published on its own subject. A message delivered here under another — what a
 		// push consumer delivers keeps its stored subject: someone aimed a stream's consumer at
 		// this watch's subject (no permission checks a deliver subject) — is no frame.
-		if want != nil && !want[m.Subject] || want == nil && m.Subject != base && !strings.HasPrefix(m.Subject, base+".") {
+		mine := priv != "" && (m.Subject == priv || strings.HasPrefix(m.Subject, priv+"."))
+		public := m.Subject == base || strings.HasPrefix(m.Subject, base+".")
+		if want != nil && !want[m.Subject] || want == nil && !public && !mine {
 			w.invalid.Add(1)
 			return
 		}
@@ -165,9 +209,14 @@ func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (
 			return
 		}
 		f := Frame{Instance: instance, Topic: strings.TrimPrefix(strings.TrimPrefix(m.Subject, base), "."), FrameStamp: st, Payload: m.Data}
+		key := f.Topic // the filter orders each subject on its own
+		if mine {
+			f.To, f.Topic = player, strings.TrimPrefix(strings.TrimPrefix(m.Subject, priv), ".")
+			key = "@" + f.Topic // no public topic holds an @
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		if closed || !filter.Pass(f.Topic, st) {
+		if closed || !filter.Pass(key, st) {
 			if !closed {
 				w.stale.Add(1)
 			}
@@ -200,6 +249,13 @@ func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (
 	if err := c.nc.FlushWithContext(fctx); err != nil {
 		unsubscribe()
 		return nil, fmt.Errorf("watch %s: %w", instance, err)
+	}
+	if player != "" && c.Heartbeat >= 0 {
+		every := c.Heartbeat
+		if every == 0 {
+			every = DefaultHeartbeat
+		}
+		go c.heartbeats(ctx, instance, player, every)
 	}
 	go func() {
 		<-ctx.Done()

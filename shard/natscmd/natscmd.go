@@ -143,6 +143,8 @@ func (s *Server) serve(m *nats.Msg, queue *intake, from origin, handle func(shar
 	ids := wire.Headers{RequestID: m.Header.Get(wire.HeaderRequestID), Client: m.Header.Get(wire.HeaderClient),
 		Seq: m.Header.Get(wire.HeaderSeq), Ack: m.Header.Get(wire.HeaderAck), ContentType: m.Header.Get(wire.HeaderContent)}
 	ackOnly := wire.AckAlone(ids, m.Data)
+	heartbeat := isHeartbeat(m) // no command: counts and costs like an acknowledgement alone
+	ackOnly = ackOnly || heartbeat
 	if m.Reply == "" && !ackOnly {
 		return // a publish, not a request: there is no one to answer
 	}
@@ -197,6 +199,10 @@ func (s *Server) serve(m *nats.Msg, queue *intake, from origin, handle func(shar
 	// A player's command counts against its quota before it is decoded: a malformed one costs
 	// the node a decode, and must cost its sender as much as a good one.
 	if player && !s.playerAllowed(m, reply, who, true, false) {
+		return
+	}
+	if heartbeat {
+		s.heartbeat(subject, who, handle)
 		return
 	}
 	req, err := wire.DecodeCommand(subject, ids, m.Data, s.shards)
@@ -331,6 +337,10 @@ type Client struct {
 	// A client that keeps sending to the same instances (bots, load generators: its next command
 	// carries the acknowledgement anyway) may turn it off and spare the owner that message.
 	NoIdleAck bool
+	// Heartbeat is how often a watch of a player's frames (Watch of a player's client,
+	// WatchPlayer) tells the instance that the player is there: 0, DefaultHeartbeat; negative,
+	// never (the player's commands alone then keep it in).
+	Heartbeat time.Duration
 
 	last    atomic.Uint64 // the highest sequence number assigned, to any instance
 	stripes [clientStripes]clientStripe
