@@ -36,7 +36,7 @@ func (h *Harness) CheckRoundTrip() {
 	if logic == nil {
 		h.fatalf("%s: Kind.Restore returned neither a Logic nor an error", where)
 	}
-	restored := &life{logic: logic, tick: tick, role: "restored"}
+	restored := &life{logic: logic, tick: tick, role: "restored", players: h.cur.players.clone()}
 	if b := h.marshal(restored, where+" (restored)"); !bytes.Equal(a, b) {
 		h.fatalf("%s: what MarshalState writes after Kind.Restore differs from what Restore was given (%d and %d bytes):\n%s",
 			where, len(a), len(b), diffStates(a, b, "before", "after Restore"))
@@ -84,6 +84,10 @@ func (h *Harness) CheckDeterminism() {
 	for _, st := range h.steps {
 		var o recorded
 		where := fmt.Sprintf("tick %d", st.tick)
+		if st.heartbeat != "" {
+			r.players.hear(st.heartbeat)
+			continue
+		}
 		if st.cmd != nil {
 			o = h.handle(r, st.tick, *st.cmd)
 			where += ", command " + describe(*st.cmd)
@@ -113,11 +117,14 @@ func Replay(t TB, kind actor.Kind, script Script) *Harness {
 	h.cur = &life{logic: logic}
 	h.initial = h.keep(recorded{}, h.marshal(h.cur, "after Kind.New"), nil)
 	for _, st := range script.steps {
-		if st.cmd == nil {
+		switch {
+		case st.heartbeat != "":
+			h.Heartbeat(st.heartbeat)
+		case st.cmd == nil:
 			h.tickOnce()
-			continue
+		default:
+			h.apply(*st.cmd)
 		}
-		h.apply(*st.cmd)
 	}
 	return h
 }
@@ -141,9 +148,9 @@ func differ(a, b recorded, la, lb string) string {
 	}
 	same := func(x, y actor.Frame) bool {
 		if a.dropped || b.dropped {
-			return x.Topic == y.Topic && bytes.Equal(x.Payload, y.Payload)
+			return x.Topic == y.Topic && x.To == y.To && bytes.Equal(x.Payload, y.Payload)
 		}
-		return x.Topic == y.Topic && sameValue(x.Payload, y.Payload)
+		return x.Topic == y.Topic && x.To == y.To && sameValue(x.Payload, y.Payload)
 	}
 	if !slices.EqualFunc(fa, fb, same) {
 		return fmt.Sprintf("the frames:\n    %s (%s)\n    %s (%s)", showFrames(fa, a.dropped), la, showFrames(fb, b.dropped), lb)
@@ -202,7 +209,11 @@ func showFrames(fs []actor.Frame, digests bool) string {
 		if digests {
 			p = fmt.Sprintf("SHA-256 %x…", f.Payload[:6])
 		}
-		s = append(s, fmt.Sprintf("%q %s", f.Topic, p))
+		to := ""
+		if f.To != "" {
+			to = " to " + f.To
+		}
+		s = append(s, fmt.Sprintf("%q%s %s", f.Topic, to, p))
 	}
 	return strings.Join(s, ", ")
 }

@@ -21,10 +21,20 @@
 // returns its answer, as the node would answer it (an error becomes its code: a *actor.Rejected's,
 // else "rejected"). Frames are taken after each tick, effects after each Handle and each tick.
 //
+// Players. For a game whose Logic implements actor.PlayerJoiner or actor.PlayerLeaver, the
+// harness keeps who is in as a node does: a player's first command (SendAs(Player("ada"), …))
+// makes it join, Join first; the built-in {"type":"join"} and {"type":"leave"} are answered as a
+// node answers them; a player not heard from — no command, no Heartbeat — for the logic's
+// PresenceTimeout ticks leaves, disconnected, at the start of a tick. Present lists who is in;
+// a frame made with Frames.PublishTo has its player in Frame.To.
+//
 // Failures speak. The test fails (t.Fatalf), naming the tick and the command, when the game's code
-// panics; when it emits an effect or publishes a frame the node would refuse (actor.ValidEffect,
-// actor.ValidFrame); when Handle answers bad_request after changing the state or emitting an
-// effect (a node drops both: a malformed command must change nothing); when a result cannot be
+// panics; when it publishes a frame the node would refuse (Publish returned an error:
+// actor.ValidFrame), or emits an effect the node would refuse (actor.ValidEffect) and goes on as
+// if it had not (Handle answers ok after Emit returned an error; Tick, Join and Leave cannot
+// refuse anything: the effect is lost); when Handle answers bad_request, or Join refuses a player,
+// after changing the state or emitting an effect (a node drops both: such a command must change
+// nothing); when a result cannot be
 // encoded for the wire; when MarshalState fails, writes nothing, or writes more than an instance
 // can store. CheckRoundTrip and CheckDeterminism name the first tick that differs and what differs
 // in it, down to the key of the state:

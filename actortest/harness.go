@@ -87,14 +87,17 @@ type life struct {
 	logic actor.Logic
 	tick  uint64 // the last tick run
 	role  string // how failures name it: "" (the run), "restored", "replay"
+	// players: who is in, as the record keeps it (players.go); a round trip keeps it.
+	players presence
 }
 
-// step is one input of the script — a command applied at the start of tick, or (cmd nil) the
-// tick itself — and what it made, to compare a replay with.
+// step is one input of the script — a command applied at the start of tick, a heartbeat of a
+// player before it, or (neither) the tick itself — and what it made, to compare a replay with.
 type step struct {
-	tick uint64
-	cmd  *actor.Command
-	out  recorded
+	tick      uint64
+	cmd       *actor.Command
+	heartbeat string
+	out       recorded
 }
 
 // recorded is what one step made.
@@ -361,7 +364,7 @@ func (h *Harness) tickOnce() {
 	frames := o.frames
 	h.steps = append(h.steps, step{tick: tick, out: h.keep(o, o.state, o.frames)})
 	for i, f := range frames {
-		h.frames = append(h.frames, Frame{Tick: tick, Index: i, Topic: f.Topic, Payload: f.Payload, h: h})
+		h.frames = append(h.frames, Frame{Tick: tick, Index: i, Topic: f.Topic, To: f.To, Payload: f.Payload, h: h})
 	}
 	for _, e := range o.effects {
 		h.effects = append(h.effects, Effect{Tick: tick, Kind: e.Kind, Payload: e.Payload, h: h})
@@ -401,7 +404,7 @@ func framesDigest(frames []actor.Frame) []actor.Frame {
 			}
 		}
 		s := sha256.Sum256(p)
-		out[i] = actor.Frame{Topic: f.Topic, Payload: s[:]}
+		out[i] = actor.Frame{Topic: f.Topic, To: f.To, Payload: s[:]}
 	}
 	return out
 }
@@ -411,6 +414,15 @@ func framesDigest(frames []actor.Frame) []actor.Frame {
 func (h *Harness) handle(l *life, tick uint64, c actor.Command) recorded {
 	h.t.Helper()
 	where := fmt.Sprintf("tick %d%s, command %s", tick, roleSuffix(l.role), describe(c))
+	var joinFx []actor.Effect
+	if actor.TracksPlayers(l.logic) {
+		l.players.hear(c.Sender.Player) // a command says its player is there
+		reply, fx, done := h.players(l, tick, c, where)
+		if done {
+			return recorded{reply: reply, effects: fx}
+		}
+		joinFx = fx // the join's, whatever becomes of the command
+	}
 	before := h.marshal(l, where+": before Handle")
 	var res any
 	var err error
@@ -436,6 +448,7 @@ func (h *Harness) handle(l *life, tick uint64, c actor.Command) recorded {
 	if e, ok := l.logic.(actor.Emitter); ok {
 		h.call(where+": TakeEffects", func() { effs = e.TakeEffects() })
 	}
+	h.refusals(l, where+": Handle", err == nil)
 	if code == wire.CodeBadRequest {
 		// A node answers it at once and drops what it did: it must have done nothing.
 		if len(effs) > 0 {
@@ -451,24 +464,19 @@ func (h *Harness) handle(l *life, tick uint64, c actor.Command) recorded {
 			h.fatalf("%s: Handle emitted an effect a node refuses (logs and drops): %v", where, verr)
 		}
 	}
-	return recorded{reply: reply, effects: effs}
+	return recorded{reply: reply, effects: append(joinFx, effs...)}
 }
 
 // runTick runs Logic.Tick on l and takes what it made.
 func (h *Harness) runTick(l *life, tick uint64) recorded {
 	h.t.Helper()
 	where := fmt.Sprintf("tick %d%s", tick, roleSuffix(l.role))
+	var o recorded
+	o.effects = h.presenceTick(l, tick, where) // players heard from are seen, silent ones leave
 	h.call(where+": Tick", func() { l.logic.Tick(tick) })
 	l.tick = tick
-	var o recorded
-	if e, ok := l.logic.(actor.Emitter); ok {
-		h.call(where+": TakeEffects", func() { o.effects = e.TakeEffects() })
-	}
-	for _, e := range o.effects {
-		if err := actor.ValidEffect(e); err != nil {
-			h.fatalf("%s: Tick emitted an effect a node refuses (logs and drops): %v", where, err)
-		}
-	}
+	o.effects = append(o.effects, h.takeEffects(l, where+": Tick")...)
+	h.refusals(l, where+": Tick", true)
 	if f, ok := l.logic.(actor.Framer); ok {
 		h.call(where+": TakeFrames", func() { o.frames = f.TakeFrames() })
 	}
@@ -587,6 +595,10 @@ func (s Script) String() string {
 	for _, st := range s.steps {
 		if st.cmd != nil {
 			fmt.Fprintf(&b, "\n  tick %d: %s", st.tick, describe(*st.cmd))
+			continue
+		}
+		if st.heartbeat != "" {
+			fmt.Fprintf(&b, "\n  tick %d: heartbeat of %s", st.tick, st.heartbeat)
 			continue
 		}
 		ticks++

@@ -337,13 +337,18 @@ func TestGameMistakesFail(t *testing.T) {
 		{"panic in Handle", counter{}, func(h *actortest.Harness) { h.Tick(2); h.Send(map[string]any{"type": "boom"}) },
 			[]string{`tick 3, command boom {"type":"boom"} from a trusted sender: Handle panicked`, "assignment to entry in nil map", "harness_test.go"}},
 		{"bad effect kind", counter{}, func(h *actortest.Harness) { h.Send(map[string]any{"type": "emit", "kind": "no spaces", "n": 1}) },
-			[]string{"tick 1, command emit", `effect kind "no spaces"`}},
+			[]string{"tick 1, command emit", `Emit refused an effect, and the game went on`, `invalid effect: kind "no spaces"`}},
+		{"bad effect kind, refused", counter{}, func(h *actortest.Harness) {
+			h.Send(map[string]any{"type": "emit", "kind": "no spaces"}).WantCode("bad_request") // the game refuses its command: fine
+			h.Tick(1)
+			h.Send(map[string]any{"type": "emit", "kind": "no spaces", "n": 1})
+		}, []string{"tick 2, command emit", `Emit refused an effect`}},
 		{"effect with bad_request", counter{}, func(h *actortest.Harness) { h.Send(map[string]any{"type": "emit", "kind": "gold"}) },
 			[]string{"tick 1, command emit", "answered bad_request (bad_request: n must not be 0) after emitting 1 effect(s)"}},
 		{"state changed with bad_request", counter{Bug: "badreq"}, func(h *actortest.Harness) { h.Tick(4); h.Send(add{Type: "add", Player: "ann"}) },
 			[]string{"tick 5, command add", "after changing the state", "n: 0 (before), 1 (after)"}},
 		{"bad frame topic", counter{}, func(h *actortest.Harness) { h.Send(map[string]any{"type": "frame", "topic": "a.b"}); h.Tick(1) },
-			[]string{"tick 1: frame 0", `frame topic "a.b"`}},
+			[]string{"tick 1, command frame", "Publish refused a frame", `invalid frame: topic "a.b"`}},
 		{"unencodable result", counter{}, func(h *actortest.Harness) { h.Send(map[string]any{"type": "chan"}) },
 			[]string{"tick 1, command chan", "cannot be encoded as msgpack"}},
 		{"refusal without a code", counter{}, func(h *actortest.Harness) { h.Send(map[string]any{"type": "nocode"}) },

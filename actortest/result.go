@@ -199,6 +199,8 @@ type Frame struct {
 	Tick  uint64 // the tick after which the node publishes it (Handle's frames go with their tick's)
 	Index int    // its number among the tick's frames: 0, 1, …
 	Topic string // "" for the instance's main subject
+	// To is the one player it is for (actor.Frames.PublishTo); "" for every watcher.
+	To string
 	// Payload is the game's bytes.
 	Payload []byte
 	h       *Harness
