@@ -99,7 +99,7 @@ func TestPlayersInTheHarness(t *testing.T) {
 	}
 	h.SendAs(bob, map[string]any{"type": "join"}).WantResult(map[string]any{"player": "bob", "since": 1, "tick": 1})
 	h.SendAs(bob, map[string]any{"type": "join"}).WantResult(map[string]any{"player": "bob", "since": 1}) // in already
-	h.SendAs(cy, say{"say"}).WantCode("rejected")                                                          // full: Join refused it
+	h.SendAs(cy, say{"say"}).WantCode("rejected")                                                         // full: Join refused it
 	h.SendAs(ada, map[string]any{"type": "join", "player": "bob"}).WantCode("forbidden")
 	h.Send(map[string]any{"type": "join"}).WantCode("bad_request") // a trusted sender naming no player
 	h.Tick(1)
