@@ -412,6 +412,11 @@ func (c *cli) get(ctx context.Context, id string) error {
 			time.UnixMilli(rec.EndedAt).UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "requests\t%d remembered\n", len(rec.Reqs))
+	if rec.Blob != nil { // a large state: its blob is uploaded again only when it changes
+		fmt.Fprintf(w, "state\t%d bytes, in blob %s\n", len(rec.State), rec.Blob.Name)
+	} else if !rec.Ended {
+		fmt.Fprintf(w, "state\t%d bytes, in the record\n", len(rec.State))
+	}
 	if len(rec.Players) > 0 {
 		fmt.Fprintf(w, "present\t%s\n", presentText(rec.Players))
 	}
@@ -428,10 +433,31 @@ func (c *cli) get(ctx context.Context, id string) error {
 		return err
 	}
 	if rec.Kind != "dungeon" && state != nil {
-		b, _ := json.MarshalIndent(state, "", "  ")
+		b, _ := json.MarshalIndent(shortBinary(state), "", "  ")
 		fmt.Fprintf(c.out, "state:\n%s\n", b)
 	}
 	return nil
+}
+
+// shortBinary replaces, in a decoded state, each binary value over 64 bytes by "<N bytes>": a
+// large state's terrain or pixels say nothing in base64, and would fill the screen (--json
+// keeps them).
+func shortBinary(v any) any {
+	switch x := v.(type) {
+	case []byte:
+		if len(x) > 64 {
+			return fmt.Sprintf("<%d bytes>", len(x))
+		}
+	case map[string]any:
+		for k, e := range x {
+			x[k] = shortBinary(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = shortBinary(e)
+		}
+	}
+	return v
 }
 
 // client is a command client of the cluster on tickctl's connection: the shard count is the
