@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/tickfence/tickfence"
 	"github.com/tickfence/tickfence/actor"
 )
@@ -67,21 +69,43 @@ func run(ctx context.Context, url, data, listen, nodeID string, runNode, play bo
 			opt.Listen = "127.0.0.1:0" // the bots are NATS clients like any other
 		}
 	}
-	if !play {
-		return tickfence.Run(ctx, opt) // until ctx ends; then it hands its shards off and leaves
-	}
-	node, err := tickfence.Start(ctx, opt)
+	node, err := start(ctx, opt)
 	if err != nil {
 		return err
 	}
 	if url == "" {
 		url = node.ClientURL()
 	}
-	err = playRaid(ctx, url, bossHP)
+	if play {
+		err = playRaid(ctx, url, bossHP)
+	} else {
+		select {
+		case <-ctx.Done(): // Ctrl-C, SIGTERM: hand the shards off and leave
+		case err := <-node.Err(): // it stopped by itself (its store gone for good)
+			node.Close()
+			return err
+		}
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if serr := node.Stop(sctx); err == nil {
 		err = serr
 	}
 	return err
+}
+
+// start starts the node, waiting up to 30 s for a NATS server that is not up yet.
+func start(ctx context.Context, opt tickfence.Options) (*tickfence.Node, error) {
+	for wait := 30; ; wait-- {
+		node, err := tickfence.Start(ctx, opt)
+		if !errors.Is(err, nats.ErrNoServers) || wait == 0 {
+			return node, err
+		}
+		fmt.Fprintf(os.Stderr, "waiting for NATS at %s\n", opt.NATS)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
