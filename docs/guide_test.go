@@ -130,9 +130,10 @@ func TestGameGuide(t *testing.T) {
 	script.WriteString("set -euo pipefail\nset -x\n")
 	for _, b := range blocks {
 		if b.lang == "sh" && b.marker == "run" {
-			fmt.Fprintf(&script, ": game-guide.md line %d\n%s", b.line, strings.ReplaceAll(b.text, "127.0.0.1:4222", fmt.Sprintf("127.0.0.1:%d", port)))
+			fmt.Fprintf(&script, "echo \"::guide-block %d $(date +%%s.%%N)\"\n%s", b.line, strings.ReplaceAll(b.text, "127.0.0.1:4222", fmt.Sprintf("127.0.0.1:%d", port)))
 		}
 	}
+	script.WriteString("echo \"::guide-block end $(date +%s.%N)\"\n")
 	logf := filepath.Join(t.TempDir(), "guide.log")
 	out, err := os.Create(logf)
 	if err != nil {
@@ -160,7 +161,10 @@ func TestGameGuide(t *testing.T) {
 		err = fmt.Errorf("not done after %v", limit)
 		<-done
 	}
-	t.Logf("the guide ran in %v", time.Since(start).Round(time.Second))
+	t.Logf("the guide ran in %v; seconds per block, by its line in game-guide.md: %s", time.Since(start).Round(time.Second), blockTimes(logf))
+	if err == nil && testing.Verbose() {
+		t.Logf("what it printed (the end):\n%s", tail(logf, 300))
+	}
 	if err != nil {
 		t.Errorf("the guide failed: %v\n%s", err, tail(logf, 120))
 		logs, _ := filepath.Glob(filepath.Join(dir, "examples", "raid", "*.log"))
@@ -241,6 +245,24 @@ func withoutEnv(env []string, names ...string) []string {
 		}
 	}
 	return out
+}
+
+// blockTimes says how long each block took, from the log's ::guide-block lines.
+func blockTimes(log string) string {
+	b, _ := os.ReadFile(log)
+	re := regexp.MustCompile(`(?m)^::guide-block (\S+) (\d+\.\d+)$`)
+	var out []string
+	var last string
+	var at float64
+	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+		var ts float64
+		fmt.Sscan(m[2], &ts)
+		if last != "" {
+			out = append(out, fmt.Sprintf("%s: %.1f", last, ts-at))
+		}
+		last, at = m[1], ts
+	}
+	return strings.Join(out, ", ")
 }
 
 // tail is the last n lines of a file.
