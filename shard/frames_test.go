@@ -15,6 +15,7 @@ import (
 	"github.com/tickfence/tickfence/actor"
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/natscmd"
+	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/memstore"
 )
 
@@ -32,7 +33,8 @@ func (shower) Restore(_ string, b []byte) (actor.Logic, error) {
 }
 
 type showerState struct {
-	N uint64 `msgpack:"n"`
+	N    uint64 `msgpack:"n"`
+	Blob []byte `msgpack:"blob,omitempty"` // "grow": a state too large to store
 	actor.Frames
 }
 
@@ -49,6 +51,8 @@ func (s *showerState) Handle(_ uint64, c actor.Command) (any, error) {
 		s.Publish("a.b", []byte("x"))
 	case "topic":
 		s.Publish("hp", []byte("on a topic"))
+	case "grow":
+		s.Blob = make([]byte, store.MaxBlobBytes+1)
 	}
 	return "ok", nil
 }
