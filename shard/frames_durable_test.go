@@ -142,6 +142,10 @@ func TestDurableWatchOfAQuietTopic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	main, err := natscmd.NewClient(jet.nc(t), testShards).Watch(ctx, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	a.ticked(30)
 	if n := testutil.ToFloat64(a.metrics.FrameNotices); n != 0 {
 		t.Fatalf("%v stored notices for an instance framing every tick; want none (its frames say it)", n)
@@ -154,6 +158,15 @@ func TestDurableWatchOfAQuietTopic(t *testing.T) {
 	}
 	t.Logf("the hp frame of tick %d (stored %d when it left) shown %v after the command was sent; %v notices",
 		f.Tick, f.Stored, time.Since(sent).Round(time.Millisecond), testutil.ToFloat64(a.metrics.FrameNotices))
+	// The notice left in a tick that framed the main subject too: that frame is still a frame.
+	var last uint64
+	for last <= f.Tick+5 {
+		m := nextFrame(t, main, "the main subject")
+		if last != 0 && m.Tick != last+1 {
+			t.Fatalf("main subject: tick %d after %d; want every tick's frame", m.Tick, last)
+		}
+		last = m.Tick
+	}
 }
 
 // TestRefusedWriteRewinds (issue 35.4): when the store refuses a write (the state grew too large)

@@ -258,7 +258,7 @@ func (in *instance) publish(stamp Frame, frames []actor.Frame) {
 		}
 		if h.cfg.Frames != nil {
 			fr := stamp
-			fr.Topic, fr.Index, fr.Payload = f.Topic, uint64(i), f.Payload
+			fr.Topic, fr.Index, fr.Payload, fr.Notice = f.Topic, uint64(i), f.Payload, false
 			h.cfg.Frames.Publish(fr)
 		}
 	}

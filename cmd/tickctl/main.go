@@ -50,6 +50,7 @@ type globals struct {
 	tolerance float64
 	count     int
 	topics    string // instance watch --topic
+	durable   bool   // instance watch --durable
 	grace     time.Duration
 }
 
@@ -413,8 +414,9 @@ func (c *cli) send(ctx context.Context, id string, body []byte) error {
 	return nil
 }
 
-// watch prints an instance's frames as they come: one line each (tick, grant, the payload as
-// JSON), or with --json a JSON object per line. --topic watches those topics only.
+// watch prints an instance's frames as they come: one line each (tick, stored tick, grant, the
+// payload as JSON), or with --json a JSON object per line. --topic watches those topics only;
+// --durable shows only frames whose tick is stored (client.WatchDurable).
 func (c *cli) watch(ctx context.Context, id string) error {
 	cl, err := c.client(ctx, true) // it reads the store: a forged frame's grant is never followed
 	if err != nil {
@@ -425,7 +427,11 @@ func (c *cli) watch(ctx context.Context, id string) error {
 	if c.g.topics != "" {
 		topics = strings.Split(c.g.topics, ",")
 	}
-	w, err := cl.Watch(ctx, id, topics...)
+	watch := cl.Watch
+	if c.g.durable {
+		watch = cl.WatchDurable
+	}
+	w, err := watch(ctx, id, topics...)
 	if err != nil {
 		return err
 	}
@@ -448,7 +454,7 @@ func (c *cli) watch(ctx context.Context, id string) error {
 		}
 		if c.g.json {
 			if err := json.NewEncoder(c.out).Encode(map[string]any{"instance": id, "topic": f.Topic, "epoch": f.Epoch,
-				"token": f.Token, "tick": f.Tick, "frame": json.RawMessage(b)}); err != nil {
+				"token": f.Token, "tick": f.Tick, "stored": f.Stored, "rewound": f.Rewound, "frame": json.RawMessage(b)}); err != nil {
 				return err
 			}
 		} else {
@@ -456,7 +462,10 @@ func (c *cli) watch(ctx context.Context, id string) error {
 			if f.Topic != "" {
 				topic = " [" + f.Topic + "]"
 			}
-			fmt.Fprintf(c.out, "tick %d  epoch %d token %d%s  %s\n", f.Tick, f.Epoch, f.Token, topic, b)
+			if f.Rewound {
+				fmt.Fprintf(c.out, "rewound: the frames past tick %d were undone (the instance went on from its stored tick)\n", f.Stored)
+			}
+			fmt.Fprintf(c.out, "tick %d (stored %d)  epoch %d token %d%s  %s\n", f.Tick, f.Stored, f.Epoch, f.Token, topic, b)
 		}
 		if n++; c.g.count > 0 && n >= c.g.count {
 			return nil
