@@ -161,7 +161,8 @@ func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (
 // state, before its tick is said stored is dropped (Unconfirmed counts them), and if it had been
 // undone the next frame delivered says Rewound. The cost is latency: a frame comes once the write
 // after it is acknowledged (a command's write at once; without commands the instance's next
-// checkpoint, every CheckpointEvery ticks), plus up to a tick for the notice.
+// checkpoint, every CheckpointEvery ticks), plus the wait for a message saying so: its topic's
+// next frame if the topic is framed at least every 5 ticks, else a stored notice a tick after.
 func (c *Client) WatchDurable(ctx context.Context, instance string, topics ...string) (*Watch, error) {
 	return c.watch(ctx, instance, true, topics)
 }
@@ -209,12 +210,12 @@ func (c *Client) watch(ctx context.Context, instance string, durable bool, topic
 	deliver := func(fs []Frame, rewound bool) {
 		for i, f := range fs {
 			f.Rewound = i == 0 && rewound || owed
-			if f.Rewound {
-				w.rewinds.Add(1)
-			}
 			select {
 			case ch <- f:
 				owed = false
+				if f.Rewound {
+					w.rewinds.Add(1)
+				}
 			default:
 				owed = f.Rewound
 				w.dropped.Add(1)
