@@ -118,4 +118,3 @@ func TestPageRewind(t *testing.T) {
 		})
 	}
 }
-

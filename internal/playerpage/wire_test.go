@@ -64,10 +64,10 @@ func TestWireJS(t *testing.T) {
 	}
 
 	type frame struct {
-		Topic                                     string
+		Topic                                      string
 		Epoch, Token, Tick, Index, Stored, Reverts uint64
-		At                                        int64 // ms since the first frame
-		Notice                                    bool  // a stored notice (Tick and Index unused)
+		At                                         int64 // ms since the first frame
+		Notice                                     bool  // a stored notice (Tick and Index unused)
 	}
 	// A walk like a real instance's: its owner's grant rises now and then (a move, a rotation, a
 	// restore's new epoch), and under a grant the owner goes back to its stored state now and then
