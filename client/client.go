@@ -53,6 +53,11 @@
 // integer width was on the wire; decoded into an any (Reply.Result, or any inside out), every
 // integer is an int64 (uint64 only above math.MaxInt64) and every float a float64 — never
 // msgpack's int8 or uint16 (see wire.Normalize).
+//
+// Frames leave before the write that stores their tick: Watch shows each at once, and after a
+// failover that undid some (the new owner went on from its stored tick) says Rewound on the new
+// owner's first frame; WatchDurable shows a frame only once its tick is stored, never one a
+// failover undoes (README: "Rewinds after a failover").
 package client
 
 import (
