@@ -61,6 +61,11 @@
 // which no other player's credential may subscribe. While a watch runs it sends a heartbeat
 // every 5 s (Heartbeat), so that a game tracking its players (actor.PlayerLeaver) does not
 // disconnect a player who only watches. A trusted gateway relays a player's with WatchPlayer.
+//
+// Frames leave before the write that stores their tick: Watch shows each at once, and after a
+// failover that undid some (the new owner went on from its stored tick) says Rewound on the new
+// owner's first frame; WatchDurable shows a frame only once its tick is stored, never one a
+// failover undoes (README: "Rewinds after a failover").
 package client
 
 import (
@@ -425,7 +430,9 @@ func (c *Client) End(ctx context.Context, instance string) error {
 }
 
 // Frame is a frame as a watcher receives it: its instance, topic ("" for the main subject),
-// stamp (grant and tick) and payload (the game's bytes, msgpack by convention: Decode).
+// stamp (grant, tick, and Stored: the instance's stored tick when it left), payload (the game's
+// bytes, msgpack by convention: Decode), and Rewound: frames received before it were undone (a
+// failover went back to the new owner's stored tick; see Watch).
 type Frame = natscmd.Frame
 
 // Watch is a running watch: its channel C, and counters of what it dropped.
@@ -440,6 +447,12 @@ type Watch = natscmd.Watch
 // A player's client (Creds of a player, or Player) also receives the frames the game made for
 // that player only (Frame.To is then the player: actor.Frames.PublishTo), and, while the watch
 // runs, tells the instance the player is there (Heartbeat): see WatchPlayer.
+//
+// It is the fast watch: every frame comes as soon as it is made, before the write that stores its
+// tick. A failover may undo what it showed — the new owner goes on from its stored tick, below
+// ticks already shown — and the new owner's first frame then says Rewound: show what it says,
+// and forget what came after its Stored. Frame.Tick > Frame.Stored marks a frame that may yet be
+// undone. WatchDurable shows only what no failover undoes.
 func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (*Watch, error) {
 	return c.cmd.Watch(ctx, instance, topics...)
 }
@@ -452,6 +465,17 @@ func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (
 // natscmd.ErrOtherPlayer: the server would refuse the subscription anyway).
 func (c *Client) WatchPlayer(ctx context.Context, instance, player string, topics ...string) (*Watch, error) {
 	return c.cmd.WatchPlayer(ctx, instance, player, topics...)
+}
+
+// WatchDurable is Watch delivering only durable frames: each is held until its owner says its
+// tick is stored (a later frame's Stored, or a stored notice), then delivered, in order. What it
+// delivers is never undone; a frame its owner made past its stored tick before a failover is
+// dropped, and the next frame delivered says Rewound. The cost is latency: a frame comes once
+// the write after it is acknowledged — at once after a command, else at the instance's next
+// checkpoint (tickfence.Options.CheckpointEvery) — and its topic's next frame (within 5 ticks)
+// or a stored notice says so.
+func (c *Client) WatchDurable(ctx context.Context, instance string, topics ...string) (*Watch, error) {
+	return c.cmd.WatchDurable(ctx, instance, topics...)
 }
 
 // Decode decodes msgpack (a frame's payload, a result) into out: a struct, a map, a slice, or an

@@ -101,6 +101,14 @@ type Frame struct {
 	Tick     uint64
 	Index    uint64 // the frame's number among its tick's frames (0, 1, …)
 	Payload  []byte
+	// Stored is the instance's last tick whose write the store had acknowledged when the frame
+	// was made; Reverts how often, under this grant, it went back to its stored state after the
+	// store refused a write (wire.HeaderStored, wire.HeaderReverts).
+	Stored, Reverts uint64
+	// Notice: no frame but a stored notice (wire.StoredSubject): an acknowledged write made a
+	// frame published before stored, and no frame of this tick says so. It has no topic, index
+	// or payload.
+	Notice bool
 }
 
 // FramePublisher sends frames to their watchers (natscmd.FramePublisher over NATS). Publish is

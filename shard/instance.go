@@ -76,6 +76,10 @@ type instance struct {
 	fx      map[string]uint8
 	fxRetry time.Time
 	pl      presence // its players besides the record's (players.go)
+	// reverts counts how often it went back to its stored state under this grant (revertLocked);
+	// unstored, the ticks of frames not yet said stored. Both for its frames' stamps (publish).
+	reverts  uint64
+	unstored unstoredFrames
 }
 
 const (
@@ -286,10 +290,11 @@ func (in *instance) Tick(time.Time) {
 	if in.fail != nil {
 		failMsg = in.failMessageLocked()
 	}
+	stamp := in.frameStampLocked(tick, frames)
 	in.mu.Unlock()
 	in.noteRefused(tick, refusedFrames, refusedFx)
-	if len(frames) > 0 {
-		in.publish(tick, frames)
+	if len(frames) > 0 || stamp.Notice {
+		in.publish(stamp, frames)
 	}
 	if outbox { // those loaded with the record, and those whose publish failed
 		in.sendEffects()
@@ -310,21 +315,37 @@ func (in *instance) Tick(time.Time) {
 	}
 }
 
-// publish hands a tick's frames to the host's publisher, stamped with this instance's grant. A
-// frame that breaks the limits (only a Framer of the game's own can hand one over: actor.Frames
-// refuses it at the call) is refused whole, logged and counted: frames are display only.
-func (in *instance) publish(tick uint64, frames []actor.Frame) {
+// frameStampLocked is the stamp of what this tick publishes: its grant and tick, the stored tick
+// (the last record the store acknowledged) and reverts; Notice if it publishes no frame but owes
+// a stored notice (unstoredFrames).
+func (in *instance) frameStampLocked(tick uint64, frames []actor.Frame) Frame {
+	st := Frame{Shard: in.grant.Shard, Instance: in.id, Epoch: in.grant.Epoch, Token: in.grant.Token, Tick: tick,
+		Stored: in.acked.Tick, Reverts: in.reverts}
+	if in.sh.h.cfg.Frames != nil && (len(frames) > 0 || !in.dead) {
+		st.Notice = in.unstored.tick(tick, st.Stored, frames)
+	}
+	return st
+}
+
+// publish hands a tick's frames to the host's publisher, stamped (frameStampLocked), or its stored
+// notice. A frame that breaks the limits (only a Framer of the game's own can hand one over:
+// actor.Frames refuses it at the call) is refused whole, logged and counted: frames are display only.
+func (in *instance) publish(stamp Frame, frames []actor.Frame) {
 	h := in.sh.h
+	if stamp.Notice && h.cfg.Frames != nil {
+		h.cfg.Frames.Publish(stamp)
+	}
 	for i, f := range frames {
 		if err := actor.ValidFrame(f); err != nil {
 			h.cfg.metrics.FramesRefused.Inc()
 			in.sh.log.Error("frame refused: the game's Framer handed over a frame that breaks the limits (actor.Frames.Publish would have returned this error)",
-				"instance", in.id, "token", in.grant.Token, "tick", tick, "err", err)
+				"instance", in.id, "token", in.grant.Token, "tick", stamp.Tick, "err", err)
 			continue
 		}
 		if h.cfg.Frames != nil {
-			h.cfg.Frames.Publish(Frame{Shard: in.grant.Shard, Instance: in.id, Topic: f.Topic, To: f.To,
-				Epoch: in.grant.Epoch, Token: in.grant.Token, Tick: tick, Index: uint64(i), Payload: f.Payload})
+			fr := stamp
+			fr.Topic, fr.To, fr.Index, fr.Payload, fr.Notice = f.Topic, f.To, uint64(i), f.Payload, false
+			h.cfg.Frames.Publish(fr)
 		}
 	}
 }
@@ -1078,6 +1099,7 @@ func (in *instance) revertLocked(answers []answer) []answer {
 		logic, err = in.kind.Restore(in.id, in.acked.State)
 	}
 	tick := in.rec.Tick
+	in.reverts++               // its frames after the stored tick were undone (wire.HeaderReverts)
 	in.rec = in.acked.Capped() // what the acknowledged record holds stays as it is
 	in.rec.Tick, in.rec.Create = tick, nil
 	in.logic = logic

@@ -121,6 +121,9 @@ var flagDefs = []flagDef{
 		fs.StringVar(&g.player, "player", "", "also the frames the game made for player `NAME` only (actor.Frames.PublishTo; an operator's\n"+
 			"or observer's credential may watch any player's)")
 	}},
+	{"durable", func(fs *flag.FlagSet, g *globals) {
+		fs.BoolVar(&g.durable, "durable", false, "show a frame only once its tick is stored: never one a failover undoes")
+	}},
 	{"count", func(fs *flag.FlagSet, g *globals) {
 		fs.IntVar(&g.count, "count", 0, "stop after `N` (watch: frames; audit: entries, default 50)")
 	}},
@@ -222,9 +225,9 @@ var verbs = []*verb{
 			return validInstance(a[0])
 		},
 		run: func(ctx context.Context, c *cli, a []string) error { return c.send(ctx, a[0], []byte(a[1])) }},
-	{path: "instance watch", args: "<id> [--count N] [--topic T,…] [--player NAME]", min: 1, max: 1, flags: []string{"count", "topic", "player"}, timeout: -1,
+	{path: "instance watch", args: "<id> [--count N] [--topic T,…] [--player NAME] [--durable]", min: 1, max: 1, flags: []string{"count", "topic", "player", "durable"}, timeout: -1,
 		short: "print the instance's frames live (until Ctrl-C, --count frames or --timeout if\n" +
-			"given), zombies' frames dropped",
+			"given), zombies' frames dropped; --durable: only frames whose tick is stored",
 		check: func(g *globals, a []string) error {
 			if g.count < 0 {
 				return usageError{"--count must not be negative"}

@@ -50,6 +50,7 @@ type globals struct {
 	tolerance float64
 	count     int
 	topics    string // instance watch --topic
+	durable   bool   // instance watch --durable
 	grace     time.Duration
 
 	player string // instance watch --player
@@ -501,8 +502,9 @@ func (c *cli) send(ctx context.Context, id string, body []byte) error {
 	return nil
 }
 
-// watch prints an instance's frames as they come: one line each (tick, grant, the payload as
-// JSON), or with --json a JSON object per line. --topic watches those topics only.
+// watch prints an instance's frames as they come: one line each (tick, stored tick, grant, the
+// payload as JSON), or with --json a JSON object per line. --topic watches those topics only;
+// --durable shows only frames whose tick is stored (client.WatchDurable).
 func (c *cli) watch(ctx context.Context, id string) error {
 	cl, err := c.client(ctx, true) // it reads the store: a forged frame's grant is never followed
 	if err != nil {
@@ -513,8 +515,16 @@ func (c *cli) watch(ctx context.Context, id string) error {
 	if c.g.topics != "" {
 		topics = strings.Split(c.g.topics, ",")
 	}
-	// An operator's watch of a player's own frames never speaks for the player (no heartbeat).
-	w, err := cl.WatchPlayer(ctx, id, c.g.player, topics...)
+	var w *client.Watch
+	switch {
+	case c.g.durable && c.g.player != "":
+		return fmt.Errorf("--durable and --player: watch a player's frames durably from its own client (client.WatchDurable with its credential)")
+	case c.g.durable:
+		w, err = cl.WatchDurable(ctx, id, topics...)
+	default:
+		// An operator's watch of a player's own frames never speaks for the player (no heartbeat).
+		w, err = cl.WatchPlayer(ctx, id, c.g.player, topics...)
+	}
 	if err != nil {
 		return err
 	}
@@ -542,7 +552,8 @@ func (c *cli) watch(ctx context.Context, id string) error {
 			b, _ = json.Marshal(fmt.Sprintf("%d bytes, not msgpack", len(f.Payload)))
 		}
 		if c.g.json {
-			v := map[string]any{"instance": id, "topic": f.Topic, "epoch": f.Epoch, "token": f.Token, "tick": f.Tick, "frame": json.RawMessage(b)}
+			v := map[string]any{"instance": id, "topic": f.Topic, "epoch": f.Epoch, "token": f.Token, "tick": f.Tick,
+				"stored": f.Stored, "rewound": f.Rewound, "frame": json.RawMessage(b)}
 			if f.To != "" {
 				v["to"] = f.To
 			}
@@ -557,7 +568,10 @@ func (c *cli) watch(ctx context.Context, id string) error {
 			if f.To != "" {
 				topic += " (to " + f.To + ")"
 			}
-			fmt.Fprintf(c.out, "tick %d  epoch %d token %d%s  %s\n", f.Tick, f.Epoch, f.Token, topic, b)
+			if f.Rewound {
+				fmt.Fprintf(c.out, "rewound: the frames past tick %d were undone (the instance went on from its stored tick)\n", f.Stored)
+			}
+			fmt.Fprintf(c.out, "tick %d (stored %d)  epoch %d token %d%s  %s\n", f.Tick, f.Stored, f.Epoch, f.Token, topic, b)
 		}
 		if n++; c.g.count > 0 && n >= c.g.count {
 			return nil
