@@ -451,6 +451,7 @@ func (h *Harness) handle(l *life, tick uint64, c actor.Command) recorded {
 			h.fatalf("%s: Handle emitted an effect a node refuses (logs and drops): %v", where, verr)
 		}
 	}
+	h.refused(l, where+": Handle")
 	return recorded{reply: reply, effects: effs}
 }
 
@@ -477,8 +478,26 @@ func (h *Harness) runTick(l *life, tick uint64) recorded {
 			h.fatalf("%s: frame %d (published by Handle or Tick) is one a node refuses (logs and drops): %v", where, i, err)
 		}
 	}
+	h.refused(l, where)
 	o.state = h.marshal(l, where)
 	return o
+}
+
+// refused fails the test on an effect or frame the game's outboxes refused at the call (Emit or
+// Publish returned the error, and the game went on): a node would log and count it, and the
+// effect or frame is not there.
+func (h *Harness) refused(l *life, where string) {
+	h.t.Helper()
+	if r, ok := l.logic.(actor.RefusedEffects); ok {
+		if errs := r.TakeRefusedEffects(); len(errs) > 0 {
+			h.fatalf("%s: Emit refused an effect and the game went on (check Emit's error): %v", where, errs[0])
+		}
+	}
+	if r, ok := l.logic.(actor.RefusedFrames); ok {
+		if errs := r.TakeRefusedFrames(); len(errs) > 0 {
+			h.fatalf("%s: Publish refused a frame and the game went on (check Publish's error): %v", where, errs[0])
+		}
+	}
 }
 
 // marshal is l's MarshalState, which must work and fit in what an instance can store.
