@@ -16,10 +16,10 @@ import (
 
 // SchemaVersion is the version of the instance record encoding written by this code. Version 2
 // added client sessions (clients) and the age of remembered requests (at); version 3 the effects
-// outbox (fx, fx_seq, fx_epoch); version 4 the sessions let go of (gone). Older versions are read
-// as they are. An older build refuses a newer version rather than forget its sessions or its
-// effects.
-const SchemaVersion = 4
+// outbox (fx, fx_seq, fx_epoch); version 4 the sessions let go of (gone); version 5 the labels
+// (labels) and passivation (passive). Older versions are read as they are. An older build refuses
+// a newer version rather than forget its sessions, its effects or its labels.
+const SchemaVersion = 5
 
 // Size limits. A record or command over its limit is refused before anything is stored.
 const (
@@ -76,6 +76,29 @@ type Record struct {
 	// stored record. Backends set and follow it themselves: a caller's State is always the
 	// state (Load fills it from the blob; Write moves a state over BlobThreshold to a new blob).
 	Blob *BlobRef `msgpack:"blob,omitempty"`
+	// Labels are the instance's labels (set by its create command and by its Logic: listings
+	// filter on them), at most MaxLabels. A write never changes the map a record holds: a change
+	// makes a new one.
+	Labels map[string]string `msgpack:"labels,omitempty"`
+	// Passive marks the last write of a passivated instance (its kind's KindOptions.Passivate): an
+	// owner that loads it may leave it unloaded until a command or a watcher's interest wakes it.
+	Passive bool `msgpack:"passive,omitempty"`
+}
+
+// MaxLabels bounds the labels a record holds (actor.MaxLabels; a record with more than four
+// times as many does not decode).
+const MaxLabels = 16
+
+// MatchLabels reports whether labels hold every label of sel with its value (a value "*" only
+// asks for the key). An empty sel matches every instance.
+func MatchLabels(labels, sel map[string]string) bool {
+	for k, v := range sel {
+		got, ok := labels[k]
+		if !ok || v != "*" && got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // BlobRef points at an instance's state in the Object Store bucket BlobBucket.
@@ -244,6 +267,9 @@ func (r Record) ApproxSize() int {
 	for _, g := range r.Gone {
 		n += 48 + 9*len(g.Done)
 	}
+	for k, v := range r.Labels {
+		n += 10 + len(k) + len(v)
+	}
 	return n
 }
 
@@ -309,6 +335,9 @@ func DecodeRecord(b []byte) (Record, error) {
 			}
 			prev = d
 		}
+	}
+	if len(r.Labels) > 4*MaxLabels {
+		return Record{}, fmt.Errorf("%w: %d labels", ErrBadRecord, len(r.Labels))
 	}
 	if len(r.Fx) > 4*MaxOutbox {
 		return Record{}, fmt.Errorf("%w: %d effects in the outbox", ErrBadRecord, len(r.Fx))

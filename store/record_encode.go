@@ -1,6 +1,8 @@
 package store
 
 import (
+	"slices"
+
 	"github.com/tickfence/tickfence/internal/mpenc"
 )
 
@@ -40,6 +42,12 @@ func appendRecord(b []byte, r *Record) []byte {
 		n++
 	}
 	if r.Blob != nil {
+		n++
+	}
+	if len(r.Labels) > 0 {
+		n++
+	}
+	if r.Passive {
 		n++
 	}
 	b = mpenc.MapLen(b, n)
@@ -145,6 +153,22 @@ func appendRecord(b []byte, r *Record) []byte {
 		b = mpenc.Str(mpenc.Str(b, "name"), r.Blob.Name)
 		b = mpenc.Str(mpenc.Str(b, "digest"), r.Blob.Digest)
 		b = mpenc.Int(mpenc.Str(b, "size"), int64(r.Blob.Size))
+	}
+	if len(r.Labels) > 0 {
+		// In key order: a record's bytes depend on nothing but its values (msgpack.Encoder with
+		// SetSortMapKeys writes the same).
+		b = mpenc.MapLen(mpenc.Str(b, "labels"), len(r.Labels))
+		keys := make([]string, 0, len(r.Labels))
+		for k := range r.Labels {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			b = mpenc.Str(mpenc.Str(b, k), r.Labels[k])
+		}
+	}
+	if r.Passive {
+		b = append(mpenc.Str(b, "passive"), 0xc3)
 	}
 	return b
 }
