@@ -113,23 +113,23 @@ func CatchUpPeriods(d time.Duration, rate float64) int {
 // it, which runs it, late, right after. An instance owes at most MaxCatchUp ticks; beyond that its
 // oldest owed tick is skipped and counted.
 type Engine struct {
-	cfg     EngineConfig
-	period  time.Duration // the base schedule's (EngineConfig.Rate)
-	start   time.Time
+	cfg    EngineConfig
+	period time.Duration // the base schedule's (EngineConfig.Rate)
+	start  time.Time
 	// slotTarget is the bucket width asked for (EngineConfig.Slot before it was fitted to the
 	// base period): every other rate's buckets are fitted to its own period from it.
 	slotTarget time.Duration
-	workers []*worker
+	workers    []*worker
 
 	// mu serialises Add, AddInPhase, Remove and Schedule. Workers take no lock to hand out ticks: a
 	// goroutine the runtime pauses while holding one (preempted for a GC stack scan, then left in
 	// the global run queue behind every runnable goroutine for tens of milliseconds) would stall
 	// every worker with it.
 	mu     sync.Mutex
-	base   *Schedule                    // EngineConfig.Rate's
+	base   *Schedule                   // EngineConfig.Rate's
 	scheds atomic.Pointer[[]*Schedule] // every rate's, base first; replaced (never changed) by Schedule
-	rates  map[float64]*Schedule        // under mu
-	count  atomic.Int64                 // instances not removed, on every schedule
+	rates  map[float64]*Schedule       // under mu
+	count  atomic.Int64                // instances not removed, on every schedule
 	// idle is closed (and replaced) when an instance is added to an engine that had none: its
 	// workers then sleep without a timer (an engine of passivated or no instances costs no CPU),
 	// and wake on it.
