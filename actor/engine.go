@@ -355,6 +355,9 @@ func (e *Engine) Schedule(rate float64) (*Schedule, error) {
 	return s, nil
 }
 
+// Base is the schedule of the engine's own rate (EngineConfig.Rate): the one Add uses.
+func (e *Engine) Base() *Schedule { return e.base }
+
 // MaxSchedules bounds the tick rates one engine runs (a few kinds with rates of their own).
 const MaxSchedules = 16
 

@@ -51,6 +51,9 @@ type Command struct {
 	// credential may send one), not a command to the instance: Type names the request
 	// ("reload"). It is answered by the node, never handed to the game.
 	Operator bool
+	// Interest marks a watcher's interest in the instance (wire.HeaderWatch), not a command: it
+	// keeps the instance from being passivated, or wakes it. Never answered, never handed to the game.
+	Interest bool
 
 	admitted bool   // counted by admission control until answered
 	cas      string // the result of the write whose failure refused it, for the refusal's log line
@@ -204,6 +207,7 @@ type Host struct {
 	// holds a tick back. Once the host is cancelled (writersDone), writes are sent in place.
 	// sessionTTL and requestTTL: store.ClientSessionTTL and store.RequestTTL in ticks.
 	sessionTTL, requestTTL uint64
+	life                   hostLife // the kinds' options (lifecycle.go)
 
 	// bw sends batches when batches is set (Config.WriteStrategy); batchesOff is set for good
 	// when the store says a data bucket cannot take them (store.ErrBatchesOff).
@@ -327,6 +331,10 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	h.sessionTTL = store.TTLTicks(store.ClientSessionTTL, cfg.Engine.Period())
 	h.requestTTL = store.TTLTicks(store.RequestTTL, cfg.Engine.Period())
+	if err := h.initLife(); err != nil {
+		cancel()
+		return nil, err
+	}
 	if h.adm != nil && !cfg.Engine.Manual() {
 		h.adm.lag, h.adm.lagLimit = cfg.Engine.Lag, cfg.Engine.Period()/2
 	}
