@@ -68,6 +68,9 @@ type EngineConfig struct {
 	// claimed, if set, is called by a worker with the ticks it has just taken, before it queues
 	// them (tests: a worker paused there, as the runtime may pause any goroutine anywhere).
 	claimed func(hs []*Handle)
+	// woke, if set, is called each time a timer worker's timer fires (tests: an engine without
+	// instances sets none).
+	woke func()
 }
 
 // DefaultCatchUp is how far behind its schedule an engine may fall and still run every tick,
@@ -572,6 +575,9 @@ func (w *worker) run() {
 			case <-e.stop:
 				return
 			case <-timer.C:
+				if e.cfg.woke != nil {
+					e.cfg.woke()
+				}
 			}
 		} else {
 			runtime.Gosched()

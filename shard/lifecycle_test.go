@@ -62,11 +62,11 @@ type finisherState struct {
 	actor.Lifecycle
 	actor.Effects
 	actor.Frames
-	N      int64  `msgpack:"n"`
-	Ticks  uint64 `msgpack:"ticks"`
-	EndAt  uint64 `msgpack:"end_at"`
-	Still  bool   `msgpack:"still"` // its state does not change on a tick (idle checkpoints)
-	Show   bool   `msgpack:"frames"` // a frame every tick
+	N     int64  `msgpack:"n"`
+	Ticks uint64 `msgpack:"ticks"`
+	EndAt uint64 `msgpack:"end_at"`
+	Still bool   `msgpack:"still"`  // its state does not change on a tick (idle checkpoints)
+	Show  bool   `msgpack:"frames"` // a frame every tick
 }
 
 func (s *finisherState) Tick(tick uint64) {

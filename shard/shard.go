@@ -38,7 +38,7 @@ type shardRun struct {
 	grant     store.Grant
 	state     runState
 	insts     map[string]*instance
-	passive   map[string]struct{}   // passivated instances (lifecycle.go): woken by a command or a watcher
+	passive   map[string]struct{}  // passivated instances (lifecycle.go): woken by a command or a watcher
 	creating  map[string][]Command // commands that arrived while their instance is being created or woken
 	stopServe func()
 	ctx       context.Context

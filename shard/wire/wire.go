@@ -42,9 +42,9 @@ const (
 	// owner answers nothing and the game never sees it; it keeps the instance from being
 	// passivated (actor.KindOptions.Passivate) for that long, and wakes a passivated one. A
 	// watcher sends one when it starts and every InterestEvery while it watches.
-	HeaderWatch = "Tickfence-Watch"
-	ContentJSON   = "application/json"
-	MaxRequestID  = 64
+	HeaderWatch  = "Tickfence-Watch"
+	ContentJSON  = "application/json"
+	MaxRequestID = 64
 )
 
 // InterestEvery is how often a watcher says its interest (HeaderWatch) while it watches.
