@@ -80,6 +80,7 @@ type Client struct {
 	cluster store.Cluster
 	read    bool          // cluster was read from the cluster record
 	st      *natskv.Store // VerifyGrants' reader of the shards' grants
+	list    listing       // Instances' reader of the records (instances.go)
 }
 
 // Option configures Dial or New.
@@ -250,6 +251,7 @@ func (c *Client) Close() {
 	if c.st != nil {
 		_ = c.st.Close()
 	}
+	c.closeLister()
 	if c.ownConn {
 		c.nc.Close()
 	}
@@ -391,8 +393,9 @@ func (c *Client) SendID(ctx context.Context, instance, requestID string, cmd, ou
 }
 
 // Create creates instance of kind, the create command carrying fields too (the kind's
-// arguments, e.g. the demo dungeon's "boss_hp"; nil: none). An instance that exists already is
-// an *Error with Code CodeExists.
+// arguments, e.g. the demo dungeon's "boss_hp"; nil: none; "labels", a map of strings, are the
+// instance's labels, which Instances filters on). An instance that exists already is an *Error
+// with Code CodeExists.
 func (c *Client) Create(ctx context.Context, instance, kind string, fields map[string]any) error {
 	cmd := make(map[string]any, len(fields)+2)
 	for k, v := range fields {
@@ -419,7 +422,8 @@ type Watch = natscmd.Watch
 // then closes the watch's channel. With topics it subscribes those only ("" names the main
 // subject): the server sends the connection no other topic's frames. It applies the watcher's
 // rule (a zombie's frames, and frames older than one shown, are dropped) and survives moves of the
-// instance between nodes.
+// instance between nodes. While it runs it says the watcher's interest every 10 s
+// (natscmd.Client.Interest): a passivated instance is woken and stays loaded while watched.
 func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (*Watch, error) {
 	return c.cmd.Watch(ctx, instance, topics...)
 }
