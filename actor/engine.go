@@ -390,7 +390,25 @@ func (s *Schedule) AddInPhase(t Ticker, key uint64) *Handle {
 	e := s.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	slot := int(key % uint64(s.nslots))
+	return s.addFrom(t, int(key%uint64(s.nslots)))
+}
+
+// AddSoon schedules t at this rate in the phase bucket that opens next, so that it first ticks
+// within a bucket or two instead of within a period (an instance woken by a command waiting for
+// it). Like AddInPhase, a bucket already holding well over its share passes t on to the next ones.
+func (s *Schedule) AddSoon(t Ticker) *Handle {
+	e := s.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s.count.Load() == 0 && !e.cfg.Manual {
+		s.cur.Store(s.presentBucket(time.Now())) // as addLocked would: the present, not a stale bucket
+	}
+	// Not the next bucket: a worker may be opening it now, with the slot as it was.
+	return s.addFrom(t, int((s.cur.Load().k+2)%int64(s.nslots)))
+}
+
+// addFrom adds t in slot, or the first after it not holding well over its share. Under e.mu.
+func (s *Schedule) addFrom(t Ticker, slot int) *Handle {
 	limit := 2*s.count.Load()/int64(s.nslots) + phaseSlack
 	for i := 0; i < s.nslots && s.live[slot].Load() >= limit; i++ {
 		slot = (slot + 1) % s.nslots

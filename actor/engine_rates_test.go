@@ -127,3 +127,24 @@ func TestEngineRatesRealTime(t *testing.T) {
 		t.Fatalf("in 1 s: %d ticks at 20 Hz, %d at 60 Hz", x, y)
 	}
 }
+
+// Issue 35: AddSoon puts an instance in the bucket after the next to open (a woken instance
+// whose command waits for its first tick), not up to a period away.
+func TestEngineAddSoon(t *testing.T) {
+	start := time.Unix(1000, 0)
+	e, err := NewEngine(EngineConfig{Rate: 20, Workers: 1, Start: start, Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var filler [40]countTicker
+	for i := range filler {
+		e.Add(&filler[i]) // the round-robin slots 0..39: Add's next is 40, 20 ms from 0
+	}
+	e.Advance(start.Add(10200 * time.Microsecond)) // bucket 20 open
+	var soon countTicker
+	e.Base().AddSoon(&soon)
+	e.Advance(start.Add(11500 * time.Microsecond))
+	if soon.n.Load() != 1 {
+		t.Fatalf("an instance added soon at 10.2 ms ticked %d times by 11.5 ms, want once (bucket 22)", soon.n.Load())
+	}
+}

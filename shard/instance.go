@@ -85,6 +85,7 @@ type instance struct {
 	passivating bool   // idle: this tick's write is marked passive, and once stored it unloads
 	unloaded    bool   // passivated: out of service here, its shard indexes it (shardRun.passive)
 	resched     bool   // its kind changed to one of another rate: reschedule after the tick
+	soon        bool   // woken: its first tick is in the next bucket (actor.Schedule.AddSoon)
 }
 
 const (
@@ -167,6 +168,8 @@ func (in *instance) schedule() {
 	case in.dead:
 	case in.sh.batch != nil: // the shard's instances tick together, so their records share a batch
 		in.handle = in.opts.sched.AddInPhase(in, uint64(in.sh.id))
+	case in.soon: // woken by a command that waits for its first tick
+		in.handle = in.opts.sched.AddSoon(in)
 	default:
 		in.handle = in.opts.sched.Add(in)
 	}

@@ -348,7 +348,7 @@ func (sh *shardRun) wakeLocked(id string, c *Command, by string) {
 func (sh *shardRun) wake(g store.Grant, id string, from time.Time, by string) {
 	in := sh.loadOne(g, id)
 	if in != nil {
-		in.lastActive = time.Now() // not shared yet
+		in.lastActive, in.soon = time.Now(), true // not shared yet
 	}
 	sh.finishCreate(g, id, in)
 	if in != nil {
