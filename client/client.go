@@ -94,6 +94,7 @@ type options struct {
 	shards                 uint32
 	player                 *string
 	verify                 bool
+	noInterest             bool
 	attempt, giveUp        time.Duration
 }
 
@@ -135,6 +136,11 @@ func Player(name string) Option { return func(o *options) { o.player = &name } }
 // connection without a reconnect buffer (Dial's).
 func VerifyGrants() Option { return func(o *options) { o.verify = true } }
 
+// NoInterest makes Watch watch without saying the watcher's interest (natscmd.Client.Interest):
+// a passivated instance is then not woken by the watch, nor kept loaded. For a credential that may
+// not publish on the command subjects: Dial sets it itself for an observer's.
+func NoInterest() Option { return func(o *options) { o.noInterest = true } }
+
 // Attempt bounds one round trip of a command (default 2 s); past it the command is sent again.
 func Attempt(d time.Duration) Option { return func(o *options) { o.attempt = d } }
 
@@ -170,6 +176,9 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 		}
 		if u.Role == auth.Gateway && !u.Trusted && o.player == nil {
 			o.player = &u.Name // a player may send on its own subjects only
+		}
+		if u.Role == auth.Observer {
+			o.noInterest = true // it may not publish on the command subjects
 		}
 		ao, err := auth.ClientOptions(o.creds, nil)
 		if err != nil {
@@ -235,6 +244,9 @@ func open(ctx context.Context, nc *nats.Conn, o options) (*Client, error) {
 		c.cmd.Attempt = o.attempt
 	}
 	c.cmd.GiveUp = o.giveUp
+	if o.noInterest {
+		c.cmd.InterestEvery = -1
+	}
 	if o.verify {
 		st, err := natskv.Open(nc, natskv.Options{OpenOnly: true})
 		if err != nil {

@@ -445,6 +445,9 @@ func (c *cli) client(ctx context.Context, verify bool) (*client.Client, error) {
 	if verify {
 		opts = append(opts, client.VerifyGrants())
 	}
+	if u, err := auth.ReadCreds(c.g.creds); err == nil && u.Role == auth.Observer {
+		opts = append(opts, client.NoInterest()) // an observer may not publish a watcher's interest (a command subject)
+	}
 	return client.New(ctx, c.nc, opts...)
 }
 

@@ -126,7 +126,7 @@ func main() {
 		"(P ≥ the number of servers)")
 	fs.UintVar(&o.replicas, "replicas", 1, "replicas of every bucket and stream of a new cluster: 1, 3 or 5 (fixed once created; 3 and 5 need a\n"+
 		"JetStream cluster of at least as many servers: tickd server --cluster). R3 survives the loss of one server, R5 of two")
-	fs.Float64Var(&o.tickRate, "tick-rate", 20, "ticks per second of every instance (Hz)")
+	fs.Float64Var(&o.tickRate, "tick-rate", 20, "ticks per second of every instance whose kind sets none (Hz; actor.KindOptions.TickRate)")
 	fs.IntVar(&o.tickWorkers, "tick-workers", 0, "goroutines that tick the instances (0: 16 per GOMAXPROCS, 16 to 64: more than the cores\n"+
 		"hold the tick schedule better beside the command path)")
 	fs.DurationVar(&o.maxCatchUp, "max-catch-up", actor.DefaultCatchUp, "how far behind its schedule the tick engine may fall and still run every tick, late (the owed\n"+
@@ -142,7 +142,8 @@ func main() {
 	fs.DurationVar(&o.demoPassivate, "demo-passivate", 0, "the demo dungeon kind passivates a dungeon without a command or a watcher for this long: written,\n"+
 		"unloaded (no tick, no timer, a few bytes of index) until its next command or watcher wakes it (0: never; see\n"+
 		"actor.KindOptions.Passivate)")
-	fs.Uint64Var(&o.checkpointEvery, "checkpoint-every", 20, "write an instance at least every this many ticks even without commands")
+	fs.Uint64Var(&o.checkpointEvery, "checkpoint-every", 20, "write an instance at least every this many ticks even without commands, unless its kind sets\n"+
+		"its own (actor.KindOptions.CheckpointEvery)")
 	fs.Var((*syncFlag)(&o.sync), "sync", "the embedded server fsyncs every write before it is acknowledged (JetStream sync_interval: always;\n"+
 		"also spelled --sync always): it survives a power loss of the machine, not only a kill of the process;\n"+
 		"slower. An external server has its own: tickd server --sync, or sync_interval: always in nats-server's config")
