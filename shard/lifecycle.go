@@ -261,6 +261,9 @@ func (in *instance) idleUnchangedLocked(tick uint64, state []byte) bool {
 
 // noteActiveLocked: a command, an acknowledgement or a watcher's interest arrived at.
 func (in *instance) noteActiveLocked(at time.Time) {
+	if at.IsZero() { // submitted without its arrival time
+		at = time.Now()
+	}
 	if at.After(in.lastActive) {
 		in.lastActive = at
 	}

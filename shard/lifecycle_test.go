@@ -368,6 +368,15 @@ func TestKindOptions(t *testing.T) {
 			t.Fatalf("ticks after 1.5 s: slow (10 Hz) %v, fast (50 Hz) %v: ratio %.2f, want about 5", slow, fast, ratio)
 		}
 		t.Logf("ticks after 1.5 s: 10 Hz kind %v, 50 Hz kind %v", slow, fast)
+		// Created again from its tombstone as a kind of another rate, it moves to that rate.
+		mustOK(t, n.sendRetryingBusy(ids["slow"], "end", map[string]any{"type": "end"}), "end slow")
+		mustOK(t, n.sendRetryingBusy(ids["slow"], "again", map[string]any{"type": "create", "kind": "fast"}), "create it again as fast")
+		g1 := resultMap(t, n.sendRetryingBusy(ids["slow"], "g1", map[string]any{"type": "get"}), "get")
+		time.Sleep(time.Second)
+		g2 := resultMap(t, n.sendRetryingBusy(ids["slow"], "g2", map[string]any{"type": "get"}), "get")
+		if d := g2["tick"].(int64) - g1["tick"].(int64); d < 35 || d > 65 {
+			t.Fatalf("created again as a 50 Hz kind, it ticked %d times in 1 s", d)
+		}
 		// A command is written at once, idle or not.
 		mustOK(t, n.sendRetryingBusy(ids["idle"], "a", map[string]any{"type": "add", "by": 2}), "add")
 		if _, rev := loadRec(t, st, ids["idle"]); rev == revIdle {
