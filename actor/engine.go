@@ -115,6 +115,11 @@ func CatchUpPeriods(d time.Duration, rate float64) int {
 // both, in order; when it falls due while the previous tick runs, it is owed to the worker running
 // it, which runs it, late, right after. An instance owes at most MaxCatchUp ticks; beyond that its
 // oldest owed tick is skipped and counted.
+//
+// Several rates: EngineConfig.Rate is the engine's own (Add, AddInPhase); Schedule(rate) gives
+// another rate a schedule of its own phase buckets, ticked by the same workers, which take first
+// the ticks due longest on any schedule (MaxCatchUp is the same time on each). A schedule without
+// instances opens no bucket; an engine without any sets no timer until an instance is added.
 type Engine struct {
 	cfg    EngineConfig
 	period time.Duration // the base schedule's (EngineConfig.Rate)
