@@ -93,6 +93,7 @@ type Client struct {
 	cluster store.Cluster
 	read    bool          // cluster was read from the cluster record
 	st      *natskv.Store // VerifyGrants' reader of the shards' grants
+	list    listing       // Instances' reader of the records (instances.go)
 }
 
 // Option configures Dial or New.
@@ -106,6 +107,7 @@ type options struct {
 	shards                 uint32
 	player                 *string
 	verify                 bool
+	noInterest             bool
 	attempt, giveUp        time.Duration
 	heartbeat              time.Duration
 }
@@ -148,6 +150,11 @@ func Player(name string) Option { return func(o *options) { o.player = &name } }
 // connection without a reconnect buffer (Dial's).
 func VerifyGrants() Option { return func(o *options) { o.verify = true } }
 
+// NoInterest makes Watch watch without saying the watcher's interest (natscmd.Client.Interest):
+// a passivated instance is then not woken by the watch, nor kept loaded. For a credential that may
+// not publish on the command subjects: Dial sets it itself for an observer's.
+func NoInterest() Option { return func(o *options) { o.noInterest = true } }
+
 // Attempt bounds one round trip of a command (default 2 s); past it the command is sent again.
 func Attempt(d time.Duration) Option { return func(o *options) { o.attempt = d } }
 
@@ -189,6 +196,9 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 		}
 		if u.Role == auth.Gateway && !u.Trusted && o.player == nil {
 			o.player = &u.Name // a player may send on its own subjects only
+		}
+		if u.Role == auth.Observer {
+			o.noInterest = true // it may not publish on the command subjects
 		}
 		ao, err := auth.ClientOptions(o.creds, nil)
 		if err != nil {
@@ -255,6 +265,9 @@ func open(ctx context.Context, nc *nats.Conn, o options) (*Client, error) {
 	}
 	c.cmd.GiveUp = o.giveUp
 	c.cmd.Heartbeat = o.heartbeat
+	if o.noInterest {
+		c.cmd.InterestEvery = -1
+	}
 	if o.verify {
 		st, err := natskv.Open(nc, natskv.Options{OpenOnly: true})
 		if err != nil {
@@ -271,6 +284,7 @@ func (c *Client) Close() {
 	if c.st != nil {
 		_ = c.st.Close()
 	}
+	c.closeLister()
 	if c.ownConn {
 		c.nc.Close()
 	}
@@ -412,8 +426,9 @@ func (c *Client) SendID(ctx context.Context, instance, requestID string, cmd, ou
 }
 
 // Create creates instance of kind, the create command carrying fields too (the kind's
-// arguments, e.g. the demo dungeon's "boss_hp"; nil: none). An instance that exists already is
-// an *Error with Code CodeExists.
+// arguments, e.g. the demo dungeon's "boss_hp"; nil: none; "labels", a map of strings, are the
+// instance's labels, which Instances filters on). An instance that exists already is an *Error
+// with Code CodeExists.
 func (c *Client) Create(ctx context.Context, instance, kind string, fields map[string]any) error {
 	cmd := make(map[string]any, len(fields)+2)
 	for k, v := range fields {
@@ -453,6 +468,9 @@ type Watch = natscmd.Watch
 // ticks already shown — and the new owner's first frame then says Rewound: show what it says,
 // and forget what came after its Stored. Frame.Tick > Frame.Stored marks a frame that may yet be
 // undone. WatchDurable shows only what no failover undoes.
+//
+// While it runs it says the watcher's interest every 10 s (natscmd.Client.Interest): a
+// passivated instance is woken and stays loaded while watched.
 func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (*Watch, error) {
 	return c.cmd.Watch(ctx, instance, topics...)
 }

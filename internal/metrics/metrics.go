@@ -83,6 +83,8 @@ type Node struct {
 	// (answered instance_failed until reloaded); InstanceFailures counts failures by cause.
 	InstancesFailed  prometheus.GaugeFunc
 	InstanceFailures *prometheus.CounterVec
+	// Life: passivation, wake-ups, ends by the game's logic (lifecycle.go).
+	Life *Life
 
 	tickMetrics *tickMetrics // tickfence_ticks_total, the tick histograms, the lateness window
 	writes      atomic.Uint64
@@ -293,6 +295,7 @@ func newNode(reg prometheus.Registerer) *Node {
 		m.InstanceFailures.WithLabelValues(c)
 	}
 	reg.MustRegister(m.InstancesFailed, m.InstanceFailures)
+	m.Life = newLife(reg)
 	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.Elections, m.LeaseRenewal, m.SelfFenced, m.RideThroughs, m.RidingThrough,
 		m.LeaseTTL, m.ShardsUnowned, m.ShardUnownedMaxAge, m.TickPeriod,
 		m.FramesPublished, m.FramesDropped, m.FramesRefused, m.FrameNotices, m.EffectsEmitted, m.EffectsPublished, m.EffectsFailed, m.EffectsRefused)

@@ -354,7 +354,31 @@ func (c *Client) watch(ctx context.Context, instance, player string, durable boo
 		close(ch)
 		mu.Unlock()
 	}()
+	if every := c.interestEvery(); every > 0 {
+		// The watcher's interest: it wakes a passivated instance and keeps it loaded (its frames
+		// flow only while it ticks).
+		_ = c.Interest(instance)
+		go func() {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					_ = c.Interest(instance)
+				}
+			}
+		}()
+	}
 	return w, nil
+}
+
+func (c *Client) interestEvery() time.Duration {
+	if c.InterestEvery == 0 {
+		return wire.InterestEvery
+	}
+	return c.InterestEvery
 }
 
 // watchFlush bounds Watch's wait for the server to confirm its subscriptions.
