@@ -53,8 +53,8 @@ type globals struct {
 	durable   bool   // instance watch --durable
 	grace     time.Duration
 
-	player string // instance watch --player
-	labels    labelFlag // instances --label (a filter), instance create --label
+	player string    // instance watch --player
+	labels labelFlag // instances --label (a filter), instance create --label
 }
 
 func main() {
