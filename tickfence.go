@@ -117,7 +117,8 @@ type Options struct {
 	RequirePartitions bool
 	Replicas          uint32
 	RequireReplicas   bool
-	// TickRate is ticks per second of every instance (default 20).
+	// TickRate is ticks per second of every instance whose kind sets no rate of its own
+	// (actor.KindOptions.TickRate; default 20).
 	TickRate float64
 	// TickWorkers is the number of goroutines that tick the instances (default
 	// actor.DefaultWorkers: 16 per GOMAXPROCS, 16 to 64; more than the cores hold the tick
@@ -129,7 +130,7 @@ type Options struct {
 	// than run them late gives less.
 	MaxCatchUp time.Duration
 	// CheckpointEvery writes an instance at least every this many ticks without commands
-	// (default 20).
+	// (default 20), unless its kind sets its own (actor.KindOptions.CheckpointEvery).
 	CheckpointEvery uint64
 	// LeaseTTL of the node and coordinator leases, whole seconds (default 2s): a dead node's
 	// shards move after about this long.

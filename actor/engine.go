@@ -68,6 +68,9 @@ type EngineConfig struct {
 	// claimed, if set, is called by a worker with the ticks it has just taken, before it queues
 	// them (tests: a worker paused there, as the runtime may pause any goroutine anywhere).
 	claimed func(hs []*Handle)
+	// woke, if set, is called each time a timer worker's timer fires (tests: an engine without
+	// instances sets none).
+	woke func()
 }
 
 // DefaultCatchUp is how far behind its schedule an engine may fall and still run every tick,
@@ -112,28 +115,33 @@ func CatchUpPeriods(d time.Duration, rate float64) int {
 // both, in order; when it falls due while the previous tick runs, it is owed to the worker running
 // it, which runs it, late, right after. An instance owes at most MaxCatchUp ticks; beyond that its
 // oldest owed tick is skipped and counted.
+//
+// Several rates: EngineConfig.Rate is the engine's own (Add, AddInPhase); Schedule(rate) gives
+// another rate a schedule of its own phase buckets, ticked by the same workers, which take first
+// the ticks due longest on any schedule (MaxCatchUp is the same time on each). A schedule without
+// instances opens no bucket; an engine without any sets no timer until an instance is added.
 type Engine struct {
-	cfg     EngineConfig
-	period  time.Duration
-	nslots  int
-	start   time.Time
-	workers []*worker
+	cfg    EngineConfig
+	period time.Duration // the base schedule's (EngineConfig.Rate)
+	start  time.Time
+	// slotTarget is the bucket width asked for (EngineConfig.Slot before it was fitted to the
+	// base period): every other rate's buckets are fitted to its own period from it.
+	slotTarget time.Duration
+	workers    []*worker
 
-	// mu serialises Add, AddInPhase and Remove. Workers take no lock to hand out ticks: a
+	// mu serialises Add, AddInPhase, Remove and Schedule. Workers take no lock to hand out ticks: a
 	// goroutine the runtime pauses while holding one (preempted for a GC stack scan, then left in
 	// the global run queue behind every runnable goroutine for tens of milliseconds) would stall
 	// every worker with it.
-	//
-	// A phase bucket's slice only grows in place (an opened bucket reads no further than its own
-	// length) and removed instances stay in it until half of it is removed, when it is replaced by
-	// a compacted copy: Add and Remove cost O(1) amortized.
-	mu    sync.Mutex
-	slots []atomic.Pointer[[]*Handle] // phase buckets; slots[k % nslots] is due at start + k*Slot
-	live  []atomic.Int64              // instances in each not removed
-	dead  []int                       // removed ones still in each slice, under mu
-	count atomic.Int64                // instances not removed
-	next  int                         // slot for the next instance added: spreads phases evenly
-	cur   atomic.Pointer[bucket]
+	mu     sync.Mutex
+	base   *Schedule                   // EngineConfig.Rate's
+	scheds atomic.Pointer[[]*Schedule] // every rate's, base first; replaced (never changed) by Schedule
+	rates  map[float64]*Schedule       // under mu
+	count  atomic.Int64                // instances not removed, on every schedule
+	// idle is closed (and replaced) when an instance is added to an engine that had none: its
+	// workers then sleep without a timer (an engine of passivated or no instances costs no CPU),
+	// and wake on it.
+	idle atomic.Pointer[chan struct{}]
 
 	ticks   atomic.Uint64
 	skipped atomic.Uint64
@@ -144,8 +152,31 @@ type Engine struct {
 	wg   sync.WaitGroup
 }
 
+// Schedule is one tick rate of an engine: its instances are spread over the phase buckets of
+// its period, as the engine's own rate's are (Engine.Schedule). Every schedule of an engine is
+// ticked by the same workers.
+//
+// A phase bucket's slice only grows in place (an opened bucket reads no further than its own
+// length) and removed instances stay in it until half of it is removed, when it is replaced by
+// a compacted copy: Add and Remove cost O(1) amortized.
+type Schedule struct {
+	e          *Engine
+	rate       float64
+	period     time.Duration
+	slot       time.Duration
+	nslots     int
+	maxCatchUp int
+	slots      []atomic.Pointer[[]*Handle] // phase buckets; slots[k % nslots] is due at start + k*slot
+	live       []atomic.Int64              // instances in each not removed
+	dead       []int                       // removed ones still in each slice, under e.mu
+	count      atomic.Int64                // instances not removed
+	next       int                         // slot for the next instance added: spreads phases evenly (under e.mu)
+	cur        atomic.Pointer[bucket]
+}
+
 // Handle is an instance scheduled on an engine.
 type Handle struct {
+	s       *Schedule
 	slot    int32
 	t       Ticker
 	removed atomic.Bool
@@ -224,37 +255,31 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		m = metrics.For(cfg.Registerer)
 	}
 	period := time.Duration(float64(time.Second) / cfg.Rate)
-	if m != nil {
-		m.TickPeriod.Set(period.Seconds())
-	}
 	if cfg.Slot <= 0 {
 		cfg.Slot = 500 * time.Microsecond
 	}
+	target := cfg.Slot // other rates' buckets are as close to it as their periods allow
 	if cfg.Slot > period {
 		cfg.Slot = period
 	}
 	nslots := int(period / cfg.Slot)
 	cfg.Slot = period / time.Duration(nslots)
 	period = cfg.Slot * time.Duration(nslots) // a whole number of buckets, so phases never drift
+	if m != nil {
+		m.TickPeriod.Set(period.Seconds())
+	}
 	if cfg.Start.IsZero() {
 		cfg.Start = time.Now()
 	}
-	e := &Engine{cfg: cfg, period: period, nslots: nslots, start: cfg.Start, slots: make([]atomic.Pointer[[]*Handle], nslots),
-		live: make([]atomic.Int64, nslots), dead: make([]int, nslots), called: make(chan struct{}), stop: make(chan struct{})}
-	for i := range e.slots {
-		e.slots[i].Store(new([]*Handle))
-	}
+	e := &Engine{cfg: cfg, period: period, start: cfg.Start, slotTarget: target, rates: map[float64]*Schedule{}, called: make(chan struct{}), stop: make(chan struct{})}
+	idle := make(chan struct{})
+	e.idle.Store(&idle)
+	e.base = e.newSchedule(cfg.Rate, cfg.MaxCatchUp)
+	e.rates[cfg.Rate] = e.base
+	e.scheds.Store(&[]*Schedule{e.base})
 	if m != nil {
 		m.CountSkipped(e.Skipped)
 	}
-	// Bucket k, empty, is handed out: the first worker opens k+1 (bucket 0 if Start is ahead).
-	k := int64(time.Since(e.start) / cfg.Slot)
-	if cfg.Manual {
-		k = 0
-	} else if time.Since(e.start) < 0 {
-		k = -1
-	}
-	e.cur.Store(&bucket{k: k, due: e.start.Add(time.Duration(k) * cfg.Slot)})
 	for i := 0; i < cfg.Workers; i++ {
 		w := &worker{e: e, id: i}
 		if m != nil {
@@ -274,23 +299,152 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	return e, nil
 }
 
+// newSchedule makes the schedule of a rate (maxCatchUp: in its periods; 0, the engine's catch-up
+// time in them). Its buckets are as close to the engine's slot as a whole number of them in a
+// period allows, so its phases never drift; bucket k is due at the engine's start + k × its slot.
+// Its first bucket is the one open now, handed out.
+func (e *Engine) newSchedule(rate float64, catchUp int) *Schedule {
+	period := time.Duration(float64(time.Second) / rate)
+	slot := min(e.slotTarget, period)
+	if rate == e.cfg.Rate {
+		slot, period = e.cfg.Slot, e.period
+	}
+	nslots := max(int(period/slot), 1)
+	slot = period / time.Duration(nslots)
+	period = slot * time.Duration(nslots)
+	if catchUp <= 0 {
+		// The base's catch-up, as a time, in this rate's periods.
+		catchUp = CatchUpPeriods(time.Duration(e.cfg.MaxCatchUp)*e.period, rate)
+	}
+	catchUp = min(catchUp, CatchUpPeriods(maxCatchUp, rate))
+	s := &Schedule{e: e, rate: rate, period: period, slot: slot, nslots: nslots, maxCatchUp: catchUp,
+		slots: make([]atomic.Pointer[[]*Handle], nslots), live: make([]atomic.Int64, nslots), dead: make([]int, nslots)}
+	for i := range s.slots {
+		s.slots[i].Store(new([]*Handle))
+	}
+	s.cur.Store(s.presentBucket(time.Now()))
+	return s
+}
+
+// presentBucket is an empty bucket, handed out, whose successor is the first due after now (for
+// a Manual engine, the bucket of Start): a schedule that starts, or that had no instance, takes
+// up its ticks from the present and counts none of the past as skipped.
+func (s *Schedule) presentBucket(now time.Time) *bucket {
+	e := s.e
+	k := int64(now.Sub(e.start) / s.slot)
+	if e.cfg.Manual {
+		k = 0
+	} else if now.Before(e.start) {
+		k = -1
+	}
+	return &bucket{k: k, due: e.start.Add(time.Duration(k) * s.slot)}
+}
+
+// Schedule returns the engine's schedule of a rate (ticks per second, in (0, 1000]), making it
+// the first time: instances added to it tick at that rate, on the engine's workers, beside
+// those of every other rate. The engine's own rate (EngineConfig.Rate) is the schedule Add
+// uses. An engine has at most MaxSchedules of them.
+func (e *Engine) Schedule(rate float64) (*Schedule, error) {
+	if rate <= 0 || rate > 1000 {
+		return nil, fmt.Errorf("tick rate must be in (0, 1000] Hz, got %v", rate)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s, ok := e.rates[rate]; ok {
+		return s, nil
+	}
+	if len(e.rates) >= MaxSchedules {
+		return nil, fmt.Errorf("tick rate %v Hz: the engine runs %d rates already (at most %d)", rate, len(e.rates), MaxSchedules)
+	}
+	s := e.newSchedule(rate, 0)
+	e.rates[rate] = s
+	scheds := append(append([]*Schedule(nil), *e.scheds.Load()...), s)
+	e.scheds.Store(&scheds)
+	return s, nil
+}
+
+// Base is the schedule of the engine's own rate (EngineConfig.Rate): the one Add uses.
+func (e *Engine) Base() *Schedule { return e.base }
+
+// MaxSchedules bounds the tick rates one engine runs (a few kinds with rates of their own).
+const MaxSchedules = 16
+
+// Rate is the schedule's ticks per second.
+func (s *Schedule) Rate() float64 { return s.rate }
+
+// Period is the time between two ticks of one instance of the schedule: a whole number of its
+// buckets (1/rate to the nanosecond below).
+func (s *Schedule) Period() time.Duration { return s.period }
+
+// Add schedules t at this rate; it first ticks within one period. Instances are spread evenly
+// over the period's phase buckets.
+func (s *Schedule) Add(t Ticker) *Handle {
+	e := s.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	slot := s.next
+	s.next = (s.next + 1) % s.nslots
+	return s.addLocked(t, slot)
+}
+
+// AddInPhase schedules t at this rate in the phase bucket of key: tickers added with the same
+// key tick together, in one bucket of each period (a shard whose records leave in one batch per
+// tick). A bucket already holding well over its share of the tickers passes t on to the next
+// ones, so a key with many tickers spreads over a few adjacent buckets instead of making one late.
+func (s *Schedule) AddInPhase(t Ticker, key uint64) *Handle {
+	e := s.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return s.addFrom(t, int(key%uint64(s.nslots)))
+}
+
+// AddSoon schedules t at this rate in the phase bucket that opens next, so that it first ticks
+// within a bucket or two instead of within a period (an instance woken by a command waiting for
+// it). Like AddInPhase, a bucket already holding well over its share passes t on to the next ones.
+func (s *Schedule) AddSoon(t Ticker) *Handle {
+	e := s.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s.count.Load() == 0 && !e.cfg.Manual {
+		s.cur.Store(s.presentBucket(time.Now())) // as addLocked would: the present, not a stale bucket
+	}
+	// Not the next bucket: a worker may be opening it now, with the slot as it was.
+	return s.addFrom(t, int((s.cur.Load().k+2)%int64(s.nslots)))
+}
+
+// addFrom adds t in slot, or the first after it not holding well over its share. Under e.mu.
+func (s *Schedule) addFrom(t Ticker, slot int) *Handle {
+	limit := 2*s.count.Load()/int64(s.nslots) + phaseSlack
+	for i := 0; i < s.nslots && s.live[slot].Load() >= limit; i++ {
+		slot = (slot + 1) % s.nslots
+	}
+	return s.addLocked(t, slot)
+}
+
 // Lag is how far behind its schedule the engine is now: how late the bucket being handed out
-// (or, if it is handed out, the next one) is; 0 when it is on time. An overrun shows here before
-// it shows as skipped ticks.
+// (or, if it is handed out, the next one) is, on the schedule furthest behind that has
+// instances; 0 when it is on time. An overrun shows here before it shows as skipped ticks.
 func (e *Engine) Lag() time.Duration {
 	now := time.Now()
-	b := e.cur.Load()
-	due := b.due
-	if b.pos.Load() >= int64(len(b.hs)) {
-		due = due.Add(e.cfg.Slot)
+	var lag time.Duration
+	for _, s := range *e.scheds.Load() {
+		if s.count.Load() == 0 {
+			continue
+		}
+		b := s.cur.Load()
+		due := b.due
+		if b.pos.Load() >= int64(len(b.hs)) {
+			due = due.Add(s.slot)
+		}
+		lag = max(lag, now.Sub(due))
 	}
-	return max(now.Sub(due), 0)
+	return lag
 }
 
 // Manual reports an engine driven by Advance (its schedule is not the wall clock's).
 func (e *Engine) Manual() bool { return e.cfg.Manual }
 
-// Period is the time between two ticks of one instance.
+// Period is the time between two ticks of one instance at the engine's own rate.
 func (e *Engine) Period() time.Duration { return e.period }
 
 // Ticks is the number of ticks run so far.
@@ -299,30 +453,12 @@ func (e *Engine) Ticks() uint64 { return e.ticks.Load() }
 // Skipped is the number of ticks skipped by the overrun policy so far.
 func (e *Engine) Skipped() uint64 { return e.skipped.Load() }
 
-// Add schedules t; it first ticks within one period. Instances are spread evenly over the
-// period's phase buckets.
-func (e *Engine) Add(t Ticker) *Handle {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	slot := e.next
-	e.next = (e.next + 1) % e.nslots
-	return e.addLocked(t, slot)
-}
+// Add schedules t at the engine's own rate; it first ticks within one period. Instances are
+// spread evenly over the period's phase buckets.
+func (e *Engine) Add(t Ticker) *Handle { return e.base.Add(t) }
 
-// AddInPhase schedules t in the phase bucket of key: tickers added with the same key tick
-// together, in one bucket of each period (a shard whose records leave in one batch per tick). A
-// bucket already holding well over its share of the tickers passes t on to the next ones, so a
-// key with many tickers spreads over a few adjacent buckets instead of making one late.
-func (e *Engine) AddInPhase(t Ticker, key uint64) *Handle {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	slot := int(key % uint64(e.nslots))
-	limit := 2*e.count.Load()/int64(e.nslots) + phaseSlack
-	for i := 0; i < e.nslots && e.live[slot].Load() >= limit; i++ {
-		slot = (slot + 1) % e.nslots
-	}
-	return e.addLocked(t, slot)
-}
+// AddInPhase is Schedule.AddInPhase at the engine's own rate.
+func (e *Engine) AddInPhase(t Ticker, key uint64) *Handle { return e.base.AddInPhase(t, key) }
 
 // duesRoom is how many ticks an instance has room to queue and owe without queue allocating
 // under its lock. An instance that owes more (a stall of over 7 periods, within MaxCatchUp)
@@ -332,12 +468,22 @@ const duesRoom = 8
 // phaseSlack is how many tickers any bucket takes under AddInPhase, beyond twice the average.
 const phaseSlack = 16
 
-func (e *Engine) addLocked(t Ticker, slot int) *Handle {
-	h := &Handle{slot: int32(slot), t: t, dues: make([]time.Time, 0, min(e.cfg.MaxCatchUp+1, duesRoom))}
-	s := append(*e.slots[slot].Load(), h) // in place if there is room: past every opened bucket's length
-	e.slots[slot].Store(&s)
-	e.live[slot].Add(1)
-	e.count.Add(1)
+func (s *Schedule) addLocked(t Ticker, slot int) *Handle {
+	e := s.e
+	h := &Handle{s: s, slot: int32(slot), t: t, dues: make([]time.Time, 0, min(s.maxCatchUp+1, duesRoom))}
+	if s.count.Load() == 0 && !e.cfg.Manual {
+		// Its buckets were passed over while it had no instance: it takes up from the present.
+		s.cur.Store(s.presentBucket(time.Now()))
+	}
+	sl := append(*s.slots[slot].Load(), h) // in place if there is room: past every opened bucket's length
+	s.slots[slot].Store(&sl)
+	s.live[slot].Add(1)
+	s.count.Add(1)
+	if e.count.Add(1) == 1 && !e.cfg.Manual {
+		// Its workers may sleep without a timer: wake them all.
+		idle := make(chan struct{})
+		close(*e.idle.Swap(&idle))
+	}
 	return h
 }
 
@@ -352,23 +498,25 @@ func (e *Engine) Remove(h *Handle) {
 	if h.removed.Load() {
 		return
 	}
-	h.removedDue.Store(e.cur.Load().due.UnixNano())
+	s := h.s
+	h.removedDue.Store(s.cur.Load().due.UnixNano())
 	h.removed.Store(true)
-	e.live[h.slot].Add(-1)
+	s.live[h.slot].Add(-1)
+	s.count.Add(-1)
 	e.count.Add(-1)
-	old := *e.slots[h.slot].Load()
-	if e.dead[h.slot]++; e.dead[h.slot]*2 < len(old) {
+	old := *s.slots[h.slot].Load()
+	if s.dead[h.slot]++; s.dead[h.slot]*2 < len(old) {
 		return
 	}
 	// Half of it is removed: a compacted copy (opened buckets keep reading the old one).
-	s := make([]*Handle, 0, int(e.live[h.slot].Load()))
+	sl := make([]*Handle, 0, int(s.live[h.slot].Load()))
 	for _, x := range old {
 		if !x.removed.Load() {
-			s = append(s, x)
+			sl = append(sl, x)
 		}
 	}
-	e.slots[h.slot].Store(&s)
-	e.dead[h.slot] = 0
+	s.slots[h.slot].Store(&sl)
+	s.dead[h.slot] = 0
 }
 
 // Stop stops every worker after its current tick and waits for them.
@@ -422,6 +570,7 @@ func (w *worker) run() {
 			return
 		default:
 		}
+		idle := *e.idle.Load() // before take: an instance added after it closes this one
 		now := time.Now()
 		due, more, ok := w.take(now)
 		if ok {
@@ -429,6 +578,15 @@ func (w *worker) run() {
 				e.callIn()
 			}
 			w.runChunk()
+			continue
+		}
+		if due.IsZero() {
+			// No instance on any schedule: no timer until one is added.
+			select {
+			case <-e.stop:
+				return
+			case <-idle:
+			}
 			continue
 		}
 		// Nothing to hand out until the next bucket is due.
@@ -440,6 +598,9 @@ func (w *worker) run() {
 			case <-e.stop:
 				return
 			case <-timer.C:
+				if e.cfg.woke != nil {
+					e.cfg.woke()
+				}
 			}
 		} else {
 			runtime.Gosched()
@@ -503,16 +664,70 @@ func (e *Engine) callIn() {
 	}
 }
 
-// take hands the worker its next chunk of ticks, all due at the returned time, opening the next
-// bucket if the current one is handed out and the next is due by now; more says whether ticks due
-// are left to hand out after it. With nothing to run it returns ok false and the time the next
-// bucket is due. Workers claim chunks and open buckets with compare-and-swap, holding no lock: a
-// worker paused in take holds up only the ticks it claimed (and, paused inside queue, the one
-// instance whose lock it holds).
+// take hands the worker its next chunk of ticks, all due at the returned time, from the schedule
+// whose ticks have been due longest; more says whether ticks due are left to hand out after it.
+// With nothing to run it returns ok false and the time the next bucket is due (zero: no schedule
+// has an instance). Schedules without instances are passed over: their buckets are not opened.
 func (w *worker) take(now time.Time) (due time.Time, more, ok bool) {
+	scheds := *w.e.scheds.Load()
+	if len(scheds) == 1 { // the engine's own rate only
+		if scheds[0].count.Load() == 0 {
+			return time.Time{}, false, false
+		}
+		return w.takeFrom(scheds[0], now)
+	}
+	for {
+		var first *Schedule
+		var firstDue, next time.Time
+		others := false // another schedule has ticks due too
+		for _, s := range scheds {
+			if s.count.Load() == 0 {
+				continue
+			}
+			d := s.pendingDue()
+			if d.After(now) {
+				if next.IsZero() || d.Before(next) {
+					next = d
+				}
+				continue
+			}
+			if first == nil || d.Before(firstDue) {
+				others = others || first != nil
+				first, firstDue = s, d
+			} else {
+				others = true
+			}
+		}
+		if first == nil {
+			return next, false, false
+		}
+		if due, more, ok := w.takeFrom(first, now); ok {
+			return due, more || others, true
+		}
+		// Another worker took what was due there meanwhile: look again.
+	}
+}
+
+// pendingDue is when the schedule's next ticks to hand out are due: its open bucket's if it is
+// not handed out, else the next bucket's.
+func (s *Schedule) pendingDue() time.Time {
+	b := s.cur.Load()
+	if b.pos.Load() < int64(len(b.hs)) {
+		return b.due
+	}
+	return b.due.Add(s.slot)
+}
+
+// takeFrom hands the worker its next chunk of ticks of one schedule, all due at the returned
+// time, opening the next bucket if the current one is handed out and the next is due by now; more
+// says whether ticks due are left to hand out after it. With nothing to run it returns ok false
+// and the time the next bucket is due. Workers claim chunks and open buckets with
+// compare-and-swap, holding no lock: a worker paused in take holds up only the ticks it claimed
+// (and, paused inside queue, the one instance whose lock it holds).
+func (w *worker) takeFrom(s *Schedule, now time.Time) (due time.Time, more, ok bool) {
 	e := w.e
 	for {
-		b := e.cur.Load()
+		b := s.cur.Load()
 		pos, total := b.pos.Load(), int64(len(b.hs))
 		if pos < total {
 			// Chunks small enough that every worker gets a share of the bucket, large enough that
@@ -533,21 +748,21 @@ func (w *worker) take(now time.Time) (due time.Time, more, ok bool) {
 				}
 			}
 			// More is left if this bucket is not handed out, or if the next one is due already.
-			return b.due, pos+n < total || !b.due.Add(e.cfg.Slot).After(now), true
+			return b.due, pos+n < total || !b.due.Add(s.slot).After(now), true
 		}
-		nextDue := b.due.Add(e.cfg.Slot)
+		nextDue := b.due.Add(s.slot)
 		if nextDue.After(now) {
 			return nextDue, false, false
 		}
 		k := b.k + 1
 		var jumped uint64
-		if now.Sub(nextDue) > time.Duration(e.cfg.MaxCatchUp)*e.period {
-			present := int64(now.Sub(e.start) / e.cfg.Slot)
-			jumped = e.countBetween(k, present)
+		if now.Sub(nextDue) > time.Duration(s.maxCatchUp)*s.period {
+			present := int64(now.Sub(e.start) / s.slot)
+			jumped = s.countBetween(k, present)
 			k = present
 		}
-		nb := &bucket{k: k, due: e.start.Add(time.Duration(k) * e.cfg.Slot), hs: *e.slots[int(k%int64(e.nslots))].Load()}
-		if e.cur.CompareAndSwap(b, nb) {
+		nb := &bucket{k: k, due: e.start.Add(time.Duration(k) * s.slot), hs: *s.slots[int(k%int64(s.nslots))].Load()}
+		if s.cur.CompareAndSwap(b, nb) {
 			e.skipped.Add(jumped) // counted by the one worker that opened it
 		}
 	}
@@ -573,7 +788,7 @@ func (e *Engine) queue(h *Handle, due time.Time) (gen uint32, ok bool) {
 		return 0, false
 	}
 	h.last = due
-	limit := e.cfg.MaxCatchUp
+	limit := h.s.maxCatchUp
 	if h.state != running {
 		limit++ // the one queued, and those owed behind it
 	}
@@ -650,15 +865,15 @@ func (w *worker) runChunk() int {
 	return ran
 }
 
-// countBetween counts the ticks due in buckets [from, to).
-func (e *Engine) countBetween(from, to int64) uint64 {
+// countBetween counts the ticks due in buckets [from, to) of the schedule.
+func (s *Schedule) countBetween(from, to int64) uint64 {
 	if to <= from {
 		return 0
 	}
 	n := to - from
-	total := uint64(n/int64(e.nslots)) * uint64(e.count.Load())
-	for j := from; j < from+n%int64(e.nslots); j++ {
-		total += uint64(e.live[int(j%int64(e.nslots))].Load())
+	total := uint64(n/int64(s.nslots)) * uint64(s.count.Load())
+	for j := from; j < from+n%int64(s.nslots); j++ {
+		total += uint64(s.live[int(j%int64(s.nslots))].Load())
 	}
 	return total
 }

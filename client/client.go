@@ -61,6 +61,11 @@
 // which no other player's credential may subscribe. While a watch runs it sends a heartbeat
 // every 5 s (Heartbeat), so that a game tracking its players (actor.PlayerLeaver) does not
 // disconnect a player who only watches. A trusted gateway relays a player's with WatchPlayer.
+//
+// Frames leave before the write that stores their tick: Watch shows each at once, and after a
+// failover that undid some (the new owner went on from its stored tick) says Rewound on the new
+// owner's first frame; WatchDurable shows a frame only once its tick is stored, never one a
+// failover undoes (README: "Rewinds after a failover").
 package client
 
 import (
@@ -88,6 +93,7 @@ type Client struct {
 	cluster store.Cluster
 	read    bool          // cluster was read from the cluster record
 	st      *natskv.Store // VerifyGrants' reader of the shards' grants
+	list    listing       // Instances' reader of the records (instances.go)
 }
 
 // Option configures Dial or New.
@@ -101,6 +107,7 @@ type options struct {
 	shards                 uint32
 	player                 *string
 	verify                 bool
+	noInterest             bool
 	attempt, giveUp        time.Duration
 	heartbeat              time.Duration
 }
@@ -143,6 +150,11 @@ func Player(name string) Option { return func(o *options) { o.player = &name } }
 // connection without a reconnect buffer (Dial's).
 func VerifyGrants() Option { return func(o *options) { o.verify = true } }
 
+// NoInterest makes Watch watch without saying the watcher's interest (natscmd.Client.Interest):
+// a passivated instance is then not woken by the watch, nor kept loaded. For a credential that may
+// not publish on the command subjects: Dial sets it itself for an observer's.
+func NoInterest() Option { return func(o *options) { o.noInterest = true } }
+
 // Attempt bounds one round trip of a command (default 2 s); past it the command is sent again.
 func Attempt(d time.Duration) Option { return func(o *options) { o.attempt = d } }
 
@@ -184,6 +196,9 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 		}
 		if u.Role == auth.Gateway && !u.Trusted && o.player == nil {
 			o.player = &u.Name // a player may send on its own subjects only
+		}
+		if u.Role == auth.Observer {
+			o.noInterest = true // it may not publish on the command subjects
 		}
 		ao, err := auth.ClientOptions(o.creds, nil)
 		if err != nil {
@@ -250,6 +265,9 @@ func open(ctx context.Context, nc *nats.Conn, o options) (*Client, error) {
 	}
 	c.cmd.GiveUp = o.giveUp
 	c.cmd.Heartbeat = o.heartbeat
+	if o.noInterest {
+		c.cmd.InterestEvery = -1
+	}
 	if o.verify {
 		st, err := natskv.Open(nc, natskv.Options{OpenOnly: true})
 		if err != nil {
@@ -266,6 +284,7 @@ func (c *Client) Close() {
 	if c.st != nil {
 		_ = c.st.Close()
 	}
+	c.closeLister()
 	if c.ownConn {
 		c.nc.Close()
 	}
@@ -407,8 +426,9 @@ func (c *Client) SendID(ctx context.Context, instance, requestID string, cmd, ou
 }
 
 // Create creates instance of kind, the create command carrying fields too (the kind's
-// arguments, e.g. the demo dungeon's "boss_hp"; nil: none). An instance that exists already is
-// an *Error with Code CodeExists.
+// arguments, e.g. the demo dungeon's "boss_hp"; nil: none; "labels", a map of strings, are the
+// instance's labels, which Instances filters on). An instance that exists already is an *Error
+// with Code CodeExists.
 func (c *Client) Create(ctx context.Context, instance, kind string, fields map[string]any) error {
 	cmd := make(map[string]any, len(fields)+2)
 	for k, v := range fields {
@@ -425,7 +445,9 @@ func (c *Client) End(ctx context.Context, instance string) error {
 }
 
 // Frame is a frame as a watcher receives it: its instance, topic ("" for the main subject),
-// stamp (grant and tick) and payload (the game's bytes, msgpack by convention: Decode).
+// stamp (grant, tick, and Stored: the instance's stored tick when it left), payload (the game's
+// bytes, msgpack by convention: Decode), and Rewound: frames received before it were undone (a
+// failover went back to the new owner's stored tick; see Watch).
 type Frame = natscmd.Frame
 
 // Watch is a running watch: its channel C, and counters of what it dropped.
@@ -440,6 +462,15 @@ type Watch = natscmd.Watch
 // A player's client (Creds of a player, or Player) also receives the frames the game made for
 // that player only (Frame.To is then the player: actor.Frames.PublishTo), and, while the watch
 // runs, tells the instance the player is there (Heartbeat): see WatchPlayer.
+//
+// It is the fast watch: every frame comes as soon as it is made, before the write that stores its
+// tick. A failover may undo what it showed — the new owner goes on from its stored tick, below
+// ticks already shown — and the new owner's first frame then says Rewound: show what it says,
+// and forget what came after its Stored. Frame.Tick > Frame.Stored marks a frame that may yet be
+// undone. WatchDurable shows only what no failover undoes.
+//
+// While it runs it says the watcher's interest every 10 s (natscmd.Client.Interest): a
+// passivated instance is woken and stays loaded while watched.
 func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (*Watch, error) {
 	return c.cmd.Watch(ctx, instance, topics...)
 }
@@ -452,6 +483,17 @@ func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (
 // natscmd.ErrOtherPlayer: the server would refuse the subscription anyway).
 func (c *Client) WatchPlayer(ctx context.Context, instance, player string, topics ...string) (*Watch, error) {
 	return c.cmd.WatchPlayer(ctx, instance, player, topics...)
+}
+
+// WatchDurable is Watch delivering only durable frames: each is held until its owner says its
+// tick is stored (a later frame's Stored, or a stored notice), then delivered, in order. What it
+// delivers is never undone; a frame its owner made past its stored tick before a failover is
+// dropped, and the next frame delivered says Rewound. The cost is latency: a frame comes once
+// the write after it is acknowledged — at once after a command, else at the instance's next
+// checkpoint (tickfence.Options.CheckpointEvery) — and its topic's next frame (within 5 ticks)
+// or a stored notice says so.
+func (c *Client) WatchDurable(ctx context.Context, instance string, topics ...string) (*Watch, error) {
+	return c.cmd.WatchDurable(ctx, instance, topics...)
 }
 
 // Decode decodes msgpack (a frame's payload, a result) into out: a struct, a map, a slice, or an

@@ -272,6 +272,70 @@ func TestWatchUntilTheContextEnds(t *testing.T) {
 	}
 }
 
+// TestWatchDurable (issue 35.4): a durable watch shows what the fast watch shows — the boss's HP
+// after an attack, at the same tick — once the write of that tick is stored, in order, and later
+// than the fast watch does.
+func TestWatchDurable(t *testing.T) {
+	n := startNode(t, "")
+	c := dial(t, n.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Create(ctx, "d3", "dungeon", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send(ctx, "d3", map[string]any{"type": "join", "player": "ada"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	fast, err := c.Watch(ctx, "d3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable, err := c.WatchDurable(ctx, "d3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hit struct {
+		HP int64 `msgpack:"hp"`
+	}
+	sent := time.Now()
+	if err := c.Send(ctx, "d3", map[string]any{"type": "attack", "player": "ada"}, &hit); err != nil {
+		t.Fatal(err)
+	}
+	answered := time.Since(sent)
+	// find returns the first frame showing the boss at hp, and when it came.
+	find := func(w *client.Watch, durable bool) (client.Frame, time.Duration) {
+		var last uint64
+		for {
+			select {
+			case f := <-w.C:
+				if durable && (f.Tick <= last || f.Rewound) {
+					t.Fatalf("durable watch: tick %d after %d (rewound %v)", f.Tick, last, f.Rewound)
+				}
+				last = f.Tick
+				var frame struct {
+					HP int64 `msgpack:"hp"`
+				}
+				if err := client.Decode(f.Payload, &frame); err != nil {
+					t.Fatal(err)
+				}
+				if frame.HP == hit.HP {
+					return f, time.Since(sent)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no frame showing the boss at %d HP in 10 s", hit.HP)
+			}
+		}
+	}
+	ff, fastAt := find(fast, false)
+	df, durableAt := find(durable, true)
+	if df.Tick != ff.Tick || durableAt < fastAt {
+		t.Fatalf("the hit shown at tick %d after %v by the durable watch, at tick %d after %v by the fast one",
+			df.Tick, durableAt, ff.Tick, fastAt)
+	}
+	t.Logf("attack answered after %v; its frame (tick %d, stored %d when it left) shown after %v (fast), %v (durable)",
+		answered.Round(time.Millisecond), ff.Tick, ff.Stored, fastAt.Round(time.Millisecond), durableAt.Round(time.Millisecond))
+}
+
 // TestWatchChosenTopics (issue 35.3): a watch of one topic gets that topic's frames only, and the
 // server sends its connection nothing else: the probe publishes ten hud-bob frames for each
 // hud-ada one, and the watcher of hud-ada receives about as many messages as it is shown.

@@ -16,6 +16,7 @@ import (
 	"github.com/tickfence/tickfence/shard"
 	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/shard/wire"
+	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/memstore"
 )
 
@@ -33,7 +34,8 @@ func (shower) Restore(_ string, b []byte) (actor.Logic, error) {
 }
 
 type showerState struct {
-	N uint64 `msgpack:"n"`
+	N    uint64 `msgpack:"n"`
+	Blob []byte `msgpack:"blob,omitempty"` // "grow": a state too large to store
 	actor.Frames
 }
 
@@ -51,6 +53,8 @@ func (s *showerState) Handle(_ uint64, c actor.Command) (any, error) {
 		err = s.Publish("a.b", []byte("x"))
 	case "topic":
 		err = s.Publish("hp", []byte("on a topic"))
+	case "grow":
+		s.Blob = make([]byte, store.MaxBlobBytes+1)
 	}
 	if err != nil {
 		return nil, &actor.Rejected{Code: wire.CodeBadRequest, Message: err.Error()}

@@ -54,6 +54,9 @@ type Command struct {
 	// Heartbeat: no command but a heartbeat of Sender's player (wire.HeaderHeartbeat), which a
 	// Logic that tracks players counts as hearing from it. Never answered.
 	Heartbeat bool
+	// Interest marks a watcher's interest in the instance (wire.HeaderWatch), not a command: it
+	// keeps the instance from being passivated, or wakes it. Never answered, never handed to the game.
+	Interest bool
 
 	admitted bool   // counted by admission control until answered
 	cas      string // the result of the write whose failure refused it, for the refusal's log line
@@ -101,6 +104,14 @@ type Frame struct {
 	Tick     uint64
 	Index    uint64 // the frame's number among its tick's frames (0, 1, …)
 	Payload  []byte
+	// Stored is the instance's last tick whose write the store had acknowledged when the frame
+	// was made; Reverts how often, under this grant, it went back to its stored state after the
+	// store refused a write (wire.HeaderStored, wire.HeaderReverts).
+	Stored, Reverts uint64
+	// Notice: no frame but a stored notice (wire.StoredSubject): an acknowledged write made a
+	// frame published before stored, and no frame of this tick says so. It has no topic, index
+	// or payload.
+	Notice bool
 }
 
 // FramePublisher sends frames to their watchers (natscmd.FramePublisher over NATS). Publish is
@@ -208,6 +219,7 @@ type Host struct {
 	// holds a tick back. Once the host is cancelled (writersDone), writes are sent in place.
 	// sessionTTL and requestTTL: store.ClientSessionTTL and store.RequestTTL in ticks.
 	sessionTTL, requestTTL uint64
+	life                   hostLife // the kinds' options (lifecycle.go)
 
 	// bw sends batches when batches is set (Config.WriteStrategy); batchesOff is set for good
 	// when the store says a data bucket cannot take them (store.ErrBatchesOff).
@@ -331,6 +343,10 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	h.sessionTTL = store.TTLTicks(store.ClientSessionTTL, cfg.Engine.Period())
 	h.requestTTL = store.TTLTicks(store.RequestTTL, cfg.Engine.Period())
+	if err := h.initLife(); err != nil {
+		cancel()
+		return nil, err
+	}
 	if h.adm != nil && !cfg.Engine.Manual() {
 		h.adm.lag, h.adm.lagLimit = cfg.Engine.Lag, cfg.Engine.Period()/2
 	}

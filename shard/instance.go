@@ -76,6 +76,21 @@ type instance struct {
 	fx      map[string]uint8
 	fxRetry time.Time
 	pl      presence // its players besides the record's (players.go)
+	// reverts counts how often it went back to its stored state under this grant (revertLocked);
+	// unstored, the ticks of frames not yet said stored. Both for its frames' stamps (publish).
+	reverts  uint64
+	unstored unstoredFrames
+
+	// Lifecycle (lifecycle.go): the kind's options, when a command, an acknowledgement or a
+	// watcher last showed up, and passivation.
+	opts        *kindOpts
+	lastActive  time.Time
+	lastCheck   uint64 // tick of the last idle checkpoint skipped (kindOpts.idleCheckpoint)
+	lastState   []byte // the state of the last write handed to the store
+	passivating bool   // idle: this tick's write is marked passive, and once stored it unloads
+	unloaded    bool   // passivated: out of service here, its shard indexes it (shardRun.passive)
+	resched     bool   // its kind changed to one of another rate: reschedule after the tick
+	soon        bool   // woken: its first tick is in the next bucket (actor.Schedule.AddSoon)
 }
 
 const (
@@ -141,8 +156,10 @@ func (in *instance) failLocked(f *failure) {
 type invalidEffect struct{ err error }
 
 func newInstance(sh *shardRun, g store.Grant, id string, kind actor.Kind, logic actor.Logic, rec store.Record) *instance {
-	in := &instance{sh: sh, grant: g, id: id, kind: kind, logic: logic, rec: rec, acked: rec, lastWrite: rec.Tick}
-	in.rec.Create = nil // kept in acked only: a revert to a placeholder makes the instance again
+	in := &instance{sh: sh, grant: g, id: id, kind: kind, logic: logic, rec: rec, acked: rec, lastWrite: rec.Tick,
+		opts: sh.h.optsOf(kind), lastActive: time.Now(), lastState: rec.State}
+	in.rec.Create = nil    // kept in acked only: a revert to a placeholder makes the instance again
+	in.rec.Passive = false // each write says whether it passivates (tickBody)
 	if rec.Ended {
 		in.endedSeen = time.Now()
 	}
@@ -155,9 +172,11 @@ func (in *instance) schedule() {
 	switch {
 	case in.dead:
 	case in.sh.batch != nil: // the shard's instances tick together, so their records share a batch
-		in.handle = in.sh.h.cfg.Engine.AddInPhase(in, uint64(in.sh.id))
+		in.handle = in.opts.sched.AddInPhase(in, uint64(in.sh.id))
+	case in.soon: // woken by a command that waits for its first tick
+		in.handle = in.opts.sched.AddSoon(in)
 	default:
-		in.handle = in.sh.h.cfg.Engine.Add(in)
+		in.handle = in.opts.sched.Add(in)
 	}
 }
 
@@ -167,10 +186,15 @@ func (in *instance) enqueue(c Command) {
 		// At once, not through the mailbox (it may be full): the session drops the answers the
 		// ack covers, in memory; the next write stores it. No one waits for an answer.
 		in.rec.AckSession(c.Client, c.Ack)
+		in.noteActiveLocked(c.Received)
 		in.mu.Unlock()
 		return
 	}
 	switch {
+	case in.unloaded: // passivated just now: the shard wakes it
+		in.mu.Unlock()
+		in.sh.rerouteUnloaded(in, c)
+		return
 	case in.fail != nil:
 		if c.AckOnly() {
 			in.mu.Unlock()
@@ -180,7 +204,7 @@ func (in *instance) enqueue(c Command) {
 		// the failure (this attempt changed nothing).
 		msg := in.failMessageLocked()
 		var refused answer
-		fp, first, ok := in.sh.h.remembered(&in.acked, c, in.rec.Tick, &refused)
+		fp, first, ok := in.opts.ttl.remembered(&in.acked, c, in.rec.Tick, &refused)
 		in.mu.Unlock()
 		if ok && fp == c.Fingerprint {
 			in.sh.h.answer(c, first, "duplicate")
@@ -202,6 +226,7 @@ func (in *instance) enqueue(c Command) {
 		return
 	}
 	in.mailbox = append(in.mailbox, c)
+	in.noteActiveLocked(c.Received)
 	in.mu.Unlock()
 }
 
@@ -259,6 +284,7 @@ func (in *instance) Tick(time.Time) {
 			in.sh.h.cfg.metrics.HandoffPause.Observe(start.Sub(in.resumeFrom).Seconds())
 		}
 	}
+	in.considerPassivateLocked(start)
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -275,6 +301,7 @@ func (in *instance) Tick(time.Time) {
 		if r, ok := in.logic.(actor.RefusedEffects); ok && !in.dead {
 			refusedFx = r.TakeRefusedEffects()
 		}
+		in.dropEndedLogicLocked() // its final frames are taken
 	}()
 	var endTick uint64 // frames made in the tick it ended (players.go), which a tombstone does not count
 	if len(in.pl.frames) > 0 {
@@ -282,14 +309,15 @@ func (in *instance) Tick(time.Time) {
 		end, endTick = in.takeEndFramesLocked()
 		frames = append(end, frames...)
 	}
-	tick, outbox := max(in.rec.Tick, endTick), len(in.acked.Fx) > 0
+	tick, outbox, resched := max(in.rec.Tick, endTick), len(in.acked.Fx) > 0, in.resched
 	if in.fail != nil {
 		failMsg = in.failMessageLocked()
 	}
+	stamp := in.frameStampLocked(tick, frames)
 	in.mu.Unlock()
 	in.noteRefused(tick, refusedFrames, refusedFx)
-	if len(frames) > 0 {
-		in.publish(tick, frames)
+	if len(frames) > 0 || stamp.Notice {
+		in.publish(stamp, frames)
 	}
 	if outbox { // those loaded with the record, and those whose publish failed
 		in.sendEffects()
@@ -308,23 +336,42 @@ func (in *instance) Tick(time.Time) {
 	if w != nil {
 		in.sh.h.enqueueWrite(in, w)
 	}
+	if resched {
+		in.reschedule()
+	}
 }
 
-// publish hands a tick's frames to the host's publisher, stamped with this instance's grant. A
-// frame that breaks the limits (only a Framer of the game's own can hand one over: actor.Frames
-// refuses it at the call) is refused whole, logged and counted: frames are display only.
-func (in *instance) publish(tick uint64, frames []actor.Frame) {
+// frameStampLocked is the stamp of what this tick publishes: its grant and tick, the stored tick
+// (the last record the store acknowledged) and reverts; Notice if it publishes no frame but owes
+// a stored notice (unstoredFrames).
+func (in *instance) frameStampLocked(tick uint64, frames []actor.Frame) Frame {
+	st := Frame{Shard: in.grant.Shard, Instance: in.id, Epoch: in.grant.Epoch, Token: in.grant.Token, Tick: tick,
+		Stored: in.acked.Tick, Reverts: in.reverts}
+	if in.sh.h.cfg.Frames != nil && (len(frames) > 0 || !in.dead) {
+		st.Notice = in.unstored.tick(tick, st.Stored, frames)
+	}
+	return st
+}
+
+// publish hands a tick's frames to the host's publisher, stamped (frameStampLocked), or its stored
+// notice. A frame that breaks the limits (only a Framer of the game's own can hand one over:
+// actor.Frames refuses it at the call) is refused whole, logged and counted: frames are display only.
+func (in *instance) publish(stamp Frame, frames []actor.Frame) {
 	h := in.sh.h
+	if stamp.Notice && h.cfg.Frames != nil {
+		h.cfg.Frames.Publish(stamp)
+	}
 	for i, f := range frames {
 		if err := actor.ValidFrame(f); err != nil {
 			h.cfg.metrics.FramesRefused.Inc()
 			in.sh.log.Error("frame refused: the game's Framer handed over a frame that breaks the limits (actor.Frames.Publish would have returned this error)",
-				"instance", in.id, "token", in.grant.Token, "tick", tick, "err", err)
+				"instance", in.id, "token", in.grant.Token, "tick", stamp.Tick, "err", err)
 			continue
 		}
 		if h.cfg.Frames != nil {
-			h.cfg.Frames.Publish(Frame{Shard: in.grant.Shard, Instance: in.id, Topic: f.Topic, To: f.To,
-				Epoch: in.grant.Epoch, Token: in.grant.Token, Tick: tick, Index: uint64(i), Payload: f.Payload})
+			fr := stamp
+			fr.Topic, fr.To, fr.Index, fr.Payload, fr.Notice = f.Topic, f.To, uint64(i), f.Payload, false
+			h.cfg.Frames.Publish(fr)
 		}
 	}
 }
@@ -546,13 +593,16 @@ func (in *instance) tickBody() *write {
 			cmds[i] = Command{}
 			// A retransmission of a command the stored record holds gets its first answer: busy
 			// says "without effect", which it had.
-			if first, result, ok := in.sh.h.storedAnswer(&in.acked, c, tick); ok {
+			if first, result, ok := in.opts.ttl.storedAnswer(&in.acked, c, tick); ok {
 				in.sh.h.answer(c, first, result)
 				continue
 			}
 			in.sh.h.answerErr(c, wire.CodeBusy, "instance %s holds %d effects not yet delivered (the effects stream is unavailable?); retry later", in.id, len(in.rec.Fx))
 		}
 		cmds = cmds[:0]
+	}
+	if len(cmds) > 0 {
+		in.passivating = false
 	}
 	var answers []answer
 	for i, c := range cmds {
@@ -591,7 +641,10 @@ func (in *instance) tickBody() *write {
 	if e, ok := in.logic.(actor.Emitter); ok {
 		in.addEffects(tick, e.TakeEffects())
 	}
-	if len(answers) == 0 && !in.forceWrite && tick-in.lastWrite < in.sh.h.cfg.CheckpointEvery {
+	if in.takeLifecycleLocked(tick, false); in.rec.Ended { // its Logic ended it in this tick
+		return in.tombstoneWriteLocked(tick, answers)
+	}
+	if len(answers) == 0 && !in.forceWrite && !in.checkpointDue(tick) {
 		return nil
 	}
 	in.dropDelivered()
@@ -599,10 +652,15 @@ func (in *instance) tickBody() *write {
 	if err != nil {
 		panic(fmt.Sprintf("MarshalState: %v", err))
 	}
+	if len(answers) == 0 && !in.forceWrite && in.idleUnchangedLocked(tick, state) {
+		return nil
+	}
 	in.forceWrite = false
 	in.lastWrite = tick
+	in.lastState = state
 	rec := in.rec.Capped() // appends to in.rec never touch what the write holds
 	rec.State = state
+	rec.Passive = in.passivating
 	w := &write{rec: rec, answers: answers}
 	in.queue(w)
 	return in.takeSendable(w)
@@ -631,7 +689,7 @@ func (in *instance) expireLocked() *write {
 func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 	a.c = c
 	in.heardLocked(c.Sender.Player) // a command says its player is there (players.go)
-	if fp, res, ok := in.sh.h.remembered(&in.rec, c, tick, &a); ok {
+	if fp, res, ok := in.opts.ttl.remembered(&in.rec, c, tick, &a); ok {
 		if fp != c.Fingerprint {
 			a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRequestIDReused,
 				"request %s was used for a different command", c.Key())})
@@ -639,7 +697,7 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 			// Final: said at once only if the stored record holds the other command, else with
 			// the write that stores it (it may yet be dropped: a refused write, a panic).
 			var refused answer
-			sfp, _, stored := in.sh.h.remembered(&in.acked, c, tick, &refused)
+			sfp, _, stored := in.opts.ttl.remembered(&in.acked, c, tick, &refused)
 			return a, stored && sfp == fp
 		}
 		// A retransmission: the first answer, once the record holding it is stored. Its client
@@ -654,7 +712,7 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 		// an applied command's is, so that a retransmission gets it again and is never applied.
 		delete(in.tooLarge, c.Key())
 		a.reply, a.result = r.reply, wire.CodeTooLarge
-		in.sh.h.remember(&in.rec, c, tick, r.reply)
+		in.opts.ttl.remember(&in.rec, c, tick, r.reply)
 		return a, false
 	} else if a.result == wire.CodeAnswerForgotten {
 		// Like a retransmission's first answer: said once the record that let its session go
@@ -689,8 +747,7 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 			in.rec.Ended, in.rec.EndedAt = true, time.Now().UnixMilli()
 			in.endedSeen = time.Now()
 			in.endPlayersLocked(tick) // every player in leaves (players.go)
-			in.logic = nil
-			in.forceWrite = true
+			in.forceWrite = true      // the logic goes once this tick's frames are taken (dropEndedLogicLocked)
 			a.reply = wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"ended": in.id, "tick": in.rec.Tick}})
 			a.result = "ok"
 		default:
@@ -701,24 +758,26 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 				effs = e.TakeEffects() // now: an end later in this tick drops the logic
 			}
 			if a.result == wire.CodeBadRequest {
+				in.takeLifecycleLocked(tick, true)
 				return a, true // malformed: nothing changed, nothing to remember, store or emit
 			}
 			in.addEffects(tick, effs)
+			in.takeLifecycleLocked(tick, false) // its labels; an end by its Logic ends the instance here
 		}
 	}
-	in.sh.h.remember(&in.rec, c, tick, a.reply)
+	in.opts.ttl.remember(&in.rec, c, tick, a.reply)
 	return a, false
 }
 
 // remembered looks a command up in what the record remembers for exactly-once: the first answer
 // and fingerprint of an applied one (ok), or, for a numbered command its session refuses, a's
 // reply set to the refusal.
-func (h *Host) remembered(rec *store.Record, c Command, tick uint64, a *answer) (fp uint64, res []byte, ok bool) {
+func (t ttls) remembered(rec *store.Record, c Command, tick uint64, a *answer) (fp uint64, res []byte, ok bool) {
 	if c.Client == "" {
 		q, ok := rec.FindRequest(c.ID)
 		return q.Fingerprint, q.Result, ok
 	}
-	switch st, q := rec.CheckSession(c.Client, c.Seq, c.Ack, tick, h.sessionTTL); st {
+	switch st, q := rec.CheckSession(c.Client, c.Seq, c.Ack, tick, t.session); st {
 	case store.SessionNoRoom:
 		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBusy,
 			"instance has %d client sessions holding unacknowledged answers; retry after a backoff", store.MaxClientSessions)})
@@ -751,9 +810,9 @@ func (h *Host) remembered(rec *store.Record, c Command, tick uint64, a *answer) 
 // storedAnswer is the answer the stored record (acked) gives a command that was applied before:
 // its first answer (a retransmission), or answer_forgotten if acked let its session go. ok is
 // false if acked does not hold it applied (or holds another command under its ID).
-func (h *Host) storedAnswer(acked *store.Record, c Command, tick uint64) (reply []byte, result string, ok bool) {
+func (t ttls) storedAnswer(acked *store.Record, c Command, tick uint64) (reply []byte, result string, ok bool) {
 	var refused answer
-	if fp, first, ok := h.remembered(acked, c, tick, &refused); ok && fp == c.Fingerprint {
+	if fp, first, ok := t.remembered(acked, c, tick, &refused); ok && fp == c.Fingerprint {
 		return first, "duplicate", true
 	}
 	if refused.result == wire.CodeAnswerForgotten {
@@ -769,12 +828,12 @@ func (a *answer) retransmission() bool {
 }
 
 // remember records an applied command and its first answer in the record, at instance tick.
-func (h *Host) remember(rec *store.Record, c Command, tick uint64, reply []byte) {
+func (t ttls) remember(rec *store.Record, c Command, tick uint64, reply []byte) {
 	if c.Client == "" {
-		rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: reply, At: tick}, h.requestTTL)
+		rec.RememberRequest(store.Request{ID: c.ID, Fingerprint: c.Fingerprint, Result: reply, At: tick}, t.request)
 		return
 	}
-	rec.RememberSession(c.Client, c.Ack, store.SeqResult{Seq: c.Seq, Fingerprint: c.Fingerprint, Result: reply}, tick, h.sessionTTL)
+	rec.RememberSession(c.Client, c.Ack, store.SeqResult{Seq: c.Seq, Fingerprint: c.Fingerprint, Result: reply}, tick, t.session)
 }
 
 // revive makes a new instance of an ended ID from a create command; false if the command is
@@ -808,13 +867,21 @@ func (in *instance) revive(c Command, a *answer) bool {
 		a.reply, a.result = replyFor(nil, err)
 		return false
 	}
+	labels, err := createLabels(cmd)
+	if err != nil {
+		a.reply = wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeBadRequest, "%v", err)})
+		a.result = wire.CodeBadRequest
+		return false
+	}
 	logic, err := kind.New(in.id, cmd)
 	if err != nil {
 		a.reply, a.result = replyFor(nil, err)
 		return false
 	}
-	in.kind, in.logic = kind, logic
+	in.setKindLocked(kind)
+	in.logic = logic
 	in.rec.Kind, in.rec.Ended, in.rec.EndedAt, in.rec.Creator = args.Kind, false, 0, c.SenderKey
+	in.rec.Labels = initialLabels(labels, logic)
 	in.forceWrite = true
 	a.reply = wire.EncodeReply(wire.Reply{OK: true, Result: map[string]any{"created": in.id, "kind": args.Kind}})
 	a.result = "ok"
@@ -925,6 +992,7 @@ func (in *instance) written(w *write, err error) {
 	var next *write
 	var known []answer // too large: retransmissions the stored record answers
 	wasEnded := in.acked.Ended
+	unload := false
 	if err == nil {
 		if !w.end {
 			in.acked = w.rec
@@ -933,6 +1001,7 @@ func (in *instance) written(w *write, err error) {
 		if !in.dead {
 			next = in.takeSendable(in.pending)
 		}
+		unload = in.unloadLocked(w)
 	} else if refused && !in.dead {
 		answers = in.revertLocked(answers)
 		if w.end {
@@ -962,6 +1031,9 @@ func (in *instance) written(w *write, err error) {
 		}
 		if next != nil {
 			h.enqueueWrite(in, next)
+		}
+		if unload {
+			in.sh.passivate(in)
 		}
 	case errors.Is(err, store.ErrTooLarge):
 		for _, a := range known {
@@ -1040,7 +1112,7 @@ func (in *instance) sortTooLargeLocked(answers []answer) (offenders, known []ans
 			continue
 		}
 		if a.retransmission() {
-			if first, result, ok := in.sh.h.storedAnswer(&in.acked, a.c, in.rec.Tick); ok {
+			if first, result, ok := in.opts.ttl.storedAnswer(&in.acked, a.c, in.rec.Tick); ok {
 				a.reply, a.result = first, result
 				known = append(known, a)
 				continue
@@ -1078,8 +1150,10 @@ func (in *instance) revertLocked(answers []answer) []answer {
 		logic, err = in.kind.Restore(in.id, in.acked.State)
 	}
 	tick := in.rec.Tick
+	in.reverts++               // its frames after the stored tick were undone (wire.HeaderReverts)
 	in.rec = in.acked.Capped() // what the acknowledged record holds stays as it is
-	in.rec.Tick, in.rec.Create = tick, nil
+	in.rec.Tick, in.rec.Create, in.rec.Passive = tick, nil, false
+	in.passivating = false
 	in.logic = logic
 	if err != nil { // cannot go back: take it out of service here, as a panicking instance is
 		in.sh.log.Error("instance cannot be reverted to its last stored state; stopped on this node until reloaded",
@@ -1123,7 +1197,7 @@ func (in *instance) poison(p any) (failed []Command, known []answer, retry []Com
 			failed = append(failed, a.c)
 			continue
 		}
-		if first, result, ok := in.sh.h.storedAnswer(&acked, a.c, in.rec.Tick); ok {
+		if first, result, ok := in.opts.ttl.storedAnswer(&acked, a.c, in.rec.Tick); ok {
 			a.reply, a.result = first, result // as stored: the record in memory may have forgotten it and applied it again
 			known = append(known, a)
 		} else {

@@ -38,7 +38,8 @@ type shardRun struct {
 	grant     store.Grant
 	state     runState
 	insts     map[string]*instance
-	creating  map[string][]Command // commands that arrived while their instance is being created
+	passive   map[string]struct{}  // passivated instances (lifecycle.go): woken by a command or a watcher
+	creating  map[string][]Command // commands that arrived while their instance is being created or woken
 	stopServe func()
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -114,6 +115,7 @@ func (sh *shardRun) load(g store.Grant) {
 		return // stopped meanwhile
 	}
 	loaded := make([]*instance, len(ids))
+	passive := make([]bool, len(ids))
 	sem := make(chan struct{}, sh.h.cfg.LoadParallelism)
 	var wg sync.WaitGroup
 	for i, id := range ids {
@@ -121,7 +123,7 @@ func (sh *shardRun) load(g store.Grant) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			loaded[i] = sh.loadOne(g, id)
+			loaded[i], passive[i] = sh.loadInstance(g, id, true)
 		}()
 	}
 	wg.Wait()
@@ -142,6 +144,12 @@ func (sh *shardRun) load(g store.Grant) {
 		if in != nil {
 			in.resumeFrom = resumeFrom
 			sh.insts[in.id] = in
+		}
+	}
+	sh.passive = map[string]struct{}{}
+	for i, p := range passive {
+		if p {
+			sh.passive[ids[i]] = struct{}{}
 		}
 	}
 	n := len(sh.insts)
@@ -192,6 +200,14 @@ func (sh *shardRun) handedOffLate(stoppedAt time.Time) {
 
 // loadOne loads and registers one instance; nil if it is gone or unusable (logged).
 func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
+	in, _ := sh.loadInstance(g, id, false)
+	return in
+}
+
+// loadInstance is loadOne; with mayStayPassive, the last write of a passivated instance
+// (staysPassive) is neither registered nor loaded: passive reports it, and the shard indexes it
+// until a command or a watcher wakes it (loadOne then).
+func (sh *shardRun) loadInstance(g store.Grant, id string, mayStayPassive bool) (_ *instance, passive bool) {
 	st := sh.h.cfg.Store
 	var rec store.Record
 	var rev uint64
@@ -205,6 +221,9 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 			}
 			return err
 		}
+		if passive = mayStayPassive && sh.staysPassive(rec); passive {
+			return nil
+		}
 		_, err = st.Register(sh.ctx, g, id, rec, rev)
 		return err // ErrConflict: the load was not current (a lagging replica); load again
 	}, func(err error) bool {
@@ -213,15 +232,17 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 		return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrBadRecord) || errors.Is(err, store.ErrBlobMissing)
 	})
 	switch {
+	case err == nil && passive:
+		return nil, true
 	case errors.Is(err, store.ErrNotFound):
-		return nil
+		return nil, false
 	case errors.Is(err, store.ErrBadRecord) || errors.Is(err, store.ErrBlobMissing):
 		// Served as failed, not left out: its commands would be told it does not exist.
 		sh.log.Error("instance not loaded: its record cannot be read; it answers instance_failed until reloaded", "instance", id, "token", g.Token, "revision", rev, "err", err)
-		return sh.failedInstance(g, id, nil, store.Record{}, "bad_record", fmt.Sprintf("its stored record cannot be read (revision %d): %v", rev, err))
+		return sh.failedInstance(g, id, nil, store.Record{}, "bad_record", fmt.Sprintf("its stored record cannot be read (revision %d): %v", rev, err)), false
 	case err != nil:
 		sh.log.Error("instance not loaded", "instance", id, "token", g.Token, "revision", rev, "err", err)
-		return nil // the shard stopped meanwhile
+		return nil, false // the shard stopped meanwhile
 	}
 	rec.Token = g.Token
 	if rec.FxEpoch != g.Epoch {
@@ -234,23 +255,23 @@ func (sh *shardRun) loadOne(g store.Grant, id string) *instance {
 	}
 	kind, ok := sh.h.cfg.Kinds.Get(rec.Kind)
 	if rec.Ended { // a tombstone: it answers retransmissions until it expires, or is created again
-		return newInstance(sh, g, id, kind, nil, rec)
+		return newInstance(sh, g, id, kind, nil, rec), false
 	}
 	if !ok {
 		sh.log.Error("instance of unknown kind not loaded; it answers instance_failed until reloaded", "instance", id, "kind", rec.Kind, "known", sh.h.cfg.Kinds.Names())
-		return sh.failedInstance(g, id, nil, rec, "unknown_kind", fmt.Sprintf("its record is of unknown kind %q (this node knows %v)", rec.Kind, sh.h.cfg.Kinds.Names()))
+		return sh.failedInstance(g, id, nil, rec, "unknown_kind", fmt.Sprintf("its record is of unknown kind %q (this node knows %v)", rec.Kind, sh.h.cfg.Kinds.Names())), false
 	}
 	logic, err := restore(kind, id, rec)
 	if err != nil {
 		sh.log.Error("instance state unreadable, not loaded; it answers instance_failed until reloaded", "instance", id, "revision", rev, "err", err)
-		return sh.failedInstance(g, id, kind, rec, "restore", fmt.Sprintf("its kind %s could not Restore its stored state (revision %d): %v", rec.Kind, rev, err))
+		return sh.failedInstance(g, id, kind, rec, "restore", fmt.Sprintf("its kind %s could not Restore its stored state (revision %d): %v", rec.Kind, rev, err)), false
 	}
 	in := newInstance(sh, g, id, kind, logic, rec)
 	if len(rec.State) == 0 {
 		in.lastWrite = 0
 		in.forceWrite = true
 	}
-	return in
+	return in, false
 }
 
 var errLaggingLoad = errors.New("read lags behind the listing")
@@ -589,6 +610,10 @@ func (sh *shardRun) submit(c Command) {
 		sh.heartbeat(c)
 		return
 	}
+	if c.Interest { // a watcher's: no answer, no admission (it costs nothing unless it wakes one)
+		sh.interest(c)
+		return
+	}
 	// An acknowledgement alone costs the instance nothing and frees its client's session:
 	// admission control never refuses one.
 	if !c.AckOnly() && !sh.h.admit(&c) {
@@ -618,6 +643,10 @@ func (sh *shardRun) submit(c Command) {
 	if c.AckOnly() {
 		sh.mu.Unlock()
 		return // an acknowledgement alone of an instance not here: nothing to free, no one to answer
+	}
+	if _, ok := sh.passive[c.Instance]; ok {
+		sh.wakeLocked(c.Instance, &c, "command") // unlocks sh.mu
+		return
 	}
 	if c.Type != "create" {
 		g := sh.grant
@@ -727,6 +756,11 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 		sh.h.answer(c, reply, code)
 		return
 	}
+	labels, err := createLabels(cmd)
+	if err != nil {
+		sh.h.answerErr(c, wire.CodeBadRequest, "%v", err)
+		return
+	}
 	logic, err := kind.New(c.Instance, cmd)
 	if err != nil {
 		reply, code := replyFor(nil, err)
@@ -743,8 +777,8 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 	// The placeholder holds the create command and its answer: if the initial write below is
 	// uncertain, the rebuild makes the instance from the same command, and a retransmission gets
 	// this answer, never already_exists.
-	rec := store.Record{Kind: args.Kind, Create: c.Body, Creator: c.SenderKey}
-	sh.h.remember(&rec, c, 0, reply)
+	rec := store.Record{Kind: args.Kind, Create: c.Body, Creator: c.SenderKey, Labels: initialLabels(labels, logic)}
+	sh.h.optsOf(kind).ttl.remember(&rec, c, 0, reply)
 	createRev, err := st.Create(sh.ctx, g, c.Instance, rec)
 	if errors.Is(err, store.ErrConflict) {
 		// It exists, perhaps missing from a lagging listing: never overwrite, load it.

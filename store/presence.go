@@ -28,11 +28,17 @@ const PresenceVersion = 5
 // WriteVersion is the schema version r is written at (the v EncodeRecord gives it): the lowest
 // that holds what r holds.
 func (r *Record) WriteVersion() int {
-	if len(r.Players) > 0 {
+	switch {
+	case len(r.Labels) > 0 || r.Passive:
+		return LabelsVersion
+	case len(r.Players) > 0:
 		return PresenceVersion
 	}
 	return 4
 }
+
+// LabelsVersion is the schema version of a record that holds labels or is passive.
+const LabelsVersion = 6
 
 func (r *Record) player(name string) (int, bool) {
 	return slices.BinarySearchFunc(r.Players, name, func(p Presence, n string) int { return strings.Compare(p.Player, n) })

@@ -17,11 +17,12 @@ import (
 // SchemaVersion is the highest version of the instance record encoding this code writes and
 // reads. Version 2 added client sessions (clients) and the age of remembered requests (at);
 // version 3 the effects outbox (fx, fx_seq, fx_epoch); version 4 the sessions let go of (gone);
-// version 5 the players present (players), written only by a record that holds some
-// (Record.WriteVersion: a record without is still version 4). Older versions are read as they
-// are. An older build refuses a newer version rather than forget its sessions, its effects or
-// who is in.
-const SchemaVersion = PresenceVersion
+// version 5 the players present (players); version 6 the labels (labels) and passivation
+// (passive). A record is written at the lowest version that holds what it has
+// (Record.WriteVersion: one without players, labels or passivation is still version 4). Older
+// versions are read as they are. An older build refuses a newer version rather than forget its
+// sessions, its effects, who is in or its labels.
+const SchemaVersion = LabelsVersion
 
 // Size limits. A record or command over its limit is refused before anything is stored.
 const (
@@ -82,6 +83,29 @@ type Record struct {
 	// names: kept for a Logic that tracks players (actor.PlayerJoiner, actor.PlayerLeaver), so
 	// that who is in, and who joined or left, survives a failover exactly as stored.
 	Players []Presence `msgpack:"players,omitempty"`
+	// Labels are the instance's labels (set by its create command and by its Logic: listings
+	// filter on them), at most MaxLabels. A write never changes the map a record holds: a change
+	// makes a new one.
+	Labels map[string]string `msgpack:"labels,omitempty"`
+	// Passive marks the last write of a passivated instance (its kind's KindOptions.Passivate): an
+	// owner that loads it may leave it unloaded until a command or a watcher's interest wakes it.
+	Passive bool `msgpack:"passive,omitempty"`
+}
+
+// MaxLabels bounds the labels a record holds (actor.MaxLabels; a record with more than four
+// times as many does not decode).
+const MaxLabels = 16
+
+// MatchLabels reports whether labels hold every label of sel with its value (a value "*" only
+// asks for the key). An empty sel matches every instance.
+func MatchLabels(labels, sel map[string]string) bool {
+	for k, v := range sel {
+		got, ok := labels[k]
+		if !ok || v != "*" && got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // BlobRef points at an instance's state in the Object Store bucket BlobBucket.
@@ -253,6 +277,9 @@ func (r Record) ApproxSize() int {
 	for _, p := range r.Players {
 		n += 40 + len(p.Player)
 	}
+	for k, v := range r.Labels {
+		n += 10 + len(k) + len(v)
+	}
 	return n
 }
 
@@ -321,6 +348,9 @@ func DecodeRecord(b []byte) (Record, error) {
 	}
 	if err := checkPlayers(r.Players); err != nil {
 		return Record{}, err
+	}
+	if len(r.Labels) > 4*MaxLabels {
+		return Record{}, fmt.Errorf("%w: %d labels", ErrBadRecord, len(r.Labels))
 	}
 	if len(r.Fx) > 4*MaxOutbox {
 		return Record{}, fmt.Errorf("%w: %d effects in the outbox", ErrBadRecord, len(r.Fx))

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"slices"
+
 	"github.com/tickfence/tickfence/internal/mpenc"
 )
 
@@ -43,6 +45,12 @@ func appendRecord(b []byte, r *Record) []byte {
 		n++
 	}
 	if len(r.Players) > 0 {
+		n++
+	}
+	if len(r.Labels) > 0 {
+		n++
+	}
+	if r.Passive {
 		n++
 	}
 	b = mpenc.MapLen(b, n)
@@ -158,6 +166,22 @@ func appendRecord(b []byte, r *Record) []byte {
 			b = mpenc.Uint(mpenc.Str(b, "since"), p.Since)
 			b = mpenc.Uint(mpenc.Str(b, "seen"), p.Seen)
 		}
+	}
+	if len(r.Labels) > 0 {
+		// In key order: a record's bytes depend on nothing but its values (msgpack.Encoder with
+		// SetSortMapKeys writes the same).
+		b = mpenc.MapLen(mpenc.Str(b, "labels"), len(r.Labels))
+		keys := make([]string, 0, len(r.Labels))
+		for k := range r.Labels {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			b = mpenc.Str(mpenc.Str(b, k), r.Labels[k])
+		}
+	}
+	if r.Passive {
+		b = append(mpenc.Str(b, "passive"), 0xc3)
 	}
 	return b
 }

@@ -22,9 +22,13 @@ func reflective(t *testing.T, r store.Record) []byte {
 	if len(r.Players) > 0 {
 		r.V = store.PresenceVersion
 	}
+	if len(r.Labels) > 0 || r.Passive {
+		r.V = store.LabelsVersion
+	}
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
 	enc.UseCompactInts(true)
+	enc.SetSortMapKeys(true) // labels: the hand-written encoder writes them in key order
 	if err := enc.Encode(&r); err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +108,13 @@ func randomRecord(rng *rand.Rand) store.Record {
 			r.Players[k] = store.Presence{Player: str(), Since: u(), Seen: u()}
 		}
 	}
+	if n := count(); !maybeNil(n) {
+		r.Labels = make(map[string]string, n)
+		for k := range n {
+			r.Labels[strings.Repeat("k", k+1)+str()] = str()
+		}
+	}
+	r.Passive = rng.IntN(2) == 0
 	return r
 }
 
@@ -151,7 +162,7 @@ func TestAppendRecordMatchesTheReflectiveEncoder(t *testing.T) {
 // list) has it — an omitempty field would otherwise pass the encoding test while never set.
 func TestAppendRecordKnowsEveryField(t *testing.T) {
 	known := map[reflect.Type][]string{
-		reflect.TypeFor[store.Record]():        {"v", "token", "tick", "kind", "state", "reqs", "create", "clients", "gone", "creator", "ended", "ended_at", "fx", "fx_seq", "fx_epoch", "blob", "players"},
+		reflect.TypeFor[store.Record]():        {"v", "token", "tick", "kind", "state", "reqs", "create", "clients", "gone", "creator", "ended", "ended_at", "fx", "fx_seq", "fx_epoch", "blob", "players", "labels", "passive"},
 		reflect.TypeFor[store.Request]():       {"id", "fp", "res", "at"},
 		reflect.TypeFor[store.ClientSession](): {"id", "ack", "seen", "done"},
 		reflect.TypeFor[store.SeqResult]():     {"seq", "fp", "res"},

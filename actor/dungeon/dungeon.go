@@ -39,10 +39,16 @@ type Kind struct {
 	// FrameEvery, if not 0, makes every dungeon publish a frame every this many ticks (see
 	// Frame): its boss's HP and phase and its players, for the players watching it.
 	FrameEvery uint64
+	// Options are the kind's own tick rate, checkpoints and passivation (actor.KindOptions;
+	// zero: the node's).
+	Options actor.KindOptions
 }
 
 // Name implements actor.Kind.
 func (Kind) Name() string { return "dungeon" }
+
+// KindOptions implements actor.KindOptioner.
+func (k Kind) KindOptions() actor.KindOptions { return k.Options }
 
 // New implements actor.Kind. The create command may carry "boss_hp".
 func (k Kind) New(id string, create actor.Command) (actor.Logic, error) {

@@ -149,6 +149,9 @@ func TestRolesWork(t *testing.T) {
 	if out := tc("operator", "instance", "watch", "d1", "--count", "1", "--topic", ",hud"); !strings.Contains(out, "tick ") { // the main subject, and a topic the dungeon has not
 		t.Errorf("instance watch --topic ,hud printed %q; want a frame of the main subject", out)
 	}
+	if out := tc("operator", "instance", "watch", "d1", "--count", "1", "--durable"); !strings.Contains(out, "(stored ") { // issue 35.4
+		t.Errorf("instance watch --durable printed %q; want a stored frame with its stored tick", out)
+	}
 	tc("operator", "shards")
 	tc("operator", "instances")
 	tc("operator", "instance", "reload", "d1") // an operator's request to d1's owner (it runs: nothing to reload)

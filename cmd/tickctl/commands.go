@@ -104,6 +104,10 @@ var flagDefs = []flagDef{
 	{"shard", func(fs *flag.FlagSet, g *globals) {
 		fs.IntVar(&g.shard, "shard", -1, "only the instances of shard `N`")
 	}},
+	{"label", func(fs *flag.FlagSet, g *globals) {
+		fs.Var(&g.labels, "label", "`K=V` labels, comma-separated or repeated (instances: only those holding every one, V * for any\n"+
+			"value; instance create: the instance's)")
+	}},
 	{"dry-run", func(fs *flag.FlagSet, g *globals) {
 		fs.BoolVar(&g.dryRun, "dry-run", false, "print what would be done, change nothing")
 	}},
@@ -120,6 +124,9 @@ var flagDefs = []flagDef{
 	{"player", func(fs *flag.FlagSet, g *globals) {
 		fs.StringVar(&g.player, "player", "", "also the frames the game made for player `NAME` only (actor.Frames.PublishTo; an operator's\n"+
 			"or observer's credential may watch any player's)")
+	}},
+	{"durable", func(fs *flag.FlagSet, g *globals) {
+		fs.BoolVar(&g.durable, "durable", false, "show a frame only once its tick is stored: never one a failover undoes")
 	}},
 	{"count", func(fs *flag.FlagSet, g *globals) {
 		fs.IntVar(&g.count, "count", 0, "stop after `N` (watch: frames; audit: entries, default 50)")
@@ -176,13 +183,16 @@ var verbs = []*verb{
 	{path: "nodes", short: "the live nodes", run: func(ctx context.Context, c *cli, _ []string) error { return c.nodes(ctx) }},
 	{path: "shards", short: "owner, session and token of every shard",
 		run: func(ctx context.Context, c *cli, _ []string) error { return c.shards(ctx) }},
-	{path: "instances", args: "[--shard N]", short: "instances with shard, token, tick, kind, and those failed on their node", flags: []string{"shard"},
+	{path: "instances", args: "[--shard N] [--label K=V,…]", short: "instances with shard, token, tick, kind, labels, and those failed on their node",
+		flags: []string{"shard", "label"},
+		long: "--label mode=heroic lists only the instances whose last stored record holds that label (several:\n" +
+			"all of them; mode=* any value). Ended instances are listed ended, passivated ones passive.",
 		run: func(ctx context.Context, c *cli, _ []string) error { return c.instances(ctx) }},
 	{path: "instance get", args: "<id>", min: 1, max: 1, short: "the decoded record of one instance",
 		check: func(_ *globals, a []string) error { return validInstance(a[0]) },
 		run:   func(ctx context.Context, c *cli, a []string) error { return c.get(ctx, a[0]) }},
-	{path: "instance create", args: "<id> --kind dungeon", min: 1, max: 1, short: "create an instance (through its owner)",
-		flags: []string{"kind", "boss-hp", "request-id"},
+	{path: "instance create", args: "<id> --kind dungeon [--label K=V,…]", min: 1, max: 1, short: "create an instance (through its owner)",
+		flags: []string{"kind", "boss-hp", "request-id", "label"},
 		check: func(g *globals, a []string) error {
 			if g.kind == "" {
 				return usageError{"instance create needs --kind"}
@@ -193,6 +203,9 @@ var verbs = []*verb{
 			m := map[string]any{"type": "create", "kind": c.g.kind}
 			if c.g.bossHP > 0 {
 				m["boss_hp"] = c.g.bossHP
+			}
+			if len(c.g.labels.m) > 0 {
+				m["labels"] = c.g.labels.m
 			}
 			b, _ := json.Marshal(m)
 			return c.send(ctx, a[0], b)
@@ -222,9 +235,9 @@ var verbs = []*verb{
 			return validInstance(a[0])
 		},
 		run: func(ctx context.Context, c *cli, a []string) error { return c.send(ctx, a[0], []byte(a[1])) }},
-	{path: "instance watch", args: "<id> [--count N] [--topic T,…] [--player NAME]", min: 1, max: 1, flags: []string{"count", "topic", "player"}, timeout: -1,
+	{path: "instance watch", args: "<id> [--count N] [--topic T,…] [--player NAME] [--durable]", min: 1, max: 1, flags: []string{"count", "topic", "player", "durable"}, timeout: -1,
 		short: "print the instance's frames live (until Ctrl-C, --count frames or --timeout if\n" +
-			"given), zombies' frames dropped",
+			"given), zombies' frames dropped; --durable: only frames whose tick is stored",
 		check: func(g *globals, a []string) error {
 			if g.count < 0 {
 				return usageError{"--count must not be negative"}

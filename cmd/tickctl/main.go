@@ -50,9 +50,11 @@ type globals struct {
 	tolerance float64
 	count     int
 	topics    string // instance watch --topic
+	durable   bool   // instance watch --durable
 	grace     time.Duration
 
-	player string // instance watch --player
+	player string    // instance watch --player
+	labels labelFlag // instances --label (a filter), instance create --label
 }
 
 func main() {
@@ -271,14 +273,17 @@ func (c *cli) shards(ctx context.Context) error {
 }
 
 type instRow struct {
-	ID    string `json:"id"`
-	Shard uint32 `json:"shard"`
-	Kind  string `json:"kind"`
-	Token uint64 `json:"token"`
-	Tick  uint64 `json:"tick"`
-	Rev   uint64 `json:"revision"`
-	Ended bool   `json:"ended,omitempty"`
-	Error string `json:"error,omitempty"`
+	ID     string            `json:"id"`
+	Shard  uint32            `json:"shard"`
+	Kind   string            `json:"kind"`
+	Token  uint64            `json:"token"`
+	Tick   uint64            `json:"tick"`
+	Rev    uint64            `json:"revision"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Ended  bool              `json:"ended,omitempty"`
+	// Passive: its last write passivated it (its next command or watcher wakes it).
+	Passive bool   `json:"passive,omitempty"`
+	Error   string `json:"error,omitempty"`
 	// Failed: its owner reports it out of service because the game's code failed in it (it
 	// answers instance_failed until tickctl instance reload).
 	Failed *failedRow `json:"failed,omitempty"`
@@ -315,25 +320,27 @@ func (c *cli) failedInstances(ctx context.Context) (map[string]failedRow, int, e
 }
 
 func (c *cli) instances(ctx context.Context) error {
-	var rows []instRow
-	for s := uint32(0); s < c.cl.Shards; s++ {
-		if c.g.shard >= 0 && uint32(c.g.shard) != s {
-			continue
-		}
-		ids, err := c.st.Instances(ctx, c.cl.Epoch, s)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			rec, rev, err := c.st.Load(ctx, c.cl.Epoch, s, id)
-			row := instRow{ID: id, Shard: s, Kind: rec.Kind, Token: rec.Token, Tick: rec.Tick, Rev: rev, Ended: rec.Ended}
-			if err != nil {
-				row.Error = err.Error()
-			}
-			rows = append(rows, row)
-		}
+	opt := store.ListOptions{Labels: c.g.labels.m, Ended: true}
+	if c.g.shard >= 0 {
+		s := uint32(c.g.shard)
+		opt.Shard = &s
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
+	// One pass over the records of each data bucket (natskv's store.Lister); with --shard, a
+	// listing and a load per instance of that shard.
+	listed, err := store.ListInstances(ctx, c.st, c.cl, opt)
+	if err != nil {
+		return err
+	}
+	rows := make([]instRow, 0, len(listed))
+	for _, l := range listed {
+		rec := l.Record
+		row := instRow{ID: l.ID, Shard: l.Shard, Kind: rec.Kind, Token: rec.Token, Tick: rec.Tick, Rev: l.Revision, Labels: rec.Labels,
+			Ended: rec.Ended, Passive: rec.Passive}
+		if l.Err != nil {
+			row.Error = l.Err.Error()
+		}
+		rows = append(rows, row)
+	}
 	failed, more, err := c.failedInstances(ctx)
 	if err != nil {
 		return err
@@ -349,7 +356,7 @@ func (c *cli) instances(ctx context.Context) error {
 		return c.printJSON(rows)
 	}
 	w := c.table()
-	fmt.Fprintln(w, "INSTANCE\tSHARD\tKIND\tTOKEN\tTICK\tREVISION\tSTATUS")
+	fmt.Fprintln(w, "INSTANCE\tSHARD\tKIND\tTOKEN\tTICK\tREVISION\tLABELS\tSTATUS")
 	for _, r := range rows {
 		status := "ok"
 		switch {
@@ -357,15 +364,17 @@ func (c *cli) instances(ctx context.Context) error {
 			status = fmt.Sprintf("FAILED on %s since %s (%s): %s", r.Failed.Node, r.Failed.Since, r.Failed.Cause, r.Failed.Reason)
 		case r.Ended:
 			status = "ended"
+		case r.Passive:
+			status = "passive"
 		}
 		if r.Error != "" { // unreadable here too: the error, and what its node says if it failed
 			if r.Failed == nil {
 				status = ""
 			}
-			fmt.Fprintf(w, "%s\t%d\t!\t\t\t%s\t%s\n", r.ID, r.Shard, r.Error, status)
+			fmt.Fprintf(w, "%s\t%d\t!\t\t\t%s\t\t%s\n", r.ID, r.Shard, r.Error, status)
 			continue
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\t%s\n", r.ID, r.Shard, r.Kind, r.Token, r.Tick, r.Rev, status)
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\t%s\t%s\n", r.ID, r.Shard, r.Kind, r.Token, r.Tick, r.Rev, formatLabels(r.Labels), status)
 	}
 	fmt.Fprintf(w, "%d instances\n", len(rows))
 	if nfailed+more > 0 {
@@ -391,7 +400,7 @@ func (c *cli) get(ctx context.Context, id string) error {
 	}
 	if c.g.json {
 		v := map[string]any{"id": id, "shard": s, "kind": rec.Kind, "schema": rec.V, "token": rec.Token, "tick": rec.Tick,
-			"revision": rev, "state": state, "recent_request_ids": reqs, "ended": rec.Ended}
+			"revision": rev, "state": state, "recent_request_ids": reqs, "ended": rec.Ended, "labels": rec.Labels, "passive": rec.Passive}
 		if len(rec.Players) > 0 {
 			v["present"] = presentJSON(rec.Players)
 		}
@@ -410,6 +419,10 @@ func (c *cli) get(ctx context.Context, id string) error {
 	if rec.Ended {
 		fmt.Fprintf(w, "ended\tat %s (a tombstone: it answers retransmitted requests until it expires)\n",
 			time.UnixMilli(rec.EndedAt).UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(w, "labels\t%s\n", formatLabels(rec.Labels))
+	if rec.Passive {
+		fmt.Fprintf(w, "passive\tyes: unloaded by its owner until a command or a watcher wakes it\n")
 	}
 	fmt.Fprintf(w, "requests\t%d remembered\n", len(rec.Reqs))
 	if rec.Blob != nil { // a large state: its blob is uploaded again only when it changes
@@ -466,6 +479,9 @@ func (c *cli) client(ctx context.Context, verify bool) (*client.Client, error) {
 	opts := []client.Option{client.Shards(c.cl.Shards), client.Heartbeat(-1)} // tickctl speaks for no player
 	if verify {
 		opts = append(opts, client.VerifyGrants())
+	}
+	if u, err := auth.ReadCreds(c.g.creds); err == nil && u.Role == auth.Observer {
+		opts = append(opts, client.NoInterest()) // an observer may not publish a watcher's interest (a command subject)
 	}
 	return client.New(ctx, c.nc, opts...)
 }
@@ -527,8 +543,9 @@ func (c *cli) send(ctx context.Context, id string, body []byte) error {
 	return nil
 }
 
-// watch prints an instance's frames as they come: one line each (tick, grant, the payload as
-// JSON), or with --json a JSON object per line. --topic watches those topics only.
+// watch prints an instance's frames as they come: one line each (tick, stored tick, grant, the
+// payload as JSON), or with --json a JSON object per line. --topic watches those topics only;
+// --durable shows only frames whose tick is stored (client.WatchDurable).
 func (c *cli) watch(ctx context.Context, id string) error {
 	cl, err := c.client(ctx, true) // it reads the store: a forged frame's grant is never followed
 	if err != nil {
@@ -539,8 +556,16 @@ func (c *cli) watch(ctx context.Context, id string) error {
 	if c.g.topics != "" {
 		topics = strings.Split(c.g.topics, ",")
 	}
-	// An operator's watch of a player's own frames never speaks for the player (no heartbeat).
-	w, err := cl.WatchPlayer(ctx, id, c.g.player, topics...)
+	var w *client.Watch
+	switch {
+	case c.g.durable && c.g.player != "":
+		return fmt.Errorf("--durable and --player: watch a player's frames durably from its own client (client.WatchDurable with its credential)")
+	case c.g.durable:
+		w, err = cl.WatchDurable(ctx, id, topics...)
+	default:
+		// An operator's watch of a player's own frames never speaks for the player (no heartbeat).
+		w, err = cl.WatchPlayer(ctx, id, c.g.player, topics...)
+	}
 	if err != nil {
 		return err
 	}
@@ -568,7 +593,8 @@ func (c *cli) watch(ctx context.Context, id string) error {
 			b, _ = json.Marshal(fmt.Sprintf("%d bytes, not msgpack", len(f.Payload)))
 		}
 		if c.g.json {
-			v := map[string]any{"instance": id, "topic": f.Topic, "epoch": f.Epoch, "token": f.Token, "tick": f.Tick, "frame": json.RawMessage(b)}
+			v := map[string]any{"instance": id, "topic": f.Topic, "epoch": f.Epoch, "token": f.Token, "tick": f.Tick,
+				"stored": f.Stored, "rewound": f.Rewound, "frame": json.RawMessage(b)}
 			if f.To != "" {
 				v["to"] = f.To
 			}
@@ -583,7 +609,10 @@ func (c *cli) watch(ctx context.Context, id string) error {
 			if f.To != "" {
 				topic += " (to " + f.To + ")"
 			}
-			fmt.Fprintf(c.out, "tick %d  epoch %d token %d%s  %s\n", f.Tick, f.Epoch, f.Token, topic, b)
+			if f.Rewound {
+				fmt.Fprintf(c.out, "rewound: the frames past tick %d were undone (the instance went on from its stored tick)\n", f.Stored)
+			}
+			fmt.Fprintf(c.out, "tick %d (stored %d)  epoch %d token %d%s  %s\n", f.Tick, f.Stored, f.Epoch, f.Token, topic, b)
 		}
 		if n++; c.g.count > 0 && n >= c.g.count {
 			return nil

@@ -65,6 +65,8 @@ type options struct {
 	demoPlayers     int
 	demoRate        float64
 	demoFrameEvery  uint64
+	demoIdle        bool
+	demoPassivate   time.Duration
 	checkpointEvery uint64
 	sync            bool
 	metricsAddr     string
@@ -125,7 +127,7 @@ func main() {
 		"(P ≥ the number of servers)")
 	fs.UintVar(&o.replicas, "replicas", 1, "replicas of every bucket and stream of a new cluster: 1, 3 or 5 (fixed once created; 3 and 5 need a\n"+
 		"JetStream cluster of at least as many servers: tickd server --cluster). R3 survives the loss of one server, R5 of two")
-	fs.Float64Var(&o.tickRate, "tick-rate", 20, "ticks per second of every instance (Hz)")
+	fs.Float64Var(&o.tickRate, "tick-rate", 20, "ticks per second of every instance whose kind sets none (Hz; actor.KindOptions.TickRate)")
 	fs.IntVar(&o.tickWorkers, "tick-workers", 0, "goroutines that tick the instances (0: 16 per GOMAXPROCS, 16 to 64: more than the cores\n"+
 		"hold the tick schedule better beside the command path)")
 	fs.DurationVar(&o.maxCatchUp, "max-catch-up", actor.DefaultCatchUp, "how far behind its schedule the tick engine may fall and still run every tick, late (the owed\n"+
@@ -137,7 +139,12 @@ func main() {
 	fs.Uint64Var(&o.demoFrameEvery, "demo-frame-every", 5, "every demo dungeon publishes a frame (boss HP, phase, players; ~190 bytes) every this many ticks\n"+
 		"on tickfence.out.<S>.<id>, for watchers (tickctl instance watch); 0: none. 1 costs ~3 µs of node CPU and ~2.5 µs\n"+
 		"of server CPU per frame (tickbench frames): at 2 500 dungeons, 50 000 frames/s")
-	fs.Uint64Var(&o.checkpointEvery, "checkpoint-every", 20, "write an instance at least every this many ticks even without commands")
+	fs.BoolVar(&o.demoIdle, "demo-idle", false, "create the demo dungeons and play nothing: idle instances (what --demo-passivate is for)")
+	fs.DurationVar(&o.demoPassivate, "demo-passivate", 0, "the demo dungeon kind passivates a dungeon without a command or a watcher for this long: written,\n"+
+		"unloaded (no tick, no timer, a few bytes of index) until its next command or watcher wakes it (0: never; see\n"+
+		"actor.KindOptions.Passivate)")
+	fs.Uint64Var(&o.checkpointEvery, "checkpoint-every", 20, "write an instance at least every this many ticks even without commands, unless its kind sets\n"+
+		"its own (actor.KindOptions.CheckpointEvery)")
 	fs.Var((*syncFlag)(&o.sync), "sync", "the embedded server fsyncs every write before it is acknowledged (JetStream sync_interval: always;\n"+
 		"also spelled --sync always): it survives a power loss of the machine, not only a kill of the process;\n"+
 		"slower. An external server has its own: tickd server --sync, or sync_interval: always in nats-server's config")
@@ -310,6 +317,9 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	if o.checkpointEvery == 0 {
 		return errors.New("--checkpoint-every must be at least 1")
 	}
+	if o.demoPassivate < 0 {
+		return fmt.Errorf("--demo-passivate must not be negative, got %v", o.demoPassivate)
+	}
 	if o.tickWorkers < 0 || o.tickWorkers > 4096 {
 		return fmt.Errorf("--tick-workers must be in 0..4096 (0: the default), got %d", o.tickWorkers)
 	}
@@ -399,7 +409,7 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 		client.NoIdleAck = true
 		dctx, cancel := context.WithTimeout(ctx, time.Minute)
 		driver, err = demo.Start(dctx, demo.Config{Client: client, Instances: o.demo,
-			Players: o.demoPlayers, Every: every, Logger: log})
+			Players: o.demoPlayers, Every: every, Idle: o.demoIdle, Logger: log})
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			log.Error("demo dungeons could not be created", "err", err)
@@ -429,7 +439,7 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 func nodeOptions(o options, set shapeSet, reg prometheus.Registerer, log *slog.Logger) tickfence.Options {
 	beforeWrite, beforeRelease := faultHooks(log)
 	return tickfence.Options{
-		Kinds: []actor.Kind{dungeon.Kind{FrameEvery: o.demoFrameEvery}}, NodeID: o.nodeID,
+		Kinds: []actor.Kind{dungeon.Kind{FrameEvery: o.demoFrameEvery, Options: actor.KindOptions{Passivate: o.demoPassivate}}}, NodeID: o.nodeID,
 		NATS: o.natsURL, DataDir: o.data, Listen: o.natsListen, Sync: o.sync, Creds: o.creds, Auth: o.authDir, Insecure: o.insecure, TLSCA: o.tlsCA, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 		Shards: uint32(o.shards), RequireShards: set.Shards, Partitions: uint32(o.partitions), RequirePartitions: set.Partitions,
 		Replicas: uint32(o.replicas), RequireReplicas: set.Replicas, TickRate: o.tickRate, TickWorkers: o.tickWorkers, MaxCatchUp: o.maxCatchUp, CheckpointEvery: o.checkpointEvery,

@@ -19,6 +19,7 @@ const (
 	MaxStep    = 3   // the longest move, in each axis, of one command
 	StartHP    = 100
 	MaxPlayers = 16
+	FrameEvery = 5 // ticks between two frames of the arena's status (and one when a round ends)
 )
 
 // Kind is the arena's kind of instance: "arena".
@@ -62,6 +63,8 @@ type Arena struct {
 	Players   []Fighter `msgpack:"players"` // sorted by name
 	Winner    string    `msgpack:"winner,omitempty"`
 	Rounds    int       `msgpack:"rounds"`
+	// Frames is the outbox of what watchers are shown (its status): never stored.
+	actor.Frames
 }
 
 // Fighter is one player in the arena.
@@ -73,9 +76,17 @@ type Fighter struct {
 }
 
 // Tick implements actor.Logic: the zone shrinks, whoever stands outside it loses health, and
-// when one fighter is left standing the round ends.
+// when one fighter is left standing the round ends. Every FrameEvery ticks, and when a round
+// ends, it shows its status to its watchers (a frame).
 func (a *Arena) Tick(tick uint64) {
 	a.LastTick = tick
+	rounds := a.Rounds
+	defer func() {
+		if tick%FrameEvery == 0 || a.Rounds != rounds {
+			b, _ := msgpack.Marshal(a.status())
+			a.Publish("", b)
+		}
+	}()
 	if a.Winner != "" || len(a.Players) < 2 {
 		return
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tickfence/tickfence"
 	"github.com/tickfence/tickfence/actor"
+	"github.com/tickfence/tickfence/shard/natscmd"
 )
 
 func command(t *testing.T, m map[string]any) actor.Command {
@@ -64,11 +66,22 @@ func TestArenaRules(t *testing.T) {
 		t.Fatal("a move longer than MaxStep was accepted")
 	}
 	var tick uint64
+	frames := 0
 	for tick = 1; a.Winner == "" && tick < 1000; tick++ {
 		a.Tick(tick)
+		frames += len(a.TakeFrames())
 	}
 	if a.Winner != "ann" || a.Rounds != 1 {
 		t.Fatalf("winner %q after %d ticks (rounds %d), want ann: %+v", a.Winner, tick, a.Rounds, a)
+	}
+	// A frame every FrameEvery ticks, and one when the round ended.
+	last := tick - 1
+	want := int(last / FrameEvery)
+	if last%FrameEvery != 0 {
+		want++ // the round's end, between two
+	}
+	if frames != want {
+		t.Fatalf("%d frames in %d ticks; want one every %d and one at the round's end (%d)", frames, last, FrameEvery, want)
 	}
 	if a.Zone >= 20 {
 		t.Fatalf("the zone never shrank: %d", a.Zone)
@@ -110,11 +123,31 @@ func TestArenaOnANode(t *testing.T) {
 		return m
 	}
 	send(map[string]any{"type": "create", "kind": "arena"})
+	w, err := c.WatchDurable(ctx, "arena-t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	send(map[string]any{"type": "join", "player": "ann"})
 	if m := send(map[string]any{"type": "move", "player": "ann", "dx": 2, "dy": 3}); fmt.Sprint(m["x"], m["y"]) != "2 3" {
 		t.Fatalf("move answered %v", m)
 	}
-	time.Sleep(300 * time.Millisecond) // a few ticks
+	// The arena's frames, watched durably: one showing ann comes once the write of its tick is stored.
+	for deadline := time.After(10 * time.Second); ; {
+		select {
+		case f := <-w.C:
+			var st status
+			if err := msgpack.Unmarshal(f.Payload, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Players != 1 {
+				continue
+			}
+			t.Logf("durable frame of tick %d (stored %d when it left): %+v", f.Tick, f.Stored, st)
+		case <-deadline:
+			t.Fatal("no durable frame showing ann in 10 s")
+		}
+		break
+	}
 	if m := send(map[string]any{"type": "status"}); m["players"] == nil {
 		t.Fatalf("status answered %v", m)
 	} else {
@@ -124,5 +157,30 @@ func TestArenaOnANode(t *testing.T) {
 	defer scancel()
 	if err := node.Stop(sctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFollowSaysRewindsAndStoredWinners: the bots' client prints a rewind its watch reports, and
+// announces a round's winner once, however many frames show it.
+func TestFollowSaysRewindsAndStoredWinners(t *testing.T) {
+	ch := make(chan natscmd.Frame, 8)
+	frame := func(tick uint64, rewound bool, st status) {
+		st.Tick = tick
+		b, _ := msgpack.Marshal(st)
+		f := natscmd.Frame{Payload: b, Rewound: rewound}
+		f.Tick, f.Stored = tick, tick
+		ch <- f
+	}
+	frame(10, false, status{Players: 2, Alive: 2, Rounds: 3, Winner: "bob"}) // won before we watched
+	frame(15, false, status{Players: 2, Alive: 2, Rounds: 3})
+	frame(18, true, status{Players: 2, Alive: 2, Rounds: 3})
+	frame(20, false, status{Players: 2, Alive: 1, Rounds: 4, Winner: "ann"})
+	frame(25, false, status{Players: 2, Alive: 1, Rounds: 4, Winner: "ann"})
+	close(ch)
+	var out strings.Builder
+	var won []int
+	follow(context.Background(), "a", &natscmd.Watch{C: ch}, &out, time.Hour, func(r int) { won = append(won, r) })
+	if !strings.Contains(out.String(), "a: rewound") || strings.Count(out.String(), "won by") != 1 || len(won) != 1 || won[0] != 4 {
+		t.Fatalf("printed:\n%swon %v; want one rewind and round 4 won by ann, once", out.String(), won)
 	}
 }

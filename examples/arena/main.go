@@ -8,12 +8,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tickfence/tickfence"
 	"github.com/tickfence/tickfence/actor"
@@ -65,7 +68,9 @@ func main() {
 }
 
 // playBots creates arena-1 (or finds it), joins four bots and moves them at random, ten moves a
-// second, printing the arena's status every second until ctx ends.
+// second. It follows the arena through its frames, watched durably: it prints the status every
+// second and announces each round's winner — never one a failover undoes — then starts the next
+// round, until ctx ends.
 func playBots(ctx context.Context, c *natscmd.Client) error {
 	const id = "arena-1"
 	r, err := c.SendMap(ctx, id, "create-arena-1", map[string]any{"type": "create", "kind": "arena"})
@@ -75,6 +80,14 @@ func playBots(ctx context.Context, c *natscmd.Client) error {
 	if !r.OK && r.Error.Code != "already_exists" {
 		return fmt.Errorf("create %s: %s", id, r.Error)
 	}
+	// Durable: a frame comes once the write of its tick is stored. A fast watch (c.Watch) would
+	// show each at once, but after a failover the new owner goes on from its stored tick and a
+	// winner shown may never have won: its next frame says Rewound, too late for the
+	// announcement.
+	w, err := c.WatchDurable(ctx, id)
+	if err != nil {
+		return err
+	}
 	bots := []string{"ann", "bob", "cid", "dee"}
 	for _, b := range bots {
 		// An empty request ID: the client numbers the command in its session (exactly once).
@@ -82,36 +95,70 @@ func playBots(ctx context.Context, c *natscmd.Client) error {
 			return fmt.Errorf("join %s: %v %v", b, err, r.Error)
 		}
 	}
+	won := make(chan int, 1)
+	go follow(ctx, id, w, os.Stdout, time.Second, func(round int) {
+		select {
+		case won <- round:
+		default:
+		}
+	})
 	move := time.NewTicker(100 * time.Millisecond)
 	defer move.Stop()
-	show := time.NewTicker(time.Second)
-	defer show.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-show.C:
-			r, err := c.SendMap(ctx, id, "", map[string]any{"type": "status"})
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
+		case <-won:
+			if _, err := c.SendMap(ctx, id, "", map[string]any{"type": "restart"}); err != nil && ctx.Err() == nil {
 				return err
-			}
-			fmt.Printf("%s: %v\n", id, r.Result)
-			if m, ok := r.Result.(map[string]any); ok && m["winner"] != "" && m["winner"] != nil {
-				if _, err := c.SendMap(ctx, id, "", map[string]any{"type": "restart"}); err != nil && ctx.Err() == nil {
-					return err
-				}
 			}
 		case <-move.C:
 			b := bots[rand.IntN(len(bots))]
 			// Bots drift towards the centre, with some noise.
 			_, err := c.SendMap(ctx, id, "", map[string]any{"type": "move", "player": b,
-				"dx": rand.IntN(2*3+1) - 2, "dy": rand.IntN(2*3+1) - 2})
+				"dx": rand.IntN(MaxStep+3) - 2, "dy": rand.IntN(MaxStep+3) - 2}) // -2 … MaxStep
 			if err != nil && ctx.Err() == nil {
 				return err
 			}
+		}
+	}
+}
+
+// status is an arena's frame: what Arena.status returns.
+type status struct {
+	Tick    uint64 `msgpack:"tick"`
+	Zone    int    `msgpack:"zone"`
+	Players int    `msgpack:"players"`
+	Alive   int    `msgpack:"alive"`
+	Winner  string `msgpack:"winner"`
+	Rounds  int    `msgpack:"rounds"`
+}
+
+// follow prints an arena's status from its frames, at most one line per every, and each round's
+// winner once (calling won with the round's number); a frame that says Rewound — frames the watch
+// received were undone by a failover — is said too. It returns when the watch ends.
+func follow(ctx context.Context, id string, w *natscmd.Watch, out io.Writer, every time.Duration, won func(round int)) {
+	var last time.Time
+	announced := -1
+	for f := range w.C {
+		var st status
+		if err := msgpack.Unmarshal(f.Payload, &st); err != nil {
+			continue
+		}
+		if f.Rewound {
+			fmt.Fprintf(out, "%s: rewound: the arena went on from its stored tick %d (a failover); what was not stored is gone\n", id, f.Stored)
+		}
+		if announced < 0 {
+			announced = st.Rounds // rounds won before we watched are not news
+		}
+		if st.Winner != "" && st.Rounds > announced {
+			announced = st.Rounds
+			fmt.Fprintf(out, "%s: round %d won by %s at tick %d\n", id, st.Rounds, st.Winner, st.Tick)
+			won(st.Rounds)
+		}
+		if time.Since(last) >= every {
+			last = time.Now()
+			fmt.Fprintf(out, "%s: tick %d zone %d alive %d/%d rounds %d\n", id, st.Tick, st.Zone, st.Alive, st.Players, st.Rounds)
 		}
 	}
 }

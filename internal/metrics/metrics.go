@@ -63,6 +63,7 @@ type Node struct {
 	FramesPublished prometheus.Counter
 	FramesDropped   prometheus.Counter
 	FramesRefused   prometheus.Counter
+	FrameNotices    prometheus.Counter
 
 	EffectsEmitted   prometheus.Counter
 	EffectsPublished prometheus.Counter
@@ -82,6 +83,8 @@ type Node struct {
 	// (answered instance_failed until reloaded); InstanceFailures counts failures by cause.
 	InstancesFailed  prometheus.GaugeFunc
 	InstanceFailures *prometheus.CounterVec
+	// Life: passivation, wake-ups, ends by the game's logic (lifecycle.go).
+	Life *Life
 
 	tickMetrics *tickMetrics // tickfence_ticks_total, the tick histograms, the lateness window
 	writes      atomic.Uint64
@@ -232,6 +235,8 @@ func newNode(reg prometheus.Registerer) *Node {
 		Help: "Frames dropped because the publisher's queue was full or NATS refused them (frames are not durable)."})
 	m.FramesRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_frames_refused_total",
 		Help: "Frames a game made that break the limits (topic, size): logged and not published."})
+	m.FrameNotices = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_frame_notices_total",
+		Help: "Stored notices handed to NATS: an acknowledged write made a frame published before durable and no frame of the next tick said so."})
 	m.EffectsEmitted = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_effects_emitted_total",
 		Help: "Effects games emitted, put in their instances' outboxes (stored with the next write)."})
 	m.EffectsPublished = prometheus.NewCounter(prometheus.CounterOpts{Name: "tickfence_effects_published_total",
@@ -290,9 +295,10 @@ func newNode(reg prometheus.Registerer) *Node {
 		m.InstanceFailures.WithLabelValues(c)
 	}
 	reg.MustRegister(m.InstancesFailed, m.InstanceFailures)
+	m.Life = newLife(reg)
 	reg.MustRegister(m.Failovers, m.Handoffs, m.HandoffPause, m.CoordinatorLeader, m.Elections, m.LeaseRenewal, m.SelfFenced, m.RideThroughs, m.RidingThrough,
 		m.LeaseTTL, m.ShardsUnowned, m.ShardUnownedMaxAge, m.TickPeriod,
-		m.FramesPublished, m.FramesDropped, m.FramesRefused, m.EffectsEmitted, m.EffectsPublished, m.EffectsFailed, m.EffectsRefused)
+		m.FramesPublished, m.FramesDropped, m.FramesRefused, m.FrameNotices, m.EffectsEmitted, m.EffectsPublished, m.EffectsFailed, m.EffectsRefused)
 	for _, r := range []string{"ok", "stale_owner", "conflict", "refused", "error"} {
 		m.StateWrites.WithLabelValues(r)
 	}

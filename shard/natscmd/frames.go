@@ -66,10 +66,12 @@ func (p *FramePublisher) Publish(f shard.Frame) {
 
 func (p *FramePublisher) run() {
 	defer close(p.done)
-	// One message and one header map, reused: PublishMsg copies them into the connection's buffer.
-	epoch, token, tick, index := []string{""}, []string{""}, []string{""}, []string{""}
+	// Messages and header maps reused: PublishMsg copies them into the connection's buffer. A
+	// stored notice has no tick, frame number or payload (wire.StoredToken).
+	epoch, token, tick, index, stored, reverts := []string{""}, []string{""}, []string{""}, []string{""}, []string{""}, []string{""}
 	m := &nats.Msg{Header: nats.Header{wire.HeaderEpoch: epoch, wire.HeaderToken: token, wire.HeaderTick: tick,
-		wire.HeaderFrame: index}}
+		wire.HeaderFrame: index, wire.HeaderStored: stored}}
+	notice := &nats.Msg{Header: nats.Header{wire.HeaderEpoch: epoch, wire.HeaderToken: token, wire.HeaderStored: stored}}
 	var num []byte
 	for {
 		var f shard.Frame
@@ -78,28 +80,47 @@ func (p *FramePublisher) run() {
 		case <-p.quit:
 			return
 		}
-		m.Subject = wire.FrameSubject(f.Shard, f.Instance, f.Topic)
-		if f.To != "" {
-			if p.DropPrivate.Load() {
-				p.metrics.FramesDropped.Inc()
-				continue
+		msg := m
+		if f.Notice {
+			msg = notice
+			msg.Subject = wire.StoredSubject(f.Shard, f.Instance)
+		} else {
+			m.Subject = wire.FrameSubject(f.Shard, f.Instance, f.Topic)
+			if f.To != "" {
+				if p.DropPrivate.Load() {
+					p.metrics.FramesDropped.Inc()
+					continue
+				}
+				m.Subject = wire.PrivateFrameSubject(f.Shard, f.Instance, f.To, f.Topic)
 			}
-			m.Subject = wire.PrivateFrameSubject(f.Shard, f.Instance, f.To, f.Topic)
+			m.Data = f.Payload
+			num = strconv.AppendUint(num[:0], f.Tick, 10)
+			tick[0] = string(num)
+			num = strconv.AppendUint(num[:0], f.Index, 10)
+			index[0] = string(num)
 		}
-		m.Data = f.Payload
 		num = strconv.AppendUint(num[:0], f.Epoch, 10)
 		epoch[0] = string(num)
 		num = strconv.AppendUint(num[:0], f.Token, 10)
 		token[0] = string(num)
-		num = strconv.AppendUint(num[:0], f.Tick, 10)
-		tick[0] = string(num)
-		num = strconv.AppendUint(num[:0], f.Index, 10)
-		index[0] = string(num)
-		if err := p.nc.PublishMsg(m); err != nil {
+		num = strconv.AppendUint(num[:0], f.Stored, 10)
+		stored[0] = string(num)
+		if f.Reverts > 0 { // absent means 0: the usual frame carries no such header
+			num = strconv.AppendUint(num[:0], f.Reverts, 10)
+			reverts[0] = string(num)
+			msg.Header[wire.HeaderReverts] = reverts
+		} else {
+			delete(msg.Header, wire.HeaderReverts)
+		}
+		if err := p.nc.PublishMsg(msg); err != nil {
 			p.metrics.FramesDropped.Inc()
 			continue
 		}
-		p.metrics.FramesPublished.Inc()
+		if f.Notice {
+			p.metrics.FrameNotices.Inc()
+		} else {
+			p.metrics.FramesPublished.Inc()
+		}
 	}
 }
 
@@ -109,7 +130,8 @@ func (p *FramePublisher) Close() {
 	<-p.done
 }
 
-// Frame is a frame as a watcher receives it.
+// Frame is a frame as a watcher receives it. Its stamp's Stored says which ticks of the instance
+// were stored when it left: a frame whose Tick is above it may yet be undone by a failover.
 type Frame struct {
 	Instance string
 	Topic    string // "" for the instance's main subject
@@ -118,6 +140,13 @@ type Frame struct {
 	To string
 	wire.FrameStamp
 	Payload []byte
+	// Rewound: frames this watch received before this one were undone. It is under a new line
+	// (wire.Line: a new owner's, which restarted from its stored tick, or its owner went back to
+	// its stored state), and the line before had gone past this frame's Stored: what a watch
+	// that shows every frame (Watch) showed after Stored is gone, and this frame's tick may be
+	// lower than theirs; a durable watch (WatchDurable) never showed those frames, and dropped
+	// the ones it held. A game re-syncs what it shows from this frame.
+	Rewound bool
 }
 
 // Watch delivers the frames of one instance until ctx ends (then the channel closes): every
@@ -127,14 +156,17 @@ type Frame struct {
 // else: a player's client watching its own HUD topic does not receive everyone's. It applies the
 // watcher's rule (wire.FrameFilter) to what it subscribed: a frame under an older grant than one
 // already seen — a zombie's — is dropped, and under the same grant one that is not after the last
-// shown on its subject (by tick and frame number), so what arrives goes forward in time. It
-// survives moves: the subject names the instance, not its owner. A consumer slower than the
-// frames loses the ones its buffer (256) cannot hold; Dropped on the returned Watch counts them.
+// shown on its subject (by tick and frame number), so what arrives goes forward in time, but for
+// a rewind: frames leave before their tick is stored, and after a failover the new owner may go
+// on from a tick below ones shown, undoing them; its first frame then says Rewound (wire.Rewinds).
+// WatchDurable shows only frames whose tick is stored. It survives moves: the subject names the
+// instance, not its owner. A consumer slower than the frames loses the ones its buffer (256)
+// cannot hold; Dropped on the returned Watch counts them.
 //
 // ctx needs no deadline (a signal.NotifyContext is fine): Watch waits up to watchFlush for the
 // server to confirm the subscriptions before it returns.
 func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (*Watch, error) {
-	return c.WatchPlayer(ctx, instance, c.Player, topics...)
+	return c.watch(ctx, instance, c.Player, false, topics)
 }
 
 // WatchPlayer is Watch for player: the instance's public frames and, on the player's own
@@ -144,6 +176,23 @@ func (c *Client) Watch(ctx context.Context, instance string, topics ...string) (
 // frames only, and sends none. A client that sends as a player watches that player only
 // (ErrOtherPlayer); a trusted one (a gateway relaying for its players) any.
 func (c *Client) WatchPlayer(ctx context.Context, instance, player string, topics ...string) (*Watch, error) {
+	return c.watch(ctx, instance, player, false, topics)
+}
+
+// WatchDurable is Watch delivering only durable frames: it holds each frame until a later
+// message of its owner — a frame saying its tick is stored, or a stored notice (wire.StoredSubject,
+// which it subscribes besides the topics) — says so, then delivers it, in order (wire.Holdback).
+// No failover undoes what it delivers. A frame whose owner changes, or goes back to its stored
+// state, before its tick is said stored is dropped (Unconfirmed counts them), and if it had been
+// undone the next frame delivered says Rewound. The cost is latency: a frame comes once the write
+// after it is acknowledged (a command's write at once; without commands the instance's next
+// checkpoint, every CheckpointEvery ticks), plus the wait for a message saying so: its topic's
+// next frame if the topic is framed at least every 5 ticks, else a stored notice a tick after.
+func (c *Client) WatchDurable(ctx context.Context, instance string, topics ...string) (*Watch, error) {
+	return c.watch(ctx, instance, c.Player, true, topics)
+}
+
+func (c *Client) watch(ctx context.Context, instance, player string, durable bool, topics []string) (*Watch, error) {
 	if err := store.ValidID(instance); err != nil {
 		return nil, err
 	}
@@ -155,7 +204,8 @@ func (c *Client) WatchPlayer(ctx context.Context, instance, player string, topic
 	}
 	s := store.ShardOf(instance, c.shards)
 	base := wire.FrameSubject(s, instance, "")
-	subjects := []string{base, base + ".*"} // every topic
+	notices := wire.StoredSubject(s, instance)
+	subjects := []string{base, base + ".*"} // every topic, and the stored notices
 	var priv string                         // the player's own frames' base subject
 	if player != "" {
 		priv = wire.PrivateFrameSubject(s, instance, player, "")
@@ -180,6 +230,10 @@ func (c *Client) WatchPlayer(ctx context.Context, instance, player string, topic
 				}
 			}
 		}
+		if durable {
+			want[notices] = true
+			subjects = append(subjects, notices)
+		}
 	}
 	ch := make(chan Frame, 256)
 	w := &Watch{C: ch}
@@ -192,7 +246,26 @@ func (c *Client) WatchPlayer(ctx context.Context, instance, player string, topic
 			return c.GrantOf(vctx, s)
 		}
 	}
-	closed := false
+	var rewinds wire.Rewinds
+	var hold wire.Holdback[Frame]
+	closed, owed := false, false // owed: a rewind not yet said (its frame found the buffer full)
+	deliver := func(fs []Frame, rewound bool) {
+		for i, f := range fs {
+			f.Rewound = i == 0 && rewound || owed
+			select {
+			case ch <- f:
+				owed = false
+				if f.Rewound {
+					w.rewinds.Add(1)
+				}
+			default:
+				owed = f.Rewound
+				w.dropped.Add(1)
+			}
+		}
+		w.unconfirmed.Store(hold.Unconfirmed())
+		w.overflowed.Store(hold.Overflowed())
+	}
 	handle := func(m *nats.Msg) {
 		// A frame is published on its own subject. A message delivered here under another — what a
 		// push consumer delivers keeps its stored subject: someone aimed a stream's consumer at
@@ -201,6 +274,22 @@ func (c *Client) WatchPlayer(ctx context.Context, instance, player string, topic
 		public := m.Subject == base || strings.HasPrefix(m.Subject, base+".")
 		if want != nil && !want[m.Subject] || want == nil && !public && !mine {
 			w.invalid.Add(1)
+			return
+		}
+		if m.Subject == notices {
+			if !durable {
+				return // a watch of every topic receives them; only a durable one needs them
+			}
+			n, err := wire.ParseStoredNotice(m.Header.Get)
+			if err != nil {
+				w.invalid.Add(1)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !closed {
+				deliver(hold.Notice(n))
+			}
 			return
 		}
 		st, err := wire.ParseFrameStamp(m.Header.Get)
@@ -222,10 +311,10 @@ func (c *Client) WatchPlayer(ctx context.Context, instance, player string, topic
 			}
 			return
 		}
-		select {
-		case ch <- f:
-		default:
-			w.dropped.Add(1)
+		if durable {
+			deliver(hold.Frame(st, f))
+		} else {
+			deliver([]Frame{f}, rewinds.Shown(st))
 		}
 	}
 	var subs []*nats.Subscription
@@ -265,7 +354,31 @@ func (c *Client) WatchPlayer(ctx context.Context, instance, player string, topic
 		close(ch)
 		mu.Unlock()
 	}()
+	if every := c.interestEvery(); every > 0 {
+		// The watcher's interest: it wakes a passivated instance and keeps it loaded (its frames
+		// flow only while it ticks).
+		_ = c.Interest(instance)
+		go func() {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					_ = c.Interest(instance)
+				}
+			}
+		}()
+	}
 	return w, nil
+}
+
+func (c *Client) interestEvery() time.Duration {
+	if c.InterestEvery == 0 {
+		return wire.InterestEvery
+	}
+	return c.InterestEvery
 }
 
 // watchFlush bounds Watch's wait for the server to confirm its subscriptions.
@@ -276,14 +389,22 @@ type Watch struct {
 	// C receives the frames that pass the rule; it closes when the watch's context ends.
 	C <-chan Frame
 
-	stale, dropped, invalid atomic.Uint64
+	stale, dropped, invalid, rewinds, unconfirmed, overflowed atomic.Uint64
 }
+
+// Rewinds counts the frames delivered saying Rewound.
+func (w *Watch) Rewinds() uint64 { return w.rewinds.Load() }
+
+// Unconfirmed counts, for a durable watch, the frames held and dropped because their owner
+// changed, or went back to its stored state, before a message said their tick was stored.
+func (w *Watch) Unconfirmed() uint64 { return w.unconfirmed.Load() }
 
 // Stale counts frames dropped by the rule (an older grant, or a tick already shown).
 func (w *Watch) Stale() uint64 { return w.stale.Load() }
 
-// Dropped counts frames that passed the rule but found the buffer full.
-func (w *Watch) Dropped() uint64 { return w.dropped.Load() }
+// Dropped counts frames that passed the rule but found the buffer full, and, for a durable
+// watch, those dropped because 1024 waited for their tick to be stored.
+func (w *Watch) Dropped() uint64 { return w.dropped.Load() + w.overflowed.Load() }
 
 // Invalid counts messages without valid stamp headers, or not on the instance's frame subjects
 // (not from a tickfence node).

@@ -143,6 +143,10 @@ func (s *Server) serve(m *nats.Msg, queue *intake, from origin, handle func(shar
 	ids := wire.Headers{RequestID: m.Header.Get(wire.HeaderRequestID), Client: m.Header.Get(wire.HeaderClient),
 		Seq: m.Header.Get(wire.HeaderSeq), Ack: m.Header.Get(wire.HeaderAck), ContentType: m.Header.Get(wire.HeaderContent)}
 	ackOnly := wire.AckAlone(ids, m.Data)
+	if wire.InterestAlone(m.Header.Get(wire.HeaderWatch), m.Reply, m.Data) && !operator {
+		s.interest(m, from, received, handle)
+		return
+	}
 	heartbeat := isHeartbeat(m) // no command: counts and costs like an acknowledgement alone
 	ackOnly = ackOnly || heartbeat
 	if m.Reply == "" && !ackOnly {
@@ -220,6 +224,59 @@ func (s *Server) serve(m *nats.Msg, queue *intake, from origin, handle func(shar
 	c := shard.Command{Request: req, Received: received, Reply: reply, Screened: s.Shedding != nil, Operator: operator}
 	c.SetSender(who)
 	handle(c)
+}
+
+// interest hands a watcher's interest (wire.HeaderWatch) to its shard: nothing is answered. A
+// player's counts against its command quota (it may wake an instance, which costs a load); none
+// is taken while the node sheds load.
+func (s *Server) interest(m *nats.Msg, from origin, received time.Time, handle func(shard.Command)) {
+	if s.Shedding != nil && s.Shedding() {
+		return
+	}
+	subject := m.Subject
+	var who actor.Sender
+	var err error
+	if from == fromPlayer {
+		var name string
+		if subject, name, err = wire.ParsePlayerSubject(m.Subject); err == nil {
+			who, err = playerSender(name)
+		}
+		if err == nil {
+			if ok, _ := s.quotas.allow(s.Quota, shard.SenderKey(who), true, false, received); !ok {
+				return
+			}
+		}
+	} else {
+		who, err = trustedSender(m.Header)
+	}
+	if err != nil {
+		return
+	}
+	sh, id, err := wire.ParseSubject(subject, s.shards)
+	if err != nil {
+		return
+	}
+	c := shard.Command{Request: wire.Request{Shard: sh, Instance: id}, Received: received, Interest: true}
+	c.SetSender(who)
+	handle(c)
+}
+
+// Interest tells the owner of instance that this client watches it (wire.HeaderWatch): a
+// passivated instance is woken, a loaded one is not passivated for its kind's Passivate. Watch
+// sends it every InterestEvery by itself; a gateway watching on its own (its subscriptions, not
+// Watch) calls it as often.
+func (c *Client) Interest(instance string) error {
+	if err := store.ValidID(instance); err != nil {
+		return err
+	}
+	s := store.ShardOf(instance, c.shards)
+	subj := wire.Subject(s, instance)
+	if c.Player != "" {
+		subj = wire.PlayerSubject(s, instance, c.Player)
+	}
+	m := nats.NewMsg(subj)
+	m.Header.Set(wire.HeaderWatch, "1")
+	return c.nc.PublishMsg(m)
 }
 
 // playerAllowed takes a command (cmd) or a create from the player's quota; false: refused
@@ -330,6 +387,10 @@ type Client struct {
 	// ID names this client's session in the compact form: unique to this run of the process
 	// (NewClient draws a random one). Two clients must never share it.
 	ID string
+
+	// InterestEvery is how often Watch says the watcher's interest (Interest) while it runs
+	// (0: wire.InterestEvery; negative: never, and a passivated instance is not woken by the watch).
+	InterestEvery time.Duration
 
 	// NoIdleAck: do not acknowledge alone when nothing is left in flight to an instance. By
 	// default the client does (one more message per quiet spell), so that its session with the

@@ -16,7 +16,27 @@ const (
 	HeaderToken = "Tickfence-Token"
 	HeaderTick  = "Tickfence-Tick"
 	HeaderFrame = "Tickfence-Frame"
+	// HeaderStored is the instance's stored tick when the frame left: the last tick whose write
+	// the store had acknowledged (every frame of a tick up to it is durable: no failover undoes
+	// it). HeaderReverts counts how many times, under this grant, the owner went back to its
+	// stored state after the store refused a write (absent: 0): the frames it made after its
+	// stored tick before that were undone, though the tick goes on. Old clients ignore both.
+	HeaderStored  = "Tickfence-Stored"
+	HeaderReverts = "Tickfence-Reverts"
+	// StoredToken is the last subject token of an instance's stored notices,
+	// tickfence.out.<S>.<id>.~stored (StoredSubject): a message without payload and without
+	// Tickfence-Tick, with Epoch, Token, Stored (and Reverts) headers, which the owner publishes
+	// when an acknowledged write makes a frame it published stored and no frame of the tick that
+	// follows says so. No topic can be named so (a topic is letters, digits, _ and -); an old
+	// client that subscribes every topic finds no tick header in it and drops it as no frame.
+	StoredToken = "~stored"
 )
+
+// StoredSubject is where an instance's stored notices are published:
+// tickfence.out.<S>.<id>.~stored.
+func StoredSubject(shard uint32, id string) string {
+	return FrameSubject(shard, id, "") + "." + StoredToken
+}
 
 // FrameSubject is where an instance's frames are published: tickfence.out.<S>.<id>[.<topic>].
 func FrameSubject(shard uint32, id, topic string) string {
@@ -31,6 +51,33 @@ func FrameSubject(shard uint32, id, topic string) string {
 type FrameStamp struct {
 	Epoch, Token, Tick uint64
 	Index              uint64 // among the frames of its tick
+	// Stored is the instance's stored tick when the frame left (HeaderStored): a frame whose Tick
+	// is at most the Stored of a later message of the same line (Line) is durable. A node that
+	// sends no such header (one older than it) is taken at its word that nothing is undone:
+	// Stored is then Tick.
+	Stored uint64
+	// Reverts is HeaderReverts (absent: 0).
+	Reverts uint64
+}
+
+// Line is what frames share when they belong to one history of the instance: its grant and how
+// often its owner went back to its stored state under it. A frame whose Line is newer than the
+// one shown before may have a lower tick (a new owner restarts from its stored tick) or undo what
+// was shown after its Stored.
+type Line struct{ Epoch, Token, Reverts uint64 }
+
+// Line is the stamp's line.
+func (st FrameStamp) Line() Line { return Line{st.Epoch, st.Token, st.Reverts} }
+
+// after reports whether l is newer than m: a higher epoch, token or (under one grant) reverts.
+func (l Line) after(m Line) bool {
+	if l.Epoch != m.Epoch {
+		return l.Epoch > m.Epoch
+	}
+	if l.Token != m.Token {
+		return l.Token > m.Token
+	}
+	return l.Reverts > m.Reverts
 }
 
 // ParseFrameStamp reads a frame's stamp headers (get is nats.Header.Get or the like).
@@ -53,7 +100,48 @@ func ParseFrameStamp(get func(string) string) (FrameStamp, error) {
 		}
 		st.Index = n
 	}
+	st.Stored = st.Tick
+	for _, f := range []struct {
+		h string
+		v *uint64
+	}{{HeaderStored, &st.Stored}, {HeaderReverts, &st.Reverts}} {
+		if v := get(f.h); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return FrameStamp{}, errors.New("frame with an invalid " + f.h + " header")
+			}
+			*f.v = n
+		}
+	}
 	return st, nil
+}
+
+// StoredNotice is what a stored notice says: under the line, the instance's ticks up to Stored
+// are stored.
+type StoredNotice struct {
+	Line
+	Stored uint64
+}
+
+// ParseStoredNotice reads a stored notice's headers (get is nats.Header.Get or the like).
+func ParseStoredNotice(get func(string) string) (StoredNotice, error) {
+	var n StoredNotice
+	for _, f := range []struct {
+		h   string
+		v   *uint64
+		opt bool
+	}{{HeaderEpoch, &n.Epoch, false}, {HeaderToken, &n.Token, false}, {HeaderStored, &n.Stored, false}, {HeaderReverts, &n.Reverts, true}} {
+		v := get(f.h)
+		if v == "" && f.opt {
+			continue
+		}
+		x, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return StoredNotice{}, errors.New("stored notice without a valid " + f.h + " header")
+		}
+		*f.v = x
+	}
+	return n, nil
 }
 
 // FrameFilter applies the watcher's rule for one instance: a frame passes only if its (epoch,
@@ -61,6 +149,9 @@ func ParseFrameStamp(get func(string) string) (FrameStamp, error) {
 // after the last frame shown on its own subject (topic) by (tick, index). A zombie's frames pass
 // only until the new owner's first frame does; frames of one tick all pass, in order; topics are
 // ordered each on its own (NATS orders one publisher's messages per subject, not across them).
+// Under one grant, a frame of fewer Reverts than one seen is dropped too (it was made in a
+// history its owner went back from), and one of more starts every topic again, as a new grant
+// does: the rule orders frames by Line.
 //
 // One forged frame (only a node's credential may publish frames, DESIGN 9) must not hide the real
 // owner's for long: stamped with a grant no owner holds, or with the owner's own grant and a tick
@@ -79,11 +170,12 @@ type FrameFilter struct {
 	// is not the shard's current one is dropped. An error lets the frame be judged without it.
 	Verify func() (epoch, token uint64, err error)
 
-	seen  bool
-	epoch uint64
-	token uint64
-	at    time.Time            // when a frame of the followed grant last passed
-	last  map[string]lastShown // per topic, under the followed grant
+	seen    bool
+	epoch   uint64
+	token   uint64
+	reverts uint64
+	at      time.Time            // when a frame of the followed grant last passed
+	last    map[string]lastShown // per topic, under the followed grant
 }
 
 type lastShown struct {
@@ -105,8 +197,8 @@ func (f *FrameFilter) PassAt(topic string, st FrameStamp, now time.Time) bool {
 		stale = DefaultFrameStale
 	}
 	silent := func(since time.Time) bool { return stale > 0 && now.Sub(since) > stale }
-	newer := st.Epoch > f.epoch || st.Epoch == f.epoch && st.Token > f.token
-	older := st.Epoch < f.epoch || st.Epoch == f.epoch && st.Token < f.token
+	followed := Line{f.epoch, f.token, f.reverts}
+	newer, older := st.Line().after(followed), followed.after(st.Line())
 	switch {
 	case !f.seen, newer, older && silent(f.at):
 		if f.Verify != nil {
@@ -115,7 +207,7 @@ func (f *FrameFilter) PassAt(topic string, st FrameStamp, now time.Time) bool {
 			}
 		}
 		// A grant to follow: a newer one, or another after the followed one fell silent.
-		f.seen, f.epoch, f.token = true, st.Epoch, st.Token // every topic starts again
+		f.seen, f.epoch, f.token, f.reverts = true, st.Epoch, st.Token, st.Reverts // every topic starts again
 		f.last = map[string]lastShown{}
 	case older:
 		return false // an older grant: a zombie, or a frame overtaken on the wire

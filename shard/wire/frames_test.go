@@ -10,20 +10,20 @@ func TestFrameFilter(t *testing.T) {
 		pass  bool
 		why   string
 	}{
-		{"", FrameStamp{1, 5, 100, 0}, true, "the first frame"},
-		{"", FrameStamp{1, 5, 101, 0}, true, "the next tick"},
-		{"", FrameStamp{1, 5, 101, 1}, true, "a second frame of the same tick"},
-		{"", FrameStamp{1, 5, 101, 1}, false, "the same frame again"},
-		{"", FrameStamp{1, 5, 99, 3}, false, "an earlier tick under the same grant"},
-		{"hp", FrameStamp{1, 5, 100, 2}, true, "another topic, ordered on its own (it may arrive after the main subject's later tick)"},
-		{"hp", FrameStamp{1, 5, 100, 2}, false, "that topic's frame again"},
-		{"", FrameStamp{1, 7, 90, 0}, true, "a new owner (higher token) that restarted from an older stored tick"},
-		{"hp", FrameStamp{1, 5, 200, 0}, false, "the zombie on another topic, however far its ticks ran ahead"},
-		{"", FrameStamp{1, 5, 200, 0}, false, "the zombie on the main subject"},
-		{"hp", FrameStamp{1, 7, 80, 0}, true, "the new owner's first frame on the topic"},
-		{"", FrameStamp{2, 1, 10, 0}, true, "a restored epoch: its tokens start again"},
-		{"", FrameStamp{1, 9, 500, 0}, false, "a node of the old epoch"},
-		{"", FrameStamp{2, 1, 11, 0}, true, "the restored owner's next tick"},
+		{"", FrameStamp{1, 5, 100, 0, 0, 0}, true, "the first frame"},
+		{"", FrameStamp{1, 5, 101, 0, 0, 0}, true, "the next tick"},
+		{"", FrameStamp{1, 5, 101, 1, 0, 0}, true, "a second frame of the same tick"},
+		{"", FrameStamp{1, 5, 101, 1, 0, 0}, false, "the same frame again"},
+		{"", FrameStamp{1, 5, 99, 3, 0, 0}, false, "an earlier tick under the same grant"},
+		{"hp", FrameStamp{1, 5, 100, 2, 0, 0}, true, "another topic, ordered on its own (it may arrive after the main subject's later tick)"},
+		{"hp", FrameStamp{1, 5, 100, 2, 0, 0}, false, "that topic's frame again"},
+		{"", FrameStamp{1, 7, 90, 0, 0, 0}, true, "a new owner (higher token) that restarted from an older stored tick"},
+		{"hp", FrameStamp{1, 5, 200, 0, 0, 0}, false, "the zombie on another topic, however far its ticks ran ahead"},
+		{"", FrameStamp{1, 5, 200, 0, 0, 0}, false, "the zombie on the main subject"},
+		{"hp", FrameStamp{1, 7, 80, 0, 0, 0}, true, "the new owner's first frame on the topic"},
+		{"", FrameStamp{2, 1, 10, 0, 0, 0}, true, "a restored epoch: its tokens start again"},
+		{"", FrameStamp{1, 9, 500, 0, 0, 0}, false, "a node of the old epoch"},
+		{"", FrameStamp{2, 1, 11, 0, 0, 0}, true, "the restored owner's next tick"},
 	}
 	for _, s := range steps {
 		if got := f.Pass(s.topic, s.st); got != s.pass {
@@ -35,7 +35,7 @@ func TestFrameFilter(t *testing.T) {
 func TestParseFrameStamp(t *testing.T) {
 	h := map[string]string{HeaderEpoch: "2", HeaderToken: "17", HeaderTick: "4096", HeaderFrame: "3"}
 	st, err := ParseFrameStamp(func(k string) string { return h[k] })
-	if err != nil || st != (FrameStamp{2, 17, 4096, 3}) {
+	if err != nil || st != (FrameStamp{2, 17, 4096, 3, 4096, 0}) {
 		t.Fatalf("stamp %+v, %v", st, err)
 	}
 	delete(h, HeaderFrame)

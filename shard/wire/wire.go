@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -36,9 +37,23 @@ const (
 	HeaderSeq     = "Tickfence-Seq"
 	HeaderAck     = "Tickfence-Ack"
 	HeaderContent = "Content-Type"
-	ContentJSON   = "application/json"
-	MaxRequestID  = 64
+	// HeaderWatch marks a watcher's interest in an instance: a message on one of its command
+	// subjects with this header (any value), no body and no reply subject. It is no command: the
+	// owner answers nothing and the game never sees it; it keeps the instance from being
+	// passivated (actor.KindOptions.Passivate) for that long, and wakes a passivated one. A
+	// watcher sends one when it starts and every InterestEvery while it watches.
+	HeaderWatch  = "Tickfence-Watch"
+	ContentJSON  = "application/json"
+	MaxRequestID = 64
 )
+
+// InterestEvery is how often a watcher says its interest (HeaderWatch) while it watches.
+const InterestEvery = 10 * time.Second
+
+// InterestAlone reports a watcher's interest: HeaderWatch, no body, no reply subject.
+func InterestAlone(watch, reply string, data []byte) bool {
+	return watch != "" && reply == "" && len(data) == 0
+}
 
 // Error codes of a reply.
 const (

@@ -3,7 +3,7 @@
 // gateways in any language"), talking NATS over WebSocket to the server (nats.js).
 import { Conn, parseCreds } from "./nats.js";
 import { decode } from "./msgpack.js";
-import { fnv1a32, FrameFilter } from "./wire.js";
+import { fnv1a32, FrameFilter, Holdback, Rewinds } from "./wire.js";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -14,7 +14,9 @@ let seq = 0;
 let cfg = null;
 let nc = null;
 const known = new Map(); // dungeon ID → {fromConfig, seen}
-let current = null; // {id, shard, subs, filter, last frame's arrival}
+let current = null; // {id, shard, subs, filter, rewinds or hold (durable display), counts, last frame's arrival}
+const STORED_TOKEN = "~stored"; // the last token of an instance's stored notices (wire.StoredToken)
+const shown = []; // the last 100 frames shown, token@tick:hp (? if speculative), for the test and the console
 
 const shardOf = (id) => fnv1a32(id) % cfg.shards;
 
@@ -28,9 +30,23 @@ function stampOf(msg) {
     if (!/^\d+$/.test(v)) throw new Error(`frame with a bad ${k}: ${v}`);
     return BigInt(v);
   };
+  const tick = num("tickfence-tick");
   return {
-    epoch: num("tickfence-epoch"), token: num("tickfence-token"), tick: num("tickfence-tick"), index: num("tickfence-frame", 0n),
+    epoch: num("tickfence-epoch"), token: num("tickfence-token"), tick, index: num("tickfence-frame", 0n),
+    // The dungeon's stored tick when the frame left (a node without the header: the frame's own).
+    stored: num("tickfence-stored", tick), reverts: num("tickfence-reverts", 0n),
   };
+}
+
+// noticeOf reads a stored notice (tickfence.out.<S>.<id>.~stored): no tick, no payload.
+function noticeOf(msg) {
+  const num = (k, dflt) => {
+    const v = msg.headers.get(k);
+    if ((v === undefined || v === "") && dflt !== undefined) return dflt;
+    if (!/^\d+$/.test(v || "")) throw new Error(`stored notice without a valid ${k}`);
+    return BigInt(v);
+  };
+  return { epoch: num("tickfence-epoch"), token: num("tickfence-token"), stored: num("tickfence-stored"), reverts: num("tickfence-reverts", 0n) };
 }
 
 let wasDown = false;
@@ -116,14 +132,19 @@ function scheduleRender() {
 function select(id) {
   if (current) current.subs.forEach((s) => s.unsubscribe());
   const shard = shardOf(id);
-  current = { id, shard, subs: [], filter: new FrameFilter(), frames: 0, dropped: 0, lastAt: 0, token: null };
+  const durable = $("durable").checked;
+  current = {
+    id, shard, subs: [], filter: new FrameFilter(), durable, rewinds: new Rewinds(), hold: new Holdback(),
+    frames: 0, dropped: 0, rewound: 0, lastAt: 0, token: null,
+  };
   const boss = $("boss");
   boss.dataset.id = id;
-  for (const k of ["hp", "maxHp", "phase", "tick", "epoch", "token", "run"]) delete boss.dataset[k];
+  for (const k of ["hp", "maxHp", "phase", "tick", "stored", "speculative", "epoch", "token", "run", "rewinds"]) delete boss.dataset[k];
+  boss.dataset.display = durable ? "durable" : "fast";
   $("boss-name").textContent = `${id} · shard ${shard}`;
   $("hp-fill").style.width = "0";
   $("hp-text").textContent = "waiting for a frame…";
-  for (const k of ["phase", "run", "tick", "grant", "frames"]) $(k).textContent = "–";
+  for (const k of ["phase", "run", "tick", "stored", "grant", "frames"]) $(k).textContent = "–";
   $("players").tBodies[0].replaceChildren();
   const base = `tickfence.out.${shard}.${id}`;
   const cur = current;
@@ -131,12 +152,31 @@ function select(id) {
   cur.subs.push(nc.subscribe(base, onFrame), nc.subscribe(base + ".>", onFrame));
   const u = new URL(location.href);
   u.searchParams.set("id", id);
+  if (durable) u.searchParams.set("durable", "1");
+  else u.searchParams.delete("durable");
   history.replaceState(null, "", u);
   renderList();
 }
 
+// frame takes a message of the selected dungeon: a frame, or a stored notice. The fast display
+// shows every frame that passes the watcher's rule at once, marks one past the stored tick as
+// speculative, and says when a failover undid frames it showed (Rewinds); the durable display
+// holds each until a later frame or notice says its tick is stored (Holdback).
 function frame(cur, m, base) {
   if (cur !== current) return;
+  const topic = m.subject.length > base.length ? m.subject.slice(base.length + 1) : "";
+  if (topic === STORED_TOKEN) {
+    if (!cur.durable) return; // the fast display needs no notice
+    let n;
+    try {
+      n = noticeOf(m);
+    } catch (e) {
+      console.warn(e.message);
+      return;
+    }
+    release(cur, cur.hold.notice(n));
+    return;
+  }
   let st;
   try {
     st = stampOf(m);
@@ -145,23 +185,47 @@ function frame(cur, m, base) {
     console.warn(e.message);
     return;
   }
-  const topic = m.subject.length > base.length ? m.subject.slice(base.length + 1) : "";
   if (!cur.filter.pass(topic, st)) {
     cur.dropped++;
-    $("frames").textContent = `${cur.frames} shown, ${cur.dropped} dropped`;
+    counts(cur);
     return;
   }
+  cur.lastAt = performance.now(); // the dungeon is live, whether or not the frame is shown yet
+  if (cur.durable) release(cur, cur.hold.frame(st, { st, topic, data: m.data }));
+  else display(cur, { st, topic, data: m.data }, cur.rewinds.shown(st));
+}
+
+// release shows the frames the durable display's Holdback released, oldest first.
+function release(cur, h) {
+  h.released.forEach((fr, i) => display(cur, fr, i === 0 && h.rewound));
+  counts(cur);
+}
+
+function counts(cur) {
+  const held = cur.durable ? `, ${cur.hold.held.length} waiting to be stored` : "";
+  $("frames").textContent = `${cur.frames} shown, ${cur.dropped} dropped${held}`;
+}
+
+// display shows a frame (rewound: frames before it were undone).
+function display(cur, fr, rewound) {
+  const { st, topic } = fr;
   cur.frames++;
-  cur.lastAt = performance.now();
   if (cur.token !== null && cur.token !== st.token) {
     note(`${cur.id}: frames now under token ${st.token} (was ${cur.token}): a new grant — the shard moved (a failover or a hand-off), or its owner rotated its token (after a reconnect)`);
   }
+  if (rewound) {
+    cur.rewound++;
+    $("boss").dataset.rewinds = String(cur.rewound);
+    note(cur.durable
+      ? `${cur.id}: rewind — the frames past tick ${st.stored} were undone before they were stored (the dungeon went on from its stored tick ${st.stored}); the durable display never showed them`
+      : `${cur.id}: rewind — the frames shown past tick ${st.stored} were undone (the dungeon went on from its stored tick ${st.stored}, e.g. after a failover): what they showed did not happen; showing tick ${st.tick}`);
+  }
   cur.token = st.token;
-  $("frames").textContent = `${cur.frames} shown, ${cur.dropped} dropped`;
+  counts(cur);
   if (topic !== "") return; // the dungeon publishes only on its main subject
   let f;
   try {
-    f = decode(m.data);
+    f = decode(fr.data);
   } catch (e) {
     console.warn(`frame of ${cur.id}: ${e.message}`);
     return;
@@ -172,12 +236,19 @@ function frame(cur, m, base) {
 function show(cur, st, f) {
   const boss = $("boss");
   const hp = Number(f.hp), max = Number(f.max_hp) || 1;
-  Object.assign(boss.dataset, { hp, maxHp: max, phase: f.phase, tick: String(st.tick), epoch: String(st.epoch), token: String(st.token), run: f.run });
+  // Speculative: past the stored tick, what the frame shows may yet be undone by a failover.
+  const speculative = st.tick > st.stored && !cur.durable;
+  Object.assign(boss.dataset, { hp, maxHp: max, phase: f.phase, tick: String(st.tick), stored: String(st.stored), speculative,
+    epoch: String(st.epoch), token: String(st.token), run: f.run });
+  shown.push(`${st.token}@${st.tick}:${hp}${speculative ? "?" : ""}`);
+  if (shown.length > 100) shown.shift();
   $("hp-fill").style.width = `${Math.max(0, Math.min(100, (100 * hp) / max))}%`;
   $("hp-text").textContent = `${hp.toLocaleString("en")} / ${max.toLocaleString("en")} HP`;
   $("phase").textContent = f.phase === "1" || f.phase === "2" ? `phase ${f.phase}` : f.phase;
   $("run").textContent = f.run;
   $("tick").textContent = String(st.tick);
+  $("stored").textContent = cur.durable ? `${st.stored} · durable display` :
+    speculative ? `${st.stored} · ${st.tick - st.stored} tick${st.tick - st.stored === 1n ? "" : "s"} speculative` : `${st.stored} · stored`;
   $("grant").textContent = `epoch ${st.epoch} · token ${st.token}`;
   const tb = $("players").tBodies[0];
   tb.replaceChildren();
@@ -307,6 +378,7 @@ function setupAuthForm() {
 
 async function main() {
   $("player").value = params.get("player") || `player-${session.slice(0, 4)}`;
+  $("durable").checked = params.get("durable") === "1";
   try {
     const r = await fetch("config.json", { cache: "no-store" });
     cfg = await r.json();
@@ -336,7 +408,7 @@ async function main() {
     showAuth(`the stored credentials: ${e.message}`);
     return;
   }
-  window.tickfencePlayer = { conn: nc, command, select }; // for the browser test and the console
+  window.tickfencePlayer = { conn: nc, command, select, shown }; // for the browser test and the console
   try {
     await nc.connect();
   } catch (e) {
@@ -345,6 +417,7 @@ async function main() {
     return;
   }
   for (const b of ["join", "attack", "leave"]) $(b).onclick = () => command(b);
+  $("durable").onchange = () => current && select(current.id);
   $("controls").onsubmit = (e) => (e.preventDefault(), command("attack"));
   $("rescan").onclick = rescan;
   rescan();

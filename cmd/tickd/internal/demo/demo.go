@@ -27,7 +27,9 @@ type Config struct {
 	Instances int
 	Players   int           // per dungeon (default 4)
 	Every     time.Duration // between two attacks of one player, on average (default 1s)
-	Logger    *slog.Logger
+	// Idle: create the dungeons and play nothing (idle instances: what passivation is for).
+	Idle   bool
+	Logger *slog.Logger
 }
 
 // Driver plays the demo.
@@ -69,6 +71,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	pctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
+	if cfg.Idle {
+		return d, nil
+	}
 	// Players' commands are encoded once: every dungeon's players send the same few commands.
 	body := func(cmd map[string]any) []byte {
 		b, err := wire.Canonical(cmd)
