@@ -43,7 +43,13 @@ func playRaid(ctx context.Context, url string, bossHP int) error {
 	if err := c.Create(ctx, raidID, "raid", map[string]any{"boss_hp": bossHP}); err != nil && client.Code(err) != client.CodeExists {
 		return fmt.Errorf("create %s: %w", raidID, err)
 	}
-	w, err := c.Watch(ctx, raidID, "", "events") // the boss frame and the events; no HUD, no scorch
+	// The boss as it happens: a fast watch, which a failover may rewind (Frame.Rewound). The events
+	// once stored: a durable watch, so a kill it prints is never undone.
+	w, err := c.Watch(ctx, raidID, "")
+	if err != nil {
+		return err
+	}
+	events, err := c.WatchDurable(ctx, raidID, "events")
 	if err != nil {
 		return err
 	}
@@ -65,13 +71,19 @@ func playRaid(ctx context.Context, url string, bossHP int) error {
 			if !ok {
 				return nil // ctx ended
 			}
-			if f.Topic == "events" {
-				var text string
-				_ = client.Decode(f.Payload, &text)
-				fmt.Printf("%s tick %d: %s\n", raidID, f.Tick, text)
-			} else if err := client.Decode(f.Payload, &last); err != nil {
+			if f.Rewound {
+				fmt.Printf("%s rewound to tick %d: a failover undid the frames shown after it\n", raidID, f.Stored)
+			}
+			if err := client.Decode(f.Payload, &last); err != nil {
 				return err
 			}
+		case f, ok := <-events.C:
+			if !ok {
+				return nil
+			}
+			var text string
+			_ = client.Decode(f.Payload, &text)
+			fmt.Printf("%s tick %d: %s\n", raidID, f.Tick, text)
 		case <-show.C:
 			var heroes []string
 			for _, h := range last.Heroes {

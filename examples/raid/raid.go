@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -70,6 +71,10 @@ func (Kind) New(id string, create actor.Command) (actor.Logic, error) {
 	}
 	return &Raid{Boss: Boss{MaxHP: args.BossHP, HP: args.BossHP, Run: 1}, Terrain: make([]byte, W*H)}, nil
 }
+
+// KindOptions implements actor.KindOptioner: a raid that had no command and no watcher for a
+// minute is unloaded (passivated) until its next command or watcher wakes it.
+func (Kind) KindOptions() actor.KindOptions { return actor.KindOptions{Passivate: time.Minute} }
 
 // Restore implements actor.Kind: the state MarshalState wrote, on whichever node loads it.
 func (Kind) Restore(id string, state []byte) (actor.Logic, error) {
