@@ -452,14 +452,14 @@ func (c *cli) get(ctx context.Context, id string) error {
 	return nil
 }
 
-// shortBinary replaces, in a decoded state, each binary value over 64 bytes by "<N bytes>": a
+// shortBinary replaces, in a decoded state, each binary value over 64 bytes by "(N bytes)": a
 // large state's terrain or pixels say nothing in base64, and would fill the screen (--json
 // keeps them).
 func shortBinary(v any) any {
 	switch x := v.(type) {
 	case []byte:
 		if len(x) > 64 {
-			return fmt.Sprintf("<%d bytes>", len(x))
+			return fmt.Sprintf("(%d bytes)", len(x))
 		}
 	case map[string]any:
 		for k, e := range x {

@@ -32,7 +32,7 @@ func TestShortBinary(t *testing.T) {
 	v := shortBinary(map[string]any{"terrain": make([]byte, 102400), "small": []byte{1, 2},
 		"boss": map[string]any{"hp": int64(3), "map": make([]byte, 65)}, "list": []any{make([]byte, 100)}})
 	got := fmt.Sprint(v)
-	want := "map[boss:map[hp:3 map:<65 bytes>] list:[<100 bytes>] small:[1 2] terrain:<102400 bytes>]"
+	want := "map[boss:map[hp:3 map:(65 bytes)] list:[(100 bytes)] small:[1 2] terrain:(102400 bytes)]"
 	if got != want {
 		t.Fatalf("got %s\nwant %s", got, want)
 	}
