@@ -11,10 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 )
 
 // A block of game-guide.md: its fence's language, its text, the line it starts on, and the
@@ -107,6 +109,48 @@ func TestGameGuideBlocks(t *testing.T) {
 	if run == 0 {
 		t.Error("game-guide.md: no block to run")
 	}
+	// Its links to files of the tree, and to their headings, lead somewhere.
+	guide, _ := os.ReadFile("game-guide.md")
+	for _, m := range regexp.MustCompile(`\]\(([^)#]*)(#[^)]*)?\)`).FindAllStringSubmatch(string(guide), -1) {
+		file, anchor := m[1], strings.TrimPrefix(m[2], "#")
+		if strings.Contains(file, "://") {
+			continue
+		}
+		if file == "" {
+			file = "game-guide.md"
+		}
+		b, err := os.ReadFile(file)
+		if fi, serr := os.Stat(file); serr != nil || (anchor != "" && (err != nil || fi.IsDir())) {
+			t.Errorf("game-guide.md: the link %s%s leads nowhere", m[1], m[2])
+			continue
+		}
+		if anchor != "" && !slices.Contains(headingAnchors(string(b)), anchor) {
+			t.Errorf("game-guide.md: %s has no heading #%s", file, anchor)
+		}
+	}
+}
+
+// headingAnchors are the anchors GitHub makes of a markdown file's headings: lower case, only
+// letters, digits, spaces, - and _ kept, spaces made -.
+func headingAnchors(md string) []string {
+	var out []string
+	for _, l := range strings.Split(md, "\n") {
+		h := strings.TrimLeft(l, "#")
+		if len(h) == len(l) || !strings.HasPrefix(h, " ") {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+			switch {
+			case unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_':
+				b.WriteRune(r)
+			case r == ' ':
+				b.WriteRune('-')
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
 }
 
 // TestGameGuide runs every sh block of the guide marked run, in order, in one bash (set -euo
