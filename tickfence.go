@@ -33,6 +33,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -188,6 +189,7 @@ type Node struct {
 	connsMu    sync.Mutex
 	conns      []*nats.Conn // every connection opened, closed by Close
 	st         *natskv.Store
+	storeConn  *nats.Conn // st's connection: whether the store is reachable at all
 	cluster    store.Cluster
 	engine     *actor.Engine
 	node       *node.Node
@@ -311,6 +313,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.storeConn = nc
 	cmdConn, err := n.connect("commands")
 	if err != nil {
 		return nil, err
@@ -661,14 +664,36 @@ func (n *Node) Session() string { return n.node.Session() }
 func (n *Node) Err() <-chan error { return n.runErr }
 
 // Stop hands every shard off to another node (or flushes and releases it), leaves the cluster
-// and closes everything Start opened. ctx bounds the hand-off.
+// and closes everything Start opened. ctx bounds the hand-off and the flush: with a deadline,
+// Stop returns by it (plus the moment closing takes), handing off what it can. Shards it could
+// neither hand off nor flush and release come back as a *node.LeaveError (errors.As) whose Cause
+// says why, e.g. that no NATS server was reachable; they move to other nodes once this node's
+// lease expires.
 func (n *Node) Stop(ctx context.Context) error {
 	err := n.node.Leave(ctx)
+	var le *node.LeaveError
+	if errors.As(err, &le) && le.Cause == "" {
+		le.Cause = n.unreachable()
+	}
 	n.Close()
 	if err != nil {
 		return fmt.Errorf("leave: %w", err)
 	}
 	return nil
+}
+
+// unreachable says why the store cannot be reached (its connection is not connected to any
+// server), or "" when it is connected.
+func (n *Node) unreachable() string {
+	nc := n.storeConn
+	if nc == nil || nc.Status() == nats.CONNECTED {
+		return ""
+	}
+	why := fmt.Sprintf("no NATS server reachable (the store's connection is %s", strings.ToLower(nc.Status().String()))
+	if err := nc.LastError(); err != nil {
+		why += "; last error: " + err.Error()
+	}
+	return why + ")"
 }
 
 // Close stops at once, without handing off: the shards move after a lease's time.

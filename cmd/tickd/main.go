@@ -82,6 +82,7 @@ type options struct {
 	maxMoves        int
 	rebalanceEvery  time.Duration
 	handoffTimeout  time.Duration
+	shutdownTimeout time.Duration
 	blobGCEvery     time.Duration
 	blobGCGrace     time.Duration
 	maxCmdDelay     time.Duration
@@ -176,6 +177,10 @@ func main() {
 	fs.StringVar(&o.writeStrategy, "write-strategy", "auto", "how records are written: single (each its own fenced write, pipelined), batches (a shard's records of a\n"+
 		"tick as one atomic batch, one in flight per shard) or auto (batches when the cluster's buckets have replicas: a\n"+
 		"replicated stream's leader takes one fenced write per shard at a time)")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", envShutdownTimeout(), "on SIGTERM or SIGINT: exit within this long, having handed off what the other nodes could take\n"+
+		"and flushed and released the rest (the hand-offs get all but a third of it, at most 2 s, kept for the\n"+
+		"flush); what is left then (no NATS server reachable) is logged once and moves when the lease expires.\n"+
+		"Keep it under your orchestrator's grace period (Kubernetes: 30 s). Default $"+shutdownTimeoutEnv+" or 10s")
 	fs.DurationVar(&o.handoffTimeout, "handoff-timeout", 5*time.Second, "coordinator: reassign a moving shard anyway if its old owner has not released it by then")
 	fs.DurationVar(&o.blobGCEvery, "blob-gc-every", coordinator.DefaultBlobGCEvery, "coordinator leader: collect unreferenced large-state blobs this often (negative: never; only\n"+
 		"where this node's connection may delete them: the embedded server without --auth, or no credentials; else run tickctl gc as admin)")
@@ -260,7 +265,9 @@ releases them) and exits; a second signal exits at once.
 	}
 	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU(), "gogc", gcPercent())
 	if err := run(o, set, log); err != nil {
-		log.Error("tickd failed", "err", err)
+		if !errors.Is(err, errLogged) {
+			log.Error("tickd failed", "err", err)
+		}
 		os.Exit(1)
 	}
 }
@@ -316,6 +323,9 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	}
 	if err := store.ValidTTL(o.lease); err != nil {
 		return fmt.Errorf("--lease: %w", err)
+	}
+	if o.shutdownTimeout <= 0 {
+		return fmt.Errorf("--shutdown-timeout must be positive, got %v (from $%s or the flag)", o.shutdownTimeout, shutdownTimeoutEnv)
 	}
 	every, err := demoEvery(o.demoPlayers, o.demoRate)
 	if err != nil {
@@ -405,20 +415,69 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	}
 	summarize(ctx, o.summaryEvery, node.Shard(), node.Engine(), m, driver, fl, log)
 
+	// The deadline counts from the signal: the demo players' stop comes out of it too.
+	began := time.Now()
+	lctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
 	if driver != nil {
 		driver.Stop()
 	}
-	lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	n := 0
 	if h := node.Shard().Host(); h != nil {
 		n = h.Instances()
 	}
-	if err := node.Stop(lctx); err != nil {
+	err = node.Stop(lctx)
+	if le, ok := leaveError(err); ok {
+		// Once, with what kept them: the shards' own errors ("still loading: context deadline
+		// exceeded") say only that time ran out.
+		log.Error("left the cluster with shards not handed off: they move once this node's lease expires, their unwritten ticks lost",
+			"shards", le.Shards, "held", len(le.Held), "cause", leaveCause(le), "shutdown_timeout", o.shutdownTimeout,
+			"took", time.Since(began).Round(time.Millisecond), "instances_at_signal", n)
+		return errLogged
+	}
+	if err != nil {
 		return err
 	}
-	log.Info("left the cluster: every shard handed off or flushed and released", "instances_at_signal", n)
+	log.Info("left the cluster: every shard handed off or flushed and released", "instances_at_signal", n,
+		"took", time.Since(began).Round(time.Millisecond))
 	return nil
+}
+
+// leaveCause is why a leave left shards behind: the node's diagnosis, or the first shard's error.
+func leaveCause(le *node.LeaveError) string {
+	if le.Cause != "" {
+		return le.Cause
+	}
+	if j, ok := le.Err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 0 {
+		return j.Unwrap()[0].Error()
+	}
+	return le.Err.Error()
+}
+
+// leaveError is err's *node.LeaveError, if it has one.
+func leaveError(err error) (*node.LeaveError, bool) {
+	var le *node.LeaveError
+	return le, errors.As(err, &le)
+}
+
+// errLogged is a failure run has logged itself: main exits 1 without logging it again.
+var errLogged = errors.New("logged")
+
+// shutdownTimeoutEnv is the default of --shutdown-timeout.
+const shutdownTimeoutEnv = "TICKFENCE_SHUTDOWN_TIMEOUT"
+
+// envShutdownTimeout is $TICKFENCE_SHUTDOWN_TIMEOUT as a duration, 10 s if unset, and -1 if it is
+// not a duration (run refuses it).
+func envShutdownTimeout() time.Duration {
+	v := os.Getenv(shutdownTimeoutEnv)
+	if v == "" {
+		return 10 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return -1
+	}
+	return d
 }
 
 // nodeOptions are the node's options from the flags: NATS (embedded unless --nats/NATS_URL
