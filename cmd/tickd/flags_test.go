@@ -50,13 +50,13 @@ func TestSyncFlag(t *testing.T) {
 	}
 }
 
-// TestShutdownTimeoutEnv: --shutdown-timeout defaults to $TICKFENCE_SHUTDOWN_TIMEOUT, else 10 s;
+// TestShutdownTimeoutEnv: --shutdown-timeout defaults to $TICKFENCE_SHUTDOWN_TIMEOUT, else 5 s;
 // a value that is not a duration is refused at start (run), not taken as the default.
 func TestShutdownTimeoutEnv(t *testing.T) {
 	for _, c := range []struct {
 		env  string
 		want time.Duration
-	}{{"", 10 * time.Second}, {"3s", 3 * time.Second}, {"1m", time.Minute}, {"soon", -1}} {
+	}{{"", 5 * time.Second}, {"3s", 3 * time.Second}, {"1m", time.Minute}, {"soon", -1}} {
 		t.Setenv(shutdownTimeoutEnv, c.env)
 		if got := envShutdownTimeout(); got != c.want {
 			t.Errorf("$%s=%q: default %v, want %v", shutdownTimeoutEnv, c.env, got, c.want)

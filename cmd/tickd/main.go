@@ -180,7 +180,7 @@ func main() {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", envShutdownTimeout(), "on SIGTERM or SIGINT: exit within this long, having handed off what the other nodes could take\n"+
 		"and flushed and released the rest (the hand-offs get all but a third of it, at most 2 s, kept for the\n"+
 		"flush); what is left then (no NATS server reachable) is logged once and moves when the lease expires.\n"+
-		"Keep it under your orchestrator's grace period (Kubernetes: 30 s). Default $"+shutdownTimeoutEnv+" or 10s")
+		"Keep it under your orchestrator's grace period (Kubernetes: 30 s). $"+shutdownTimeoutEnv+" sets the default")
 	fs.DurationVar(&o.handoffTimeout, "handoff-timeout", 5*time.Second, "coordinator: reassign a moving shard anyway if its old owner has not released it by then")
 	fs.DurationVar(&o.blobGCEvery, "blob-gc-every", coordinator.DefaultBlobGCEvery, "coordinator leader: collect unreferenced large-state blobs this often (negative: never; only\n"+
 		"where this node's connection may delete them: the embedded server without --auth, or no credentials; else run tickctl gc as admin)")
@@ -466,12 +466,12 @@ var errLogged = errors.New("logged")
 // shutdownTimeoutEnv is the default of --shutdown-timeout.
 const shutdownTimeoutEnv = "TICKFENCE_SHUTDOWN_TIMEOUT"
 
-// envShutdownTimeout is $TICKFENCE_SHUTDOWN_TIMEOUT as a duration, 10 s if unset, and -1 if it is
+// envShutdownTimeout is $TICKFENCE_SHUTDOWN_TIMEOUT as a duration, 5 s if unset, and -1 if it is
 // not a duration (run refuses it).
 func envShutdownTimeout() time.Duration {
 	v := os.Getenv(shutdownTimeoutEnv)
 	if v == "" {
-		return 10 * time.Second
+		return 5 * time.Second
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
