@@ -309,7 +309,7 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	if err := n.openNATS(); err != nil {
 		return nil, err
 	}
-	nc, err := n.connect("store")
+	nc, err := n.connectWait(ctx, "store")
 	if err != nil {
 		return nil, err
 	}
@@ -442,6 +442,29 @@ func (n *Node) blobCollector() func(context.Context) (store.GCResult, error) {
 	return func(ctx context.Context) (store.GCResult, error) { return n.st.CollectBlobs(ctx, grace, false) }
 }
 
+// connectWait is connect for the node's first connection: servers started at the same moment as
+// the node (a new cluster brought up at once) may not listen yet, so a connection that finds no
+// server is tried again, with backoff, for up to startConnectWait (or until ctx ends).
+func (n *Node) connectWait(ctx context.Context, purpose string) (*nats.Conn, error) {
+	start, backoff := time.Now(), 100*time.Millisecond
+	for {
+		nc, err := n.connect(purpose)
+		if err == nil || !errors.Is(err, nats.ErrNoServers) || time.Since(start)+backoff > startConnectWait {
+			return nc, err
+		}
+		n.log.Info("no NATS server reachable yet; trying again", "nats", n.opt.NATS, "err", err, "waited", time.Since(start).Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// startConnectWait bounds connectWait.
+const startConnectWait = 30 * time.Second
+
 // initCluster makes (or checks) the cluster's storage as clusterinit.Init does for tickctl cluster
 // init: on nc, or on a connection of its own as the user of initCreds, closed when done. Without
 // initCreds' file (admin.creds kept offline, as the README advises) it makes nothing, and the
@@ -464,7 +487,11 @@ func (n *Node) initCluster(ctx context.Context, nc *nats.Conn, want store.Cluste
 		nc = anc
 	}
 	_, err := clusterinit.Init(ctx, nc, clusterinit.Options{Shards: want.Shards, Partitions: want.Partitions, Replicas: want.Replicas,
-		Require: req, History: n.opt.DataHistory, Progress: func(s natskv.Step) {
+		Require: req, History: n.opt.DataHistory,
+		Waiting: func(err error, waited time.Duration) {
+			n.log.Info("the JetStream cluster is still forming; trying again", "err", err, "waited", waited.Round(time.Millisecond))
+		},
+		Progress: func(s natskv.Step) {
 			switch s.State {
 			case natskv.StepExists:
 			case natskv.StepUpdated: // found wrongly shaped (a hand-made stream, an older cluster): say so loudly

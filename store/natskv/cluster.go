@@ -72,7 +72,7 @@ func (s *Store) createDataBucket(ctx context.Context, name string, history int64
 	} else if err != nil {
 		return fmt.Errorf("create bucket %s: %w", name, err)
 	}
-	kv, err := s.js.KeyValue(ctx, name)
+	kv, err := s.bindMade(ctx, name)
 	if err != nil {
 		return fmt.Errorf("create bucket %s: %w", name, err)
 	}

@@ -367,8 +367,8 @@ func (s *Store) createControl(ctx context.Context, replicas int) (string, error)
 	state := StepCreated
 	kv, err := s.js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) {
-		state = StepExists
-		kv, err = s.js.KeyValue(ctx, cfg.Bucket)
+		state = StepExists // made by another at the same moment, or by an attempt whose answer was lost
+		kv, err = s.bindMade(ctx, cfg.Bucket)
 	}
 	if err != nil {
 		return "", fmt.Errorf("create bucket %s: %w", cfg.Bucket, err)
@@ -458,8 +458,9 @@ func (s *Store) bootstrap(ctx context.Context, want store.Cluster) (store.Cluste
 	} else if err != nil {
 		return store.Cluster{}, fmt.Errorf("create cluster record: %w", err)
 	}
-	c, err = s.Cluster(ctx)
-	if err != nil {
+	// From the stream leader: a replica serving a direct get may not have the record yet (ours,
+	// or the one another node's Create wrote a moment ago).
+	if c, err = s.leaderCluster(ctx); err != nil {
 		return store.Cluster{}, err
 	}
 	s.step("cluster record", store.ClusterKey, state, clusterNote(c))
@@ -506,6 +507,22 @@ func (s *Store) Cluster(ctx context.Context) (store.Cluster, error) {
 	c, err := readCluster(ctx, ctl)
 	if err != nil {
 		return store.Cluster{}, err
+	}
+	s.mu.Lock()
+	s.cluster = &c
+	s.mu.Unlock()
+	return c, nil
+}
+
+// leaderCluster is Cluster read through the control bucket's stream leader.
+func (s *Store) leaderCluster(ctx context.Context) (store.Cluster, error) {
+	e, err := s.LatestControl(ctx, store.ClusterKey)
+	if err != nil {
+		return store.Cluster{}, fmt.Errorf("cluster record: %w", err)
+	}
+	var c store.Cluster
+	if err := json.Unmarshal(e.Value, &c); err != nil {
+		return store.Cluster{}, fmt.Errorf("cluster record: %w", err)
 	}
 	s.mu.Lock()
 	s.cluster = &c
