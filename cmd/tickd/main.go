@@ -649,6 +649,10 @@ func serverMain(args []string) int {
 	name := fs.String("server-name", "", "this server's name (default \"tickd-server\" standalone); required with --cluster: unique in the\n"+
 		"cluster and the same on every restart, as JetStream's peers know each other by name")
 	clusterName := fs.String("cluster-name", natsserver.DefaultClusterName, "the JetStream cluster's name; the same on every server of it")
+	noAdvertise := fs.Bool("no-advertise", false, "with --cluster: do not tell clients the other servers' client URLs (nats-server's cluster\n"+
+		"no_advertise): clients reconnect only to the URLs they were given (tickd --nats lists every server), so a\n"+
+		"client behind a proxy or NAT never tries an address it cannot reach, and one partitioned from its servers\n"+
+		"stays partitioned instead of reconnecting around the partition")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text (the NATS server's own warnings and errors too)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error (debug adds the NATS server's notices)")
 	authDir := fs.String("auth", "", "enforce the roles of this directory (tickctl auth init DIR): every client needs one of its credentials")
@@ -728,6 +732,10 @@ Examples:
 			log.Error("tickd server: --routes needs --cluster (the address this server accepts routes on)")
 			return 2
 		}
+		if *noAdvertise {
+			log.Error("tickd server: --no-advertise needs --cluster (a standalone server has no other servers to advertise)")
+			return 2
+		}
 		if cfg.Name == "" {
 			cfg.Name = "tickd-server"
 		}
@@ -737,7 +745,7 @@ Examples:
 				"unique in the cluster and the same on every restart, because JetStream's peers know each other by name")
 			return 2
 		}
-		cfg.ClusterName = *clusterName
+		cfg.ClusterName, cfg.NoAdvertise = *clusterName, *noAdvertise
 		for r := range strings.SplitSeq(*routes, ",") {
 			if r = strings.TrimSpace(r); r != "" {
 				cfg.Routes = append(cfg.Routes, r)
@@ -777,7 +785,8 @@ Examples:
 		attrs = append(attrs, "websocket", srv.WebSocketURL())
 	}
 	if *clusterAddr != "" {
-		attrs = append(attrs, "cluster", srv.ClusterName(), "route_url", srv.RouteURL(), "routes", strings.Join(cfg.Routes, ","))
+		attrs = append(attrs, "cluster", srv.ClusterName(), "route_url", srv.RouteURL(), "routes", strings.Join(cfg.Routes, ","),
+			"advertise", !*noAdvertise)
 	}
 	log.Info("NATS JetStream server ready", attrs...)
 	sigs := make(chan os.Signal, 1)

@@ -39,6 +39,12 @@ type Config struct {
 	Routes []string
 	// ClusterName names the cluster (default DefaultClusterName); every server of it uses the same.
 	ClusterName string
+	// NoAdvertise keeps the other servers' client URLs from this server's clients (nats-server's
+	// cluster no_advertise): a client then reconnects only to the URLs it was given, so a client
+	// cut off from them stays cut off (a partition means what it says) and a client behind a proxy
+	// or NAT never tries addresses it cannot reach. Lame duck mode then names no other server
+	// either: clients move to the others of their own list.
+	NoAdvertise bool
 	// AuthDir is an auth directory (tickctl auth init): the server enforces its roles, and every
 	// client needs one of its credentials (package auth). Empty: no authentication.
 	AuthDir string
@@ -137,7 +143,7 @@ func Options(cfg Config) (*server.Options, error) {
 	if name == "" {
 		name = DefaultClusterName
 	}
-	opts.Cluster = server.ClusterOpts{Name: name, Host: host, Port: port}
+	opts.Cluster = server.ClusterOpts{Name: name, Host: host, Port: port, NoAdvertise: cfg.NoAdvertise}
 	if cfg.TLSCert != "" {
 		if cfg.TLSCA == "" {
 			return nil, errors.New("TLS on a cluster needs the CA (routes verify each other's certificate)")

@@ -133,9 +133,11 @@ func (s *Servers) start(ctx context.Context) error {
 			s.onClose(func() { p.Close() })
 			routes = append(routes, "nats-route://"+p.Addr())
 		}
+		// --no-advertise: a node learns no server's own client URL, so it reconnects only through its
+		// proxies and a partition made with them is one (DirectNodes stays empty).
 		m.args = append([]string{"server", "--listen", m.ClientAddr, "--data", filepath.Join(s.cfg.DataDir, m.Name),
 			"--cluster", m.RouteAddr, "--routes", strings.Join(routes, ","), "--server-name", m.Name,
-			"--cluster-name", "tickfence"}, s.cfg.ServerArgs...)
+			"--cluster-name", "tickfence", "--no-advertise"}, s.cfg.ServerArgs...)
 	}
 	s.URL = strings.Join(urls, ",")
 	for _, m := range s.members {
@@ -280,7 +282,7 @@ func (s *Servers) HoldNode(id string) {
 
 // CutNode closes every connection of a node to the servers and refuses new ones until HealNode.
 // A NATS client reconnects to the server URLs it learnt from the servers (not the proxies) unless
-// the servers keep them to themselves: Bypasses shows it.
+// the servers keep them to themselves, as the harness's do (--no-advertise): Bypasses shows it.
 func (s *Servers) CutNode(id string) {
 	for _, p := range s.NodeLinks(id) {
 		p.Cut()
@@ -547,7 +549,8 @@ func (s *Servers) RouteBypasses() ([]string, error) {
 
 // DirectNodes lists the live nodes with a connection straight to a server's client port, not
 // through their proxies: a node's NATS client learns the servers' own client URLs from them and
-// may reconnect there after losing its server.
+// may reconnect there after losing its server (not with --no-advertise, which the harness gives
+// the servers).
 func (s *Servers) DirectNodes() ([]string, error) {
 	direct, err := s.direct()
 	if err != nil {
