@@ -257,23 +257,23 @@ func (c *cli) rebalance(ctx context.Context, dryRun bool) error {
 		return w.Flush()
 	}
 	start := time.Now()
+	pr := newProgress(c.g.json)
 	done, err := coordinator.ApplyPlan(ctx, c.st, c.cl.Epoch, plan.Moves, c.g.maxMoves, func(p coordinator.ApplyProgress) {
 		switch {
 		case p.Refused != nil:
+			pr.clear()
 			fmt.Fprintf(os.Stderr, "shard %d: not moved: %v\n", p.Move.Shard, p.Refused)
-		case !c.g.json:
-			fmt.Fprintf(os.Stderr, "\rrebalancing: %d/%d moves done", p.Done, p.Total)
+		default:
+			pr.show("rebalancing: %d/%d moves done", p.Done, p.Total)
 		}
 	})
+	pr.clear()
 	if err != nil {
 		return err
 	}
 	after, err := c.state(ctx)
 	if err != nil {
 		return err
-	}
-	if !c.g.json {
-		fmt.Fprintln(os.Stderr)
 	}
 	return c.done(map[string]any{"moves": done, "imbalance_before": plan.Before, "imbalance_after": after.Imbalance,
 		"seconds": time.Since(start).Seconds()},
