@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -541,7 +542,7 @@ func serveHTTP(addr string, allow []string, reg *prometheus.Registry, pprof bool
 		login = playerPath // the node's demo page (serveMetrics)
 	}
 	guard, err := webguard.New(webguard.Options{Name: "metrics", Addr: guardAddr, AllowHosts: allow, AllowFlag: "--metrics-allow-host",
-		TokenEnv: metricsTokenEnv, Open: []string{"/metrics"}, LoginPath: login, Log: log})
+		TokenEnv: metricsTokenEnv, Open: []string{"/metrics", "/healthz"}, LoginPath: login, Log: log})
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("--metrics: %w", err)
@@ -667,7 +668,10 @@ func serverMain(args []string) int {
 	wsOrigins := fs.String("websocket-origin", "", "comma-separated origins (http://HOST:PORT) of the web pages allowed to use --websocket, * for\n"+
 		"any; required without --auth (any page a browser visits could open the socket otherwise)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on HOST:PORT/metrics: the server's messages and bytes in and out, bytes queued\n"+
-		"to slow readers, connections, JetStream's usage, and Go's runtime (empty: off; e.g. 127.0.0.1:9470). Off loopback,\n"+
+		"to slow readers, connections, JetStream's usage, and Go's runtime (empty: off; e.g. 127.0.0.1:9470); and\n"+
+		"HOST:PORT/healthz, the readiness of a rolling restart: 200 once this server is current with the meta leader\n"+
+		"and with every stream it holds a replica of (JSON: each stream, its leader, whether this replica is current),\n"+
+		"503 before (and while it stops): take the next server down only after a 200 from the restarted one. Off loopback,\n"+
 		"--pprof and --flight-trace on it need a login token, logged once at start as a URL with ?token= ($"+metricsTokenEnv+"\n"+
 		"supplies your own; set, it is needed on loopback too); /metrics stays open")
 	var metricsAllow webguard.Hosts
@@ -676,6 +680,11 @@ func serverMain(args []string) int {
 	pprofOn := fs.Bool("pprof", false, "also serve Go's profiler (net/http/pprof) under /debug/pprof/ on the --metrics listener, and sample\n"+
 		"lock contention and blocking for its mutex and block profiles (costs a little CPU); for diagnosis: whoever\n"+
 		"reaches the listener can read goroutine stacks and the command line")
+	lameDuck := fs.Duration("lame-duck", natsserver.DefaultLameDuck, "on SIGTERM or SIGINT, with --cluster: first move the leadership of every stream and consumer this\n"+
+		"server leads to the others (up to 10 s), then lame duck mode: stop accepting clients, tell them and the routes, stop\n"+
+		"JetStream here, and close the clients a few at a time over this long (after a fifth of it, at most 2 s), so they\n"+
+		"reconnect to the other servers while their requests still reach the leaders: a rolling restart leaves no request\n"+
+		"unanswered (0: stop at once; a second signal always does). A standalone server stops at once")
 	flightDir := fs.String("flight-trace", "", "keep the last seconds of Go's execution trace in memory (up to 15 s or 24 MB); a POST to\n"+
 		"/debug/flight-trace on the --metrics listener writes them to a file in this directory (at most one per 5 s;\n"+
 		"go tool trace FILE): what the server was doing when clients saw a stall; costs CPU while on (empty: off)")
@@ -720,7 +729,7 @@ Examples:
 		log.Error("tickd server: unexpected argument (see tickd server --help)", "arg", fs.Arg(0))
 		return 2
 	}
-	cfg := natsserver.Config{Listen: *listen, Sync: *sync, Name: *name, Cluster: *clusterAddr, AuthDir: *authDir, Insecure: *insecure,
+	cfg := natsserver.Config{Listen: *listen, Sync: *sync, Name: *name, Cluster: *clusterAddr, AuthDir: *authDir, Insecure: *insecure, LameDuck: *lameDuck,
 		TLSCert: *tlsCert, TLSKey: *tlsKey, TLSCA: *tlsCA, TLSVerify: *tlsVerify, WebSocket: *webSocket,
 		Logger: natsserver.SlogLogger(log)}
 	if *wsOrigins != "" {
@@ -772,7 +781,10 @@ Examples:
 	if *metricsAddr != "" {
 		reg := runtimeRegistry()
 		reg.MustRegister(srv.Collector())
-		stop, err := serveHTTP(*metricsAddr, metricsAllow, reg, *pprofOn, fl, log)
+		stop, err := serveHTTP(*metricsAddr, metricsAllow, reg, *pprofOn, fl, log, func(mux *http.ServeMux, addr string) {
+			mux.Handle("/healthz", healthHandler(srv))
+			log.Info("readiness", "url", "http://"+addr+"/healthz")
+		})
 		if err != nil {
 			srv.Stop()
 			log.Error("tickd server", "err", err)
@@ -789,12 +801,48 @@ Examples:
 			"advertise", !*noAdvertise)
 	}
 	log.Info("NATS JetStream server ready", attrs...)
-	sigs := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	<-sigs
-	log.Info("shutting down")
-	srv.Stop()
+	if *lameDuck <= 0 || *clusterAddr == "" {
+		log.Info("shutting down")
+		srv.Stop()
+		return 0
+	}
+	log.Info("stopping gracefully: moving stream leaders to the other servers, then lame duck mode (signal again to stop at once)",
+		"lame_duck", *lameDuck)
+	go func() {
+		<-sigs
+		log.Warn("second signal: stopping at once")
+		srv.Shutdown()
+	}()
+	began := time.Now()
+	rep, err := srv.GracefulStop(10 * time.Second)
+	attrs = []any{"leaderships_moved", rep.Moved, "moved_in", rep.MovedIn.Round(time.Millisecond),
+		"lame_duck_took", rep.LameDuck.Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond)}
+	if err != nil || rep.Left.Assets() > 0 {
+		log.Warn("stopped; some leaderships did not move before lame duck mode (it moved them itself)",
+			append(attrs, "still_led", rep.Left.String(), "err", err)...)
+		return 0
+	}
+	log.Info("stopped gracefully", attrs...)
 	return 0
+}
+
+// healthHandler serves the server's readiness for a rolling restart (natsserver.Health) as JSON:
+// 200 when ready, 503 when not.
+func healthHandler(srv *natsserver.Server) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		h := srv.Health()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if !h.Ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(h)
+	})
 }
 
 // faultHooks returns the fault-injection hooks of the process tests, or nils. Only with
