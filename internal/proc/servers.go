@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -355,6 +357,53 @@ func (s *Servers) RestartServer(ctx context.Context, i int) error {
 	m := s.members[i]
 	m.Proc().Kill()
 	return s.startMember(ctx, m)
+}
+
+// StopServerGracefully sends server i SIGTERM (tickd server's graceful stop: leaderships moved
+// off, then lame duck mode) and waits until it has exited, within ctx.
+func (s *Servers) StopServerGracefully(ctx context.Context, i int) error {
+	p := s.members[i].Proc()
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case <-p.Exited():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s did not exit after SIGTERM: %w", s.members[i].Name, ctx.Err())
+	}
+}
+
+// WaitReady polls server i's readiness (GET /healthz on its --metrics listener, which ServerArgs
+// must give it) until it answers 200, within ctx, and returns how long that took.
+func (s *Servers) WaitReady(ctx context.Context, i int) (time.Duration, error) {
+	start := time.Now()
+	p := s.members[i].Proc()
+	var last string
+	for {
+		if u := p.MetricsURL(); u != "" {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			req, _ := http.NewRequestWithContext(rctx, http.MethodGet, strings.TrimSuffix(u, "/metrics")+"/healthz", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					cancel()
+					return time.Since(start), nil
+				}
+				last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+			} else {
+				last = err.Error()
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), fmt.Errorf("%s not ready: %w (last: %s)", s.members[i].Name, ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Index is the index of the server JetStream calls name, or -1.
