@@ -229,7 +229,7 @@ A node that joins a cluster without --shards, --partitions or --replicas takes t
 explicitly, a value other than the cluster's is refused.
 
 Signals: SIGINT or SIGTERM hands every shard off to the other nodes (or, alone, flushes and
-releases them) and exits; a second signal exits at once.
+releases them) and exits, within --shutdown-timeout; a second signal exits at once.
 `)
 	}
 	parseFlags(fs, syncArgs(os.Args[1:]))
@@ -717,6 +717,10 @@ Examples:
   tickd server --server-name s2 --listen 127.0.0.1:4223 --cluster 127.0.0.1:6223 --routes $R --data d2 --sync &
   tickd server --server-name s3 --listen 127.0.0.1:4224 --cluster 127.0.0.1:6224 --routes $R --data d3 --sync &
   tickd --nats nats://127.0.0.1:4222,nats://127.0.0.1:4223,nats://127.0.0.1:4224 --replicas 3 --partitions 3
+
+Signals: with --cluster, SIGINT or SIGTERM stops gracefully (--lame-duck: leaderships moved to the
+other servers, then lame duck mode); a second signal stops at once. For a rolling restart, start the
+next server's stop only once the restarted one's --metrics /healthz answers 200.
 `)
 	}
 	parseFlags(fs, syncArgs(args))
