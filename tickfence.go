@@ -33,6 +33,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -192,6 +193,7 @@ type Node struct {
 	connsMu    sync.Mutex
 	conns      []*nats.Conn // every connection opened, closed by Close
 	st         *natskv.Store
+	storeConn  *nats.Conn // st's connection: whether the store is reachable at all
 	cluster    store.Cluster
 	engine     *actor.Engine
 	node       *node.Node
@@ -315,10 +317,11 @@ func Start(ctx context.Context, opt Options) (_ *Node, err error) {
 	if err := n.openNATS(); err != nil {
 		return nil, err
 	}
-	nc, err := n.connect("store")
+	nc, err := n.connectWait(ctx, "store")
 	if err != nil {
 		return nil, err
 	}
+	n.storeConn = nc
 	cmdConn, err := n.connect("commands")
 	if err != nil {
 		return nil, err
@@ -448,6 +451,29 @@ func (n *Node) blobCollector() func(context.Context) (store.GCResult, error) {
 	return func(ctx context.Context) (store.GCResult, error) { return n.st.CollectBlobs(ctx, grace, false) }
 }
 
+// connectWait is connect for the node's first connection: servers started at the same moment as
+// the node (a new cluster brought up at once) may not listen yet, so a connection that finds no
+// server is tried again, with backoff, for up to startConnectWait (or until ctx ends).
+func (n *Node) connectWait(ctx context.Context, purpose string) (*nats.Conn, error) {
+	start, backoff := time.Now(), 100*time.Millisecond
+	for {
+		nc, err := n.connect(purpose)
+		if err == nil || !errors.Is(err, nats.ErrNoServers) || time.Since(start)+backoff > startConnectWait {
+			return nc, err
+		}
+		n.log.Info("no NATS server reachable yet; trying again", "nats", n.opt.NATS, "err", err, "waited", time.Since(start).Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// startConnectWait bounds connectWait.
+const startConnectWait = 30 * time.Second
+
 // initCluster makes (or checks) the cluster's storage as clusterinit.Init does for tickctl cluster
 // init: on nc, or on a connection of its own as the user of initCreds, closed when done. Without
 // initCreds' file (admin.creds kept offline, as the README advises) it makes nothing, and the
@@ -470,7 +496,11 @@ func (n *Node) initCluster(ctx context.Context, nc *nats.Conn, want store.Cluste
 		nc = anc
 	}
 	_, err := clusterinit.Init(ctx, nc, clusterinit.Options{Shards: want.Shards, Partitions: want.Partitions, Replicas: want.Replicas,
-		Require: req, History: n.opt.DataHistory, Progress: func(s natskv.Step) {
+		Require: req, History: n.opt.DataHistory,
+		Waiting: func(err error, waited time.Duration) {
+			n.log.Info("the JetStream cluster is still forming; trying again", "err", err, "waited", waited.Round(time.Millisecond))
+		},
+		Progress: func(s natskv.Step) {
 			switch s.State {
 			case natskv.StepExists:
 			case natskv.StepUpdated: // found wrongly shaped (a hand-made stream, an older cluster): say so loudly
@@ -674,14 +704,36 @@ func (n *Node) Session() string { return n.node.Session() }
 func (n *Node) Err() <-chan error { return n.runErr }
 
 // Stop hands every shard off to another node (or flushes and releases it), leaves the cluster
-// and closes everything Start opened. ctx bounds the hand-off.
+// and closes everything Start opened. ctx bounds the hand-off and the flush: with a deadline,
+// Stop returns by it (plus the moment closing takes), handing off what it can. Shards it could
+// neither hand off nor flush and release come back as a *node.LeaveError (errors.As) whose Cause
+// says why, e.g. that no NATS server was reachable; they move to other nodes once this node's
+// lease expires.
 func (n *Node) Stop(ctx context.Context) error {
 	err := n.node.Leave(ctx)
+	var le *node.LeaveError
+	if errors.As(err, &le) && le.Cause == "" {
+		le.Cause = n.unreachable()
+	}
 	n.Close()
 	if err != nil {
 		return fmt.Errorf("leave: %w", err)
 	}
 	return nil
+}
+
+// unreachable says why the store cannot be reached (its connection is not connected to any
+// server), or "" when it is connected.
+func (n *Node) unreachable() string {
+	nc := n.storeConn
+	if nc == nil || nc.Status() == nats.CONNECTED {
+		return ""
+	}
+	why := fmt.Sprintf("no NATS server reachable (the store's connection is %s", strings.ToLower(nc.Status().String()))
+	if err := nc.LastError(); err != nil {
+		why += "; last error: " + err.Error()
+	}
+	return why + ")"
 }
 
 // Close stops at once, without handing off: the shards move after a lease's time.

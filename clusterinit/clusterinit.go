@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,9 +43,29 @@ type Options struct {
 	Storage jetstream.StorageType
 	// History is the revisions kept per key in a new epoch's data buckets (default 1).
 	History int64
-	// Progress, if set, receives each step as it is done.
+	// Progress, if set, receives each step as it is done (again for each attempt, see Forming).
 	Progress func(natskv.Step)
+	// FormWait bounds how long Init waits for a JetStream cluster that is still forming (no meta
+	// leader yet, not every server known to it: see Forming); default DefaultFormWait.
+	FormWait time.Duration
+	// Waiting, if set, is told each time Init waits for the cluster to form: the error of the
+	// attempt that found it forming, and how long it has waited so far.
+	Waiting func(err error, waited time.Duration)
 }
+
+// DefaultFormWait is how long Init waits for a forming JetStream cluster unless Options.FormWait
+// says otherwise: a new cluster's servers elect a meta leader within seconds of seeing each other.
+const DefaultFormWait = 2 * time.Minute
+
+// firstAttempt bounds the first attempt of Init, and each later one gets twice the time of the one
+// before, up to lastAttempt: a request the JetStream API drops (sent while the meta group or a new
+// stream's group is electing: nothing answers it) fails the attempt instead of waiting out the
+// caller's whole context, and the next attempt asks again; an attempt that was only slow leaves
+// what it made for the next one, which has longer.
+const (
+	firstAttempt = 5 * time.Second
+	lastAttempt  = 30 * time.Second
+)
 
 // Result is what Init found or made.
 type Result struct {
@@ -64,7 +85,101 @@ func (r Result) Changed() bool {
 // subjects, an effects stream in memory, a control bucket without per-message TTL) is an error,
 // changed nothing; what an update repairs (an effects stream with fewer replicas than the
 // cluster's or a duplicate window under 10 minutes) is updated and reported as natskv.StepUpdated.
+//
+// A JetStream cluster that is still forming — servers started at the same moment as the nodes,
+// no meta leader elected yet, or one that does not know enough servers to place the replicas —
+// drops requests or answers them "temporarily unavailable" or "insufficient resources". Init
+// then waits (Options.FormWait, telling Options.Waiting) and tries again from the start, with
+// backoff: every step is idempotent, so a part made by an attempt that timed out, or by another
+// node's Init meanwhile, is found and checked (an equal part made by someone else is success;
+// a differently shaped one is still refused).
 func Init(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
+	wait := o.FormWait
+	if wait <= 0 {
+		wait = DefaultFormWait
+	}
+	start := time.Now()
+	backoff, attempt := 250*time.Millisecond, firstAttempt
+	for {
+		err := waitJetStream(ctx, nc, start.Add(wait))
+		var res Result
+		if err == nil {
+			actx, cancel := context.WithTimeout(ctx, attempt)
+			res, err = initOnce(actx, nc, o)
+			cancel()
+			attempt = min(2*attempt, lastAttempt)
+		}
+		if err == nil || !Forming(err) || ctx.Err() != nil {
+			return res, err
+		}
+		waited := time.Since(start)
+		if waited+backoff > wait {
+			return res, fmt.Errorf("the JetStream cluster did not form within %v (no meta leader, or too few servers for the replicas): %w", wait, err)
+		}
+		if o.Waiting != nil {
+			o.Waiting(err, waited)
+		}
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// waitJetStream waits (until deadline at most) for the JetStream API to answer: in a cluster, only
+// its meta leader answers account info, so an answer means one has been elected. Each request is
+// short: one sent while the servers elect is dropped, never answered.
+func waitJetStream(ctx context.Context, nc *nats.Conn, deadline time.Time) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.AccountInfo(rctx)
+		cancel()
+		if err == nil || !Forming(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Forming reports whether err is what a JetStream cluster that is still forming answers (or does
+// not): a request timed out or found no responder, or the API said JetStream is temporarily
+// unavailable, has no leader for the request, lacks the servers or resources to place it yet, or
+// the stream is offline. Anything else (a refusal, a shape that is not tickfence's) is an answer.
+func Forming(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) {
+		return true
+	}
+	var ae *jetstream.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode {
+		case 10005, // no suitable peers for placement
+			10007, // JetStream cluster not assigned to this server
+			10008, // JetStream system temporarily unavailable
+			10009, // JetStream cluster can not handle request
+			10023, // insufficient resources
+			10118, // stream is offline
+			10194: // stream is offline: reason
+			return true
+		}
+	}
+	return false
+}
+
+// initOnce is one attempt of Init.
+func initOnce(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	want := store.DefaultCluster()
 	if o.Shards != 0 {
 		want.Shards = o.Shards

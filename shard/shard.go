@@ -544,6 +544,12 @@ func (sh *shardRun) rotate(old store.Grant, adopt uint64) (store.Grant, bool) {
 		}
 	}, func(err error) bool { return errors.Is(err, errLost) })
 	if err != nil {
+		if !errors.Is(err, errLost) && sh.ctx.Err() != nil {
+			// Given up because the host is closing (a shutdown while the store could not be
+			// reached), not because another owner has the shard.
+			sh.stop("shutdown", "rotation", "not settled")
+			return store.Grant{}, false
+		}
 		sh.stop("stale_owner", logkey.CASResult, "lost", logkey.Err, err)
 		return store.Grant{}, false
 	}

@@ -13,11 +13,9 @@ import (
 
 // backup writes the latest value of every key of the current epoch's data buckets to a file.
 func (c *cli) backup(ctx context.Context, path string) error {
-	b, err := store.TakeBackup(ctx, c.st, func(done int) {
-		if !c.g.json {
-			fmt.Fprintf(os.Stderr, "\rbacking up: %d keys", done)
-		}
-	})
+	pr := newProgress(c.g.json)
+	b, err := store.TakeBackup(ctx, c.st, func(done int) { pr.show("backing up: %d keys", done) })
+	pr.clear()
 	if err != nil {
 		return err
 	}
@@ -27,9 +25,6 @@ func (c *cli) backup(ctx context.Context, path string) error {
 	}
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		return err
-	}
-	if !c.g.json {
-		fmt.Fprint(os.Stderr, "\r\033[K")
 	}
 	return c.done(map[string]any{"file": path, "epoch": b.Cluster.Epoch, "keys": len(b.Entries), "bytes": len(data),
 		"shards": b.Cluster.Shards, "partitions": b.Cluster.Partitions, "replicas": b.Cluster.ReplicasOr1()},
@@ -54,21 +49,16 @@ func (c *cli) restore(ctx context.Context, path string) error {
 	}
 	// FromEpoch: the epoch the operator was told would be sealed. If another restore finished
 	// meanwhile, this one is refused instead of restoring again over the live epoch.
+	pr := newProgress(c.g.json)
 	cl, err := store.Restore(ctx, c.st, b, store.RestoreOptions{Operator: operator(), Takeover: c.g.takeover,
 		FromEpoch: c.cl.Epoch,
-		Progress: func(done, total int) {
-			if !c.g.json {
-				fmt.Fprintf(os.Stderr, "\rrestoring: %d/%d keys", done, total)
-			}
-		}})
+		Progress:  func(done, total int) { pr.show("restoring: %d/%d keys", done, total) }})
+	pr.clear()
 	if errors.Is(err, store.ErrRestoreClaimed) {
 		return fmt.Errorf("%w (if it crashed: --takeover finishes it with this backup; restore --undo releases it if it sealed nothing)", err)
 	}
 	if err != nil {
 		return err
-	}
-	if !c.g.json {
-		fmt.Fprint(os.Stderr, "\r\033[K")
 	}
 	return c.done(map[string]any{"file": path, "sealed_epoch": c.cl.Epoch, "epoch": cl.Epoch, "keys": len(b.Entries)},
 		"restored %d keys into epoch %d; epoch %d is sealed; nodes move to epoch %d and the coordinator assigns every shard",

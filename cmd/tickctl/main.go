@@ -224,8 +224,7 @@ type shardRow struct {
 func (c *cli) shards(ctx context.Context) error {
 	var rows []shardRow
 	owners := map[string]int{}
-	fi, _ := os.Stderr.Stat()
-	progress := !c.g.json && fi != nil && fi.Mode()&os.ModeCharDevice != 0 // only on a terminal
+	pr := newProgress(c.g.json)
 	for s := uint32(0); s < c.cl.Shards; s++ {
 		a, rev, err := c.st.Assignment(ctx, c.cl.Epoch, s)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -237,13 +236,11 @@ func (c *cli) shards(ctx context.Context) error {
 		}
 		rows = append(rows, shardRow{Shard: s, Owner: a.Owner, Session: a.Session, Token: rev, Instances: len(ids)})
 		owners[a.Owner]++
-		if progress && s%64 == 63 && s+1 < c.cl.Shards {
-			fmt.Fprintf(os.Stderr, "\rreading shards %d/%d", s+1, c.cl.Shards)
+		if s%64 == 63 && s+1 < c.cl.Shards {
+			pr.show("reading shards %d/%d", s+1, c.cl.Shards)
 		}
 	}
-	if progress && c.cl.Shards > 64 {
-		fmt.Fprint(os.Stderr, "\r\033[K")
-	}
+	pr.clear()
 	if c.g.json {
 		return c.printJSON(map[string]any{"cluster": c.cl, "shards": rows})
 	}

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tickfence/tickfence/auth"
 	"github.com/tickfence/tickfence/coordinator"
+	"github.com/tickfence/tickfence/shard/natscmd"
 	"github.com/tickfence/tickfence/store"
 	"github.com/tickfence/tickfence/store/natskv"
 )
@@ -28,6 +30,10 @@ type statusJSON struct {
 	*coordinator.State
 	Replicas   uint32                   `json:"replicas"`
 	Partitions []natskv.PartitionStream `json:"partitions"`
+	// Streams is every stream of the cluster (control bucket, data partitions, blobs, effects,
+	// audit) as its leader reports it; StreamsOK says each has a leader and every replica current.
+	Streams   []natskv.StreamStatus `json:"streams"`
+	StreamsOK bool                  `json:"streams_ok"`
 }
 
 func (c *cli) status(ctx context.Context) error {
@@ -39,8 +45,13 @@ func (c *cli) status(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("data buckets of epoch %d: %w", s.Cluster.Epoch, err)
 	}
+	streams := c.streams(ctx, s.Cluster)
+	allOK := true
+	for _, st := range streams {
+		allOK = allOK && st.OK()
+	}
 	if c.g.json {
-		return c.printJSON(statusJSON{State: s, Replicas: s.Cluster.ReplicasOr1(), Partitions: parts})
+		return c.printJSON(statusJSON{State: s, Replicas: s.Cluster.ReplicasOr1(), Partitions: parts, Streams: streams, StreamsOK: allOK})
 	}
 	leader := "(none)"
 	if s.Leader != nil {
@@ -59,11 +70,64 @@ func (c *cli) status(ctx context.Context) error {
 			st.Node, st.Shards, strings.Join(st.Drained, ", "))
 	}
 	fmt.Fprintln(c.out)
+	if err := c.streamTable(streams, allOK); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.out)
 	if err := c.partitionTable(parts); err != nil {
 		return err
 	}
 	fmt.Fprintln(c.out)
 	return c.nodeTable(s)
+}
+
+// streams asks every stream of the cluster about its replicas: the control bucket (leases, the
+// shards' grants: its leader's loss stops every node's renewals), the data partitions of the
+// epoch, blobs, effects and audit.
+func (c *cli) streams(ctx context.Context, cl store.Cluster) []natskv.StreamStatus {
+	out := []natskv.StreamStatus{c.st.StreamStatus(ctx, "control", "KV_"+store.ControlBucket)}
+	for p := range cl.Partitions {
+		out = append(out, c.st.StreamStatus(ctx, fmt.Sprintf("data p%d", p), "KV_"+store.DataBucket(cl.Epoch, p)))
+	}
+	return append(out, c.st.StreamStatus(ctx, "blobs", natskv.BlobStream),
+		c.st.StreamStatus(ctx, "effects", natscmd.EffectsStream),
+		c.st.StreamStatus(ctx, "audit", auth.AuditStream))
+}
+
+// streamTable shows one line per stream: its leader, the replicas current with it and those
+// lagging or offline; and the readiness of a rolling restart.
+func (c *cli) streamTable(streams []natskv.StreamStatus, allOK bool) error {
+	w := c.table()
+	fmt.Fprintln(w, "STREAM\tHOLDS\tREPLICAS\tLEADER\tCURRENT\tLAGGING")
+	bad := 0
+	for _, st := range streams {
+		leader, current, lagging := st.Leader, strings.Join(st.Current, ","), strings.Join(st.Lagging, ", ")
+		switch {
+		case st.Err != "":
+			leader, current, lagging = "(no answer: "+st.Err+")", "-", "-"
+		case leader == "":
+			leader, current = "(none: electing)", "-"
+		}
+		if current == "" {
+			current = "-"
+		}
+		if lagging == "" {
+			lagging = "-"
+		}
+		if !st.OK() {
+			bad++
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", st.Stream, st.Role, st.Replicas, leader, current, lagging)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if allOK {
+		fmt.Fprintf(c.out, "streams: all %d led, every replica current (safe to take one server down)\n", len(streams))
+	} else {
+		fmt.Fprintf(c.out, "streams: %d of %d without a leader or with a replica not current: wait before taking a server down\n", bad, len(streams))
+	}
+	return nil
 }
 
 // partitionTable shows each data bucket's stream: replicas (how many are current), its leader
@@ -257,23 +321,23 @@ func (c *cli) rebalance(ctx context.Context, dryRun bool) error {
 		return w.Flush()
 	}
 	start := time.Now()
+	pr := newProgress(c.g.json)
 	done, err := coordinator.ApplyPlan(ctx, c.st, c.cl.Epoch, plan.Moves, c.g.maxMoves, func(p coordinator.ApplyProgress) {
 		switch {
 		case p.Refused != nil:
+			pr.clear()
 			fmt.Fprintf(os.Stderr, "shard %d: not moved: %v\n", p.Move.Shard, p.Refused)
-		case !c.g.json:
-			fmt.Fprintf(os.Stderr, "\rrebalancing: %d/%d moves done", p.Done, p.Total)
+		default:
+			pr.show("rebalancing: %d/%d moves done", p.Done, p.Total)
 		}
 	})
+	pr.clear()
 	if err != nil {
 		return err
 	}
 	after, err := c.state(ctx)
 	if err != nil {
 		return err
-	}
-	if !c.g.json {
-		fmt.Fprintln(os.Stderr)
 	}
 	return c.done(map[string]any{"moves": done, "imbalance_before": plan.Before, "imbalance_after": after.Imbalance,
 		"seconds": time.Since(start).Seconds()},

@@ -3,7 +3,10 @@ package main
 import (
 	"flag"
 	"io"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestSyncFlag: --sync, DESIGN.md's --sync always, --sync=always and --sync=false, with the
@@ -44,5 +47,25 @@ func TestSyncFlag(t *testing.T) {
 	fs.Var((*syncFlag)(&on), "sync", "")
 	if err := fs.Parse([]string{"--sync=sometimes"}); err == nil {
 		t.Error("--sync=sometimes accepted")
+	}
+}
+
+// TestShutdownTimeoutEnv: --shutdown-timeout defaults to $TICKFENCE_SHUTDOWN_TIMEOUT, else 5 s;
+// a value that is not a duration is refused at start (run), not taken as the default.
+func TestShutdownTimeoutEnv(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want time.Duration
+	}{{"", 5 * time.Second}, {"3s", 3 * time.Second}, {"1m", time.Minute}, {"soon", -1}} {
+		t.Setenv(shutdownTimeoutEnv, c.env)
+		if got := envShutdownTimeout(); got != c.want {
+			t.Errorf("$%s=%q: default %v, want %v", shutdownTimeoutEnv, c.env, got, c.want)
+		}
+	}
+	t.Setenv(shutdownTimeoutEnv, "soon")
+	o := options{nodeID: "n1", shards: 1, partitions: 1, replicas: 1, checkpointEvery: 1, maxCatchUp: time.Second,
+		lease: 2 * time.Second, demoPlayers: 1, demoRate: 1, dataHistory: 1, writeStrategy: "auto", shutdownTimeout: envShutdownTimeout()}
+	if err := run(o, shapeSet{}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "--shutdown-timeout") {
+		t.Fatalf("run with $%s=soon: %v; want --shutdown-timeout refused", shutdownTimeoutEnv, err)
 	}
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -85,6 +86,7 @@ type options struct {
 	maxMoves        int
 	rebalanceEvery  time.Duration
 	handoffTimeout  time.Duration
+	shutdownTimeout time.Duration
 	blobGCEvery     time.Duration
 	blobGCGrace     time.Duration
 	maxCmdDelay     time.Duration
@@ -185,6 +187,10 @@ func main() {
 	fs.StringVar(&o.writeStrategy, "write-strategy", "auto", "how records are written: single (each its own fenced write, pipelined), batches (a shard's records of a\n"+
 		"tick as one atomic batch, one in flight per shard) or auto (batches when the cluster's buckets have replicas: a\n"+
 		"replicated stream's leader takes one fenced write per shard at a time)")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", envShutdownTimeout(), "on SIGTERM or SIGINT: exit within this long, having handed off what the other nodes could take\n"+
+		"and flushed and released the rest (the hand-offs get all but a third of it, at most 2 s, kept for the\n"+
+		"flush); what is left then (no NATS server reachable) is logged once and moves when the lease expires.\n"+
+		"Keep it under your orchestrator's grace period (Kubernetes: 30 s). $"+shutdownTimeoutEnv+" sets the default")
 	fs.DurationVar(&o.handoffTimeout, "handoff-timeout", 5*time.Second, "coordinator: reassign a moving shard anyway if its old owner has not released it by then")
 	fs.DurationVar(&o.blobGCEvery, "blob-gc-every", coordinator.DefaultBlobGCEvery, "coordinator leader: collect unreferenced large-state blobs this often (negative: never; only\n"+
 		"where this node's connection may delete them: the embedded server without --auth, or no credentials; else run tickctl gc as admin)")
@@ -232,7 +238,7 @@ A node that joins a cluster without --shards, --partitions or --replicas takes t
 explicitly, a value other than the cluster's is refused.
 
 Signals: SIGINT or SIGTERM hands every shard off to the other nodes (or, alone, flushes and
-releases them) and exits; a second signal exits at once.
+releases them) and exits, within --shutdown-timeout; a second signal exits at once.
 `)
 	}
 	parseFlags(fs, syncArgs(os.Args[1:]))
@@ -269,7 +275,9 @@ releases them) and exits; a second signal exits at once.
 	}
 	log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU(), "gogc", gcPercent())
 	if err := run(o, set, log); err != nil {
-		log.Error("tickd failed", "err", err)
+		if !errors.Is(err, errLogged) {
+			log.Error("tickd failed", "err", err)
+		}
 		os.Exit(1)
 	}
 }
@@ -328,6 +336,9 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	}
 	if err := store.ValidTTL(o.lease); err != nil {
 		return fmt.Errorf("--lease: %w", err)
+	}
+	if o.shutdownTimeout <= 0 {
+		return fmt.Errorf("--shutdown-timeout must be positive, got %v (from $%s or the flag)", o.shutdownTimeout, shutdownTimeoutEnv)
 	}
 	every, err := demoEvery(o.demoPlayers, o.demoRate)
 	if err != nil {
@@ -417,20 +428,69 @@ func run(o options, set shapeSet, log *slog.Logger) error {
 	}
 	summarize(ctx, o.summaryEvery, node.Shard(), node.Engine(), m, driver, fl, log)
 
+	// The deadline counts from the signal: the demo players' stop comes out of it too.
+	began := time.Now()
+	lctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
 	if driver != nil {
 		driver.Stop()
 	}
-	lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	n := 0
 	if h := node.Shard().Host(); h != nil {
 		n = h.Instances()
 	}
-	if err := node.Stop(lctx); err != nil {
+	err = node.Stop(lctx)
+	if le, ok := leaveError(err); ok {
+		// Once, with what kept them: the shards' own errors ("still loading: context deadline
+		// exceeded") say only that time ran out.
+		log.Error("left the cluster with shards not handed off: they move once this node's lease expires, their unwritten ticks lost",
+			"shards", le.Shards, "held", len(le.Held), "cause", leaveCause(le), "shutdown_timeout", o.shutdownTimeout,
+			"took", time.Since(began).Round(time.Millisecond), "instances_at_signal", n)
+		return errLogged
+	}
+	if err != nil {
 		return err
 	}
-	log.Info("left the cluster: every shard handed off or flushed and released", "instances_at_signal", n)
+	log.Info("left the cluster: every shard handed off or flushed and released", "instances_at_signal", n,
+		"took", time.Since(began).Round(time.Millisecond))
 	return nil
+}
+
+// leaveCause is why a leave left shards behind: the node's diagnosis, or the first shard's error.
+func leaveCause(le *node.LeaveError) string {
+	if le.Cause != "" {
+		return le.Cause
+	}
+	if j, ok := le.Err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 0 {
+		return j.Unwrap()[0].Error()
+	}
+	return le.Err.Error()
+}
+
+// leaveError is err's *node.LeaveError, if it has one.
+func leaveError(err error) (*node.LeaveError, bool) {
+	var le *node.LeaveError
+	return le, errors.As(err, &le)
+}
+
+// errLogged is a failure run has logged itself: main exits 1 without logging it again.
+var errLogged = errors.New("logged")
+
+// shutdownTimeoutEnv is the default of --shutdown-timeout.
+const shutdownTimeoutEnv = "TICKFENCE_SHUTDOWN_TIMEOUT"
+
+// envShutdownTimeout is $TICKFENCE_SHUTDOWN_TIMEOUT as a duration, 5 s if unset, and -1 if it is
+// not a duration (run refuses it).
+func envShutdownTimeout() time.Duration {
+	v := os.Getenv(shutdownTimeoutEnv)
+	if v == "" {
+		return 5 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return -1
+	}
+	return d
 }
 
 // nodeOptions are the node's options from the flags: NATS (embedded unless --nats/NATS_URL
@@ -494,7 +554,7 @@ func serveHTTP(addr string, allow []string, reg *prometheus.Registry, pprof bool
 		login = playerPath // the node's demo page (serveMetrics)
 	}
 	guard, err := webguard.New(webguard.Options{Name: "metrics", Addr: guardAddr, AllowHosts: allow, AllowFlag: "--metrics-allow-host",
-		TokenEnv: metricsTokenEnv, Open: []string{"/metrics"}, LoginPath: login, Log: log})
+		TokenEnv: metricsTokenEnv, Open: []string{"/metrics", "/healthz"}, LoginPath: login, Log: log})
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("--metrics: %w", err)
@@ -602,6 +662,10 @@ func serverMain(args []string) int {
 	name := fs.String("server-name", "", "this server's name (default \"tickd-server\" standalone); required with --cluster: unique in the\n"+
 		"cluster and the same on every restart, as JetStream's peers know each other by name")
 	clusterName := fs.String("cluster-name", natsserver.DefaultClusterName, "the JetStream cluster's name; the same on every server of it")
+	noAdvertise := fs.Bool("no-advertise", false, "with --cluster: do not tell clients the other servers' client URLs (nats-server's cluster\n"+
+		"no_advertise): clients reconnect only to the URLs they were given (tickd --nats lists every server), so a\n"+
+		"client behind a proxy or NAT never tries an address it cannot reach, and one partitioned from its servers\n"+
+		"stays partitioned instead of reconnecting around the partition")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text (the NATS server's own warnings and errors too)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error (debug adds the NATS server's notices)")
 	authDir := fs.String("auth", "", "enforce the roles of this directory (tickctl auth init DIR): every client needs one of its credentials")
@@ -616,7 +680,10 @@ func serverMain(args []string) int {
 	wsOrigins := fs.String("websocket-origin", "", "comma-separated origins (http://HOST:PORT) of the web pages allowed to use --websocket, * for\n"+
 		"any; required without --auth (any page a browser visits could open the socket otherwise)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics on HOST:PORT/metrics: the server's messages and bytes in and out, bytes queued\n"+
-		"to slow readers, connections, JetStream's usage, and Go's runtime (empty: off; e.g. 127.0.0.1:9470). Off loopback,\n"+
+		"to slow readers, connections, JetStream's usage, and Go's runtime (empty: off; e.g. 127.0.0.1:9470); and\n"+
+		"HOST:PORT/healthz, the readiness of a rolling restart: 200 once this server is current with the meta leader\n"+
+		"and with every stream it holds a replica of (JSON: each stream, its leader, whether this replica is current),\n"+
+		"503 before (and while it stops): take the next server down only after a 200 from the restarted one. Off loopback,\n"+
 		"--pprof and --flight-trace on it need a login token, logged once at start as a URL with ?token= ($"+metricsTokenEnv+"\n"+
 		"supplies your own; set, it is needed on loopback too); /metrics stays open")
 	var metricsAllow webguard.Hosts
@@ -625,6 +692,11 @@ func serverMain(args []string) int {
 	pprofOn := fs.Bool("pprof", false, "also serve Go's profiler (net/http/pprof) under /debug/pprof/ on the --metrics listener, and sample\n"+
 		"lock contention and blocking for its mutex and block profiles (costs a little CPU); for diagnosis: whoever\n"+
 		"reaches the listener can read goroutine stacks and the command line")
+	lameDuck := fs.Duration("lame-duck", natsserver.DefaultLameDuck, "on SIGTERM or SIGINT, with --cluster: first move the leadership of every stream and consumer this\n"+
+		"server leads to the others (up to 10 s), then lame duck mode: stop accepting clients, tell them and the routes, stop\n"+
+		"JetStream here, and close the clients a few at a time over this long (after a fifth of it, at most 2 s), so they\n"+
+		"reconnect to the other servers while their requests still reach the leaders: a rolling restart leaves no request\n"+
+		"unanswered (0: stop at once; a second signal always does). A standalone server stops at once")
 	flightDir := fs.String("flight-trace", "", "keep the last seconds of Go's execution trace in memory (up to 15 s or 24 MB); a POST to\n"+
 		"/debug/flight-trace on the --metrics listener writes them to a file in this directory (at most one per 5 s;\n"+
 		"go tool trace FILE): what the server was doing when clients saw a stall; costs CPU while on (empty: off)")
@@ -657,6 +729,10 @@ Examples:
   tickd server --server-name s2 --listen 127.0.0.1:4223 --cluster 127.0.0.1:6223 --routes $R --data d2 --sync &
   tickd server --server-name s3 --listen 127.0.0.1:4224 --cluster 127.0.0.1:6224 --routes $R --data d3 --sync &
   tickd --nats nats://127.0.0.1:4222,nats://127.0.0.1:4223,nats://127.0.0.1:4224 --replicas 3 --partitions 3
+
+Signals: with --cluster, SIGINT or SIGTERM stops gracefully (--lame-duck: leaderships moved to the
+other servers, then lame duck mode); a second signal stops at once. For a rolling restart, start the
+next server's stop only once the restarted one's --metrics /healthz answers 200.
 `)
 	}
 	parseFlags(fs, syncArgs(args))
@@ -669,7 +745,7 @@ Examples:
 		log.Error("tickd server: unexpected argument (see tickd server --help)", "arg", fs.Arg(0))
 		return 2
 	}
-	cfg := natsserver.Config{Listen: *listen, Sync: *sync, Name: *name, Cluster: *clusterAddr, AuthDir: *authDir, Insecure: *insecure,
+	cfg := natsserver.Config{Listen: *listen, Sync: *sync, Name: *name, Cluster: *clusterAddr, AuthDir: *authDir, Insecure: *insecure, LameDuck: *lameDuck,
 		TLSCert: *tlsCert, TLSKey: *tlsKey, TLSCA: *tlsCA, TLSVerify: *tlsVerify, WebSocket: *webSocket,
 		Logger: natsserver.SlogLogger(log)}
 	if *wsOrigins != "" {
@@ -681,6 +757,10 @@ Examples:
 			log.Error("tickd server: --routes needs --cluster (the address this server accepts routes on)")
 			return 2
 		}
+		if *noAdvertise {
+			log.Error("tickd server: --no-advertise needs --cluster (a standalone server has no other servers to advertise)")
+			return 2
+		}
 		if cfg.Name == "" {
 			cfg.Name = "tickd-server"
 		}
@@ -690,7 +770,7 @@ Examples:
 				"unique in the cluster and the same on every restart, because JetStream's peers know each other by name")
 			return 2
 		}
-		cfg.ClusterName = *clusterName
+		cfg.ClusterName, cfg.NoAdvertise = *clusterName, *noAdvertise
 		for r := range strings.SplitSeq(*routes, ",") {
 			if r = strings.TrimSpace(r); r != "" {
 				cfg.Routes = append(cfg.Routes, r)
@@ -717,7 +797,10 @@ Examples:
 	if *metricsAddr != "" {
 		reg := runtimeRegistry()
 		reg.MustRegister(srv.Collector())
-		stop, err := serveHTTP(*metricsAddr, metricsAllow, reg, *pprofOn, fl, log)
+		stop, err := serveHTTP(*metricsAddr, metricsAllow, reg, *pprofOn, fl, log, func(mux *http.ServeMux, addr string) {
+			mux.Handle("/healthz", healthHandler(srv))
+			log.Info("readiness", "url", "http://"+addr+"/healthz")
+		})
 		if err != nil {
 			srv.Stop()
 			log.Error("tickd server", "err", err)
@@ -730,15 +813,52 @@ Examples:
 		attrs = append(attrs, "websocket", srv.WebSocketURL())
 	}
 	if *clusterAddr != "" {
-		attrs = append(attrs, "cluster", srv.ClusterName(), "route_url", srv.RouteURL(), "routes", strings.Join(cfg.Routes, ","))
+		attrs = append(attrs, "cluster", srv.ClusterName(), "route_url", srv.RouteURL(), "routes", strings.Join(cfg.Routes, ","),
+			"advertise", !*noAdvertise)
 	}
 	log.Info("NATS JetStream server ready", attrs...)
-	sigs := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	<-sigs
-	log.Info("shutting down")
-	srv.Stop()
+	if *lameDuck <= 0 || *clusterAddr == "" {
+		log.Info("shutting down")
+		srv.Stop()
+		return 0
+	}
+	log.Info("stopping gracefully: moving stream leaders to the other servers, then lame duck mode (signal again to stop at once)",
+		"lame_duck", *lameDuck)
+	go func() {
+		<-sigs
+		log.Warn("second signal: stopping at once")
+		srv.Shutdown()
+	}()
+	began := time.Now()
+	rep, err := srv.GracefulStop(10 * time.Second)
+	attrs = []any{"leaderships_moved", rep.Moved, "moved_in", rep.MovedIn.Round(time.Millisecond),
+		"lame_duck_took", rep.LameDuck.Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond)}
+	if err != nil || rep.Left.Assets() > 0 {
+		log.Warn("stopped; some leaderships did not move before lame duck mode (it moved them itself)",
+			append(attrs, "still_led", rep.Left.String(), "err", err)...)
+		return 0
+	}
+	log.Info("stopped gracefully", attrs...)
 	return 0
+}
+
+// healthHandler serves the server's readiness for a rolling restart (natsserver.Health) as JSON:
+// 200 when ready, 503 when not.
+func healthHandler(srv *natsserver.Server) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		h := srv.Health()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if !h.Ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(h)
+	})
 }
 
 // faultHooks returns the fault-injection hooks of the process tests, or nils. Only with

@@ -49,6 +49,13 @@ func (h *History) Len() int {
 	return len(h.ops)
 }
 
+// Ops is a copy of the operations recorded so far.
+func (h *History) Ops() []Op {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Op(nil), h.ops...)
+}
+
 // MinDamage and MaxDamage bound an attack's damage (actor/dungeon, outside enrage).
 const (
 	MinDamage = 50

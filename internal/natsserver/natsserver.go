@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -39,6 +40,12 @@ type Config struct {
 	Routes []string
 	// ClusterName names the cluster (default DefaultClusterName); every server of it uses the same.
 	ClusterName string
+	// NoAdvertise keeps the other servers' client URLs from this server's clients (nats-server's
+	// cluster no_advertise): a client then reconnects only to the URLs it was given, so a client
+	// cut off from them stays cut off (a partition means what it says) and a client behind a proxy
+	// or NAT never tries addresses it cannot reach. Lame duck mode then names no other server
+	// either: clients move to the others of their own list.
+	NoAdvertise bool
 	// AuthDir is an auth directory (tickctl auth init): the server enforces its roles, and every
 	// client needs one of its credentials (package auth). Empty: no authentication.
 	AuthDir string
@@ -57,9 +64,15 @@ type Config struct {
 	// browser on this machine visits could otherwise open the socket and rewrite shards.
 	// Clients that send no Origin (not browsers) are always accepted.
 	WebSocketOrigins []string
+	// LameDuck is how long GracefulStop's lame duck mode takes to close the server's clients, after
+	// a grace period of a fifth of it (at most 2 s) in which they are told it is going; 0: 5 s.
+	LameDuck time.Duration
 	// Logger receives the server's own log (permission violations, refused clients); nil: none.
 	Logger server.Logger
 }
+
+// DefaultLameDuck is Config.LameDuck's default.
+const DefaultLameDuck = 5 * time.Second
 
 // DefaultClusterName is the JetStream cluster's name unless Config.ClusterName says otherwise.
 const DefaultClusterName = "tickfence"
@@ -67,7 +80,8 @@ const DefaultClusterName = "tickfence"
 // Server is a running embedded server.
 type Server struct {
 	*server.Server
-	cfg Config
+	cfg      Config
+	stopping atomic.Bool // GracefulStop began: not ready for anything any more
 }
 
 // Options are the NATS server options of cfg: JetStream with its files in DataDir, fsync on every
@@ -85,6 +99,11 @@ func Options(cfg Config) (*server.Options, error) {
 		MaxPayload:         1 << 20,
 		JetStreamMaxMemory: 1 << 30,
 	}
+	ld := cfg.LameDuck
+	if ld <= 0 {
+		ld = DefaultLameDuck
+	}
+	opts.LameDuckDuration, opts.LameDuckGracePeriod = ld, min(ld/5, 2*time.Second)
 	if cfg.Listen != "" {
 		host, port, err := hostPort(cfg.Listen)
 		if err != nil {
@@ -137,7 +156,7 @@ func Options(cfg Config) (*server.Options, error) {
 	if name == "" {
 		name = DefaultClusterName
 	}
-	opts.Cluster = server.ClusterOpts{Name: name, Host: host, Port: port}
+	opts.Cluster = server.ClusterOpts{Name: name, Host: host, Port: port, NoAdvertise: cfg.NoAdvertise}
 	if cfg.TLSCert != "" {
 		if cfg.TLSCA == "" {
 			return nil, errors.New("TLS on a cluster needs the CA (routes verify each other's certificate)")

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -133,9 +135,11 @@ func (s *Servers) start(ctx context.Context) error {
 			s.onClose(func() { p.Close() })
 			routes = append(routes, "nats-route://"+p.Addr())
 		}
+		// --no-advertise: a node learns no server's own client URL, so it reconnects only through its
+		// proxies and a partition made with them is one (DirectNodes stays empty).
 		m.args = append([]string{"server", "--listen", m.ClientAddr, "--data", filepath.Join(s.cfg.DataDir, m.Name),
 			"--cluster", m.RouteAddr, "--routes", strings.Join(routes, ","), "--server-name", m.Name,
-			"--cluster-name", "tickfence"}, s.cfg.ServerArgs...)
+			"--cluster-name", "tickfence", "--no-advertise"}, s.cfg.ServerArgs...)
 	}
 	s.URL = strings.Join(urls, ",")
 	for _, m := range s.members {
@@ -280,7 +284,7 @@ func (s *Servers) HoldNode(id string) {
 
 // CutNode closes every connection of a node to the servers and refuses new ones until HealNode.
 // A NATS client reconnects to the server URLs it learnt from the servers (not the proxies) unless
-// the servers keep them to themselves: Bypasses shows it.
+// the servers keep them to themselves, as the harness's do (--no-advertise): Bypasses shows it.
 func (s *Servers) CutNode(id string) {
 	for _, p := range s.NodeLinks(id) {
 		p.Cut()
@@ -353,6 +357,53 @@ func (s *Servers) RestartServer(ctx context.Context, i int) error {
 	m := s.members[i]
 	m.Proc().Kill()
 	return s.startMember(ctx, m)
+}
+
+// StopServerGracefully sends server i SIGTERM (tickd server's graceful stop: leaderships moved
+// off, then lame duck mode) and waits until it has exited, within ctx.
+func (s *Servers) StopServerGracefully(ctx context.Context, i int) error {
+	p := s.members[i].Proc()
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case <-p.Exited():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s did not exit after SIGTERM: %w", s.members[i].Name, ctx.Err())
+	}
+}
+
+// WaitReady polls server i's readiness (GET /healthz on its --metrics listener, which ServerArgs
+// must give it) until it answers 200, within ctx, and returns how long that took.
+func (s *Servers) WaitReady(ctx context.Context, i int) (time.Duration, error) {
+	start := time.Now()
+	p := s.members[i].Proc()
+	var last string
+	for {
+		if u := p.MetricsURL(); u != "" {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			req, _ := http.NewRequestWithContext(rctx, http.MethodGet, strings.TrimSuffix(u, "/metrics")+"/healthz", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					cancel()
+					return time.Since(start), nil
+				}
+				last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+			} else {
+				last = err.Error()
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), fmt.Errorf("%s not ready: %w (last: %s)", s.members[i].Name, ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Index is the index of the server JetStream calls name, or -1.
@@ -547,7 +598,8 @@ func (s *Servers) RouteBypasses() ([]string, error) {
 
 // DirectNodes lists the live nodes with a connection straight to a server's client port, not
 // through their proxies: a node's NATS client learns the servers' own client URLs from them and
-// may reconnect there after losing its server.
+// may reconnect there after losing its server (not with --no-advertise, which the harness gives
+// the servers).
 func (s *Servers) DirectNodes() ([]string, error) {
 	direct, err := s.direct()
 	if err != nil {

@@ -328,7 +328,12 @@ func (n *Node) handOff(ctx context.Context, host *shard.Host, s uint32, e store.
 
 // Leave hands every shard off before the node exits (SIGTERM): the node announces it is leaving,
 // the coordinator moves its shards away, and whatever is left when no other node can take it (or
-// at the deadline) is flushed and released here.
+// when the hand-off's share of ctx's deadline is over) is flushed and released here. With a
+// deadline on ctx the whole of Leave ends by it: hand-offs until flushReserve before it, then the
+// flush of the rest (without one, the flush gets 10 s of its own once ctx ends). Shards neither
+// handed off nor flushed and released by then (the store unreachable, a rotation that never
+// settled) are a *LeaveError: they move to other nodes once this node's lease expires, with their
+// last unwritten ticks lost.
 func (n *Node) Leave(ctx context.Context) error {
 	n.leaving.Store(true)
 	n.mu.Lock()
@@ -340,26 +345,80 @@ func (n *Node) Leave(ctx context.Context) error {
 	if l != nil {
 		l.Renew()
 	}
+	handCtx, fctx := ctx, ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		handCtx, cancel = context.WithDeadline(ctx, deadline.Add(-flushReserve(time.Until(deadline))))
+		defer cancel()
+	}
 	last := time.Now()
-	for len(host.Shards()) > 0 && n.othersAlive(ctx) {
+	for len(host.Shards()) > 0 && n.othersAlive(handCtx) {
 		if time.Since(last) > 2*time.Second {
 			n.log.Info("leaving: handing shards off", "shards_left", len(host.Shards()))
 			last = time.Now()
 		}
 		select {
-		case <-ctx.Done():
+		case <-handCtx.Done():
 			n.log.Warn("leaving: hand-off deadline passed; flushing the rest here", "shards_left", len(host.Shards()))
-			fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			return host.Close(fctx)
+			if _, ok := ctx.Deadline(); !ok {
+				var cancel context.CancelFunc
+				fctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+			}
+			return closeHost(fctx, host)
 		case <-n.cfg.Clock.After(100 * time.Millisecond):
 		}
 	}
 	if len(host.Shards()) == 0 { // all handed on (else no other node could take them: Close releases them)
 		n.awaitRegrants(ctx, host)
 	}
-	return host.Close(ctx)
+	return closeHost(fctx, host)
 }
+
+// flushReserve is the part of a leave's remaining time kept for flushing and releasing what was
+// not handed off: a third of it, at most 2 s (a flush is one write per instance, in parallel).
+func flushReserve(left time.Duration) time.Duration {
+	return min(max(left, 0)/3, 2*time.Second)
+}
+
+// closeHost flushes and releases the shards still held (Host.Close); those it could not are a
+// *LeaveError.
+func closeHost(ctx context.Context, host *shard.Host) error {
+	held := host.Shards()
+	err := host.Close(ctx)
+	if err == nil {
+		return nil
+	}
+	e := &LeaveError{Held: held, Shards: 1, Err: err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		e.Shards = len(j.Unwrap()) // one error per shard (Host.Close joins them)
+	}
+	return e
+}
+
+// LeaveError is a Leave that ended with shards neither handed off nor flushed and released: they
+// move once the node's lease expires, and their instances lose the ticks not written yet.
+type LeaveError struct {
+	Shards int      // how many were left
+	Held   []uint32 // the shards still held when the flush began (those left are among them)
+	Err    error    // Host.Close's errors, one per shard left
+	// Cause, if set, is what kept them (the caller's diagnosis, e.g. no NATS server reachable);
+	// Error names it instead of the per-shard errors.
+	Cause string
+}
+
+func (e *LeaveError) Error() string {
+	why := e.Cause
+	if why == "" {
+		why = e.Err.Error()
+		if j, ok := e.Err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 1 {
+			why = fmt.Sprintf("%v (and %d more)", j.Unwrap()[0], len(j.Unwrap())-1)
+		}
+	}
+	return fmt.Sprintf("%d of %d shards neither handed off nor flushed: %s", e.Shards, len(e.Held), why)
+}
+
+func (e *LeaveError) Unwrap() error { return e.Err }
 
 // awaitRegrants keeps the lease (up to 5 s) until no shard key names this session any more: the
 // shards it handed on are granted elsewhere by then. Exiting at once would drop the lease while

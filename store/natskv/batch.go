@@ -158,6 +158,17 @@ func (s *Store) commitBatch(b *nbatch) ([]uint64, error) {
 	defer cancel()
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 50*time.Millisecond) {
 		ack, err := s.sendBatch(ctx, b)
+		if noneTook(err) && ctx.Err() == nil {
+			// Nobody took the commit: the stream's leadership is moving (the old leader stopped
+			// taking its subjects before the new one started) or its interest has not crossed the
+			// routes yet. Nothing was stored; send the batch again, under a new ID.
+			select {
+			case <-s.quit:
+				return nil, fmt.Errorf("%s: store closed: %w", b.op(), store.ErrUnknownOutcome)
+			case <-time.After(backoff):
+			}
+			continue
+		}
 		if err != nil {
 			// The commit may have been sent: whether it was stored is not known.
 			return nil, fmt.Errorf("%s: %w: %v", b.op(), store.ErrUnknownOutcome, err)

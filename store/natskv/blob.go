@@ -86,8 +86,15 @@ func (s *Store) openBlobs(ctx context.Context) (obs jetstream.ObjectStore, state
 			state, note = StepUpdated, "roll-ups refused (one publish with Nats-Rollup: all would empty it)"
 		}
 	}
-	if err == nil {
+	// Found or made a moment ago (on a forming cluster its stream may not be found for a moment
+	// more, as madeInfo says): bound, asking again.
+	for deadline := time.Now().Add(madeWait); err == nil; {
 		obs, err = s.js.ObjectStore(ctx, store.BlobBucket)
+		if !errors.Is(err, jetstream.ErrBucketNotFound) || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		err = nil
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
 		return nil, "", "", fmt.Errorf("object store %s: %w", store.BlobBucket, err)

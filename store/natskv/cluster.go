@@ -72,7 +72,7 @@ func (s *Store) createDataBucket(ctx context.Context, name string, history int64
 	} else if err != nil {
 		return fmt.Errorf("create bucket %s: %w", name, err)
 	}
-	kv, err := s.js.KeyValue(ctx, name)
+	kv, err := s.bindMade(ctx, name)
 	if err != nil {
 		return fmt.Errorf("create bucket %s: %w", name, err)
 	}
@@ -308,4 +308,68 @@ func (s *Store) stepDown(ctx context.Context, stream, to string) error {
 		return errors.New("leader stepdown of " + stream + ": not done")
 	}
 	return nil
+}
+
+// BlobStream is the stream of the blobs Object Store bucket (store.BlobBucket).
+const BlobStream = blobStream
+
+// StreamStatus is one stream of a tickfence cluster as its leader reports it: its replicas, which
+// are current with the leader and which lag or are offline (tickctl status: whether a server may
+// be taken down now).
+type StreamStatus struct {
+	Stream   string   `json:"stream"`
+	Role     string   `json:"role"` // what it holds: control, data p<k>, blobs, effects, audit
+	Replicas int      `json:"replicas"`
+	Leader   string   `json:"leader,omitempty"`  // "" while it elects one (or could not be asked)
+	Current  []string `json:"current,omitempty"` // servers whose replica is current, the leader first
+	// Lagging are the other replicas: "name (N operations behind)", or "name (offline)".
+	Lagging  []string `json:"lagging,omitempty"`
+	Messages uint64   `json:"messages"`
+	Err      string   `json:"error,omitempty"` // its info could not be read (no leader answers while it elects)
+}
+
+// OK says the stream has a leader and every replica is current.
+func (s StreamStatus) OK() bool {
+	return s.Err == "" && s.Leader != "" && len(s.Current) == s.Replicas && len(s.Lagging) == 0
+}
+
+// StreamStatus asks a stream's leader about it (within 3 s: a stream without a leader does not
+// answer).
+func (s *Store) StreamStatus(ctx context.Context, role, stream string) StreamStatus {
+	st := StreamStatus{Stream: stream, Role: role}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	str, err := s.js.Stream(ctx, stream)
+	var info *jetstream.StreamInfo
+	if err == nil {
+		info, err = str.Info(ctx)
+	}
+	if err != nil {
+		st.Err = err.Error()
+		return st
+	}
+	st.Replicas, st.Messages = max(info.Config.Replicas, 1), info.State.Msgs
+	c := info.Cluster
+	if c == nil || c.Name == "" { // a standalone server: its one copy is the current one
+		st.Leader, st.Current = "(standalone)", []string{"(standalone)"}
+		if c != nil && c.Leader != "" {
+			st.Leader, st.Current = c.Leader, []string{c.Leader}
+		}
+		return st
+	}
+	if c.Leader == "" {
+		return st
+	}
+	st.Leader, st.Current = c.Leader, []string{c.Leader}
+	for _, r := range c.Replicas {
+		switch {
+		case r.Offline:
+			st.Lagging = append(st.Lagging, r.Name+" (offline)")
+		case !r.Current:
+			st.Lagging = append(st.Lagging, fmt.Sprintf("%s (%d operations behind)", r.Name, r.Lag))
+		default:
+			st.Current = append(st.Current, r.Name)
+		}
+	}
+	return st
 }

@@ -52,7 +52,7 @@ func (s *Store) Init(ctx context.Context, want store.Cluster, check func(store.C
 // checkControl refuses a control bucket that is not tickfence's: its subjects, per-message TTL
 // (leases expire) and no roll-ups (controlShape, which Bootstrap ran).
 func (s *Store) checkControl(ctx context.Context) error {
-	info, err := s.streamInfo(ctx, store.ControlBucket)
+	info, err := s.madeInfo(ctx, store.ControlBucket)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (s *Store) checkControl(ctx context.Context) error {
 // tickfence did before) is updated: the server allows roll-ups wherever it writes markers, so
 // the markers go, and watchers learn of an expiry from ControlWatch's own check instead.
 func (s *Store) controlShape(ctx context.Context) (updated bool, err error) {
-	info, err := s.streamInfo(ctx, store.ControlBucket)
+	info, err := s.madeInfo(ctx, store.ControlBucket)
 	if err != nil {
 		return false, err
 	}
@@ -95,7 +95,7 @@ func (s *Store) controlShape(ctx context.Context) (updated bool, err error) {
 // refuseRollups makes sure a data bucket's stream refuses roll-ups (createDataBucket), updating one
 // made before it did; a sealed one is left as it is (it takes nothing any more).
 func (s *Store) refuseRollups(ctx context.Context, bucket string) error {
-	info, err := s.streamInfo(ctx, bucket)
+	info, err := s.madeInfo(ctx, bucket)
 	if err != nil {
 		return err
 	}

@@ -222,7 +222,7 @@ func (s *Store) settle() {
 				p.done(ack.Sequence, nil)
 				reuseRecordBuf(p.fut.Msg())
 			case err := <-p.fut.Err():
-				if apiCode(err) == codeSubjectBusy {
+				if apiCode(err) == codeSubjectBusy || noneTook(err) {
 					s.wg.Add(1)
 					go s.retryBusy(p)
 					continue
@@ -241,7 +241,8 @@ func (s *Store) settle() {
 }
 
 // retryBusy resends a write the stream leader refused with 10164 (the fence subject was busy with
-// another proposal). The refusal is definite, so the resend cannot duplicate it.
+// another proposal), or that nobody took (noneTook). The refusal is definite, so the resend cannot
+// duplicate it.
 func (s *Store) retryBusy(p pending) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.AckTimeout)
@@ -367,8 +368,8 @@ func (s *Store) createControl(ctx context.Context, replicas int) (string, error)
 	state := StepCreated
 	kv, err := s.js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) {
-		state = StepExists
-		kv, err = s.js.KeyValue(ctx, cfg.Bucket)
+		state = StepExists // made by another at the same moment, or by an attempt whose answer was lost
+		kv, err = s.bindMade(ctx, cfg.Bucket)
 	}
 	if err != nil {
 		return "", fmt.Errorf("create bucket %s: %w", cfg.Bucket, err)
@@ -458,8 +459,9 @@ func (s *Store) bootstrap(ctx context.Context, want store.Cluster) (store.Cluste
 	} else if err != nil {
 		return store.Cluster{}, fmt.Errorf("create cluster record: %w", err)
 	}
-	c, err = s.Cluster(ctx)
-	if err != nil {
+	// From the stream leader: a replica serving a direct get may not have the record yet (ours,
+	// or the one another node's Create wrote a moment ago).
+	if c, err = s.leaderCluster(ctx); err != nil {
 		return store.Cluster{}, err
 	}
 	s.step("cluster record", store.ClusterKey, state, clusterNote(c))
@@ -506,6 +508,22 @@ func (s *Store) Cluster(ctx context.Context) (store.Cluster, error) {
 	c, err := readCluster(ctx, ctl)
 	if err != nil {
 		return store.Cluster{}, err
+	}
+	s.mu.Lock()
+	s.cluster = &c
+	s.mu.Unlock()
+	return c, nil
+}
+
+// leaderCluster is Cluster read through the control bucket's stream leader.
+func (s *Store) leaderCluster(ctx context.Context) (store.Cluster, error) {
+	e, err := s.LatestControl(ctx, store.ClusterKey)
+	if err != nil {
+		return store.Cluster{}, fmt.Errorf("cluster record: %w", err)
+	}
+	var c store.Cluster
+	if err := json.Unmarshal(e.Value, &c); err != nil {
+		return store.Cluster{}, fmt.Errorf("cluster record: %w", err)
 	}
 	s.mu.Lock()
 	s.cluster = &c
@@ -952,14 +970,23 @@ func reuseRecordBuf(m *nats.Msg) {
 	recordBufs.Put(&b)
 }
 
-// publishFenced publishes and waits, resending on 10164 (subject busy on a replicated stream).
+// noneTook reports a publish that no server took: no responders (jetstream's ErrNoStreamResponse,
+// after its own retries), the moment of a stream leadership transfer when neither the old leader
+// nor the new one takes the stream's subjects (a graceful server stop moves every leadership), or
+// a stream whose interest has not crossed the routes yet. Nothing was stored.
+func noneTook(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// publishFenced publishes and waits, resending on 10164 (subject busy on a replicated stream) and
+// on a publish nobody took (noneTook), until ctx ends.
 func (s *Store) publishFenced(ctx context.Context, m *nats.Msg, g store.Grant, id string) (uint64, error) {
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 50*time.Millisecond) {
 		ack, err := s.js.PublishMsg(ctx, m)
 		if err == nil {
 			return ack.Sequence, nil
 		}
-		if apiCode(err) != codeSubjectBusy {
+		if apiCode(err) != codeSubjectBusy && !noneTook(err) {
 			return 0, s.metHolder(ctx, classifyFenced("write "+id, g, err))
 		}
 		select {

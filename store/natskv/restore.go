@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -35,6 +36,42 @@ func (s *Store) Restore(ctx context.Context, b store.Backup, opt RestoreOptions)
 	}
 	return cl, err
 }
+
+// madeInfo is streamInfo of a bucket that was just found or made (by this store, or by another
+// client at the same moment): on a JetStream cluster that is still forming, a stream whose create
+// was answered (or answered "already in use") may not be found for a moment more, so a not-found
+// is asked again for up to madeWait.
+func (s *Store) madeInfo(ctx context.Context, bucket string) (*jetstream.StreamInfo, error) {
+	for deadline := time.Now().Add(madeWait); ; {
+		info, err := s.streamInfo(ctx, bucket)
+		if !errors.Is(err, store.ErrNotFound) || time.Now().After(deadline) {
+			return info, err
+		}
+		select {
+		case <-ctx.Done():
+			return info, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// bindMade binds a KV bucket just found or made, as madeInfo asks for its stream.
+func (s *Store) bindMade(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	for deadline := time.Now().Add(madeWait); ; {
+		kv, err := s.js.KeyValue(ctx, bucket)
+		if !errors.Is(err, jetstream.ErrBucketNotFound) || time.Now().After(deadline) {
+			return kv, err
+		}
+		select {
+		case <-ctx.Done():
+			return kv, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// madeWait bounds madeInfo's wait for a stream just made to be found.
+const madeWait = 5 * time.Second
 
 func (s *Store) streamInfo(ctx context.Context, bucket string) (*jetstream.StreamInfo, error) {
 	stream, err := s.js.Stream(ctx, "KV_"+bucket)
