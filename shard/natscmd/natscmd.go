@@ -242,7 +242,7 @@ func (s *Server) interest(m *nats.Msg, from origin, received time.Time, handle f
 			who, err = playerSender(name)
 		}
 		if err == nil {
-			if ok, _ := s.quotas.allow(s.Quota, shard.SenderKey(who), true, false, received); !ok {
+			if ok, _ := s.quotas.allow(s.Quota, shard.SenderKey(who), true, false, time.Now()); !ok { // as commands are: now
 				return
 			}
 		}

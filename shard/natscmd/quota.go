@@ -72,6 +72,11 @@ func (qs *quotas) allow(q Quota, key string, cmd, create bool, now time.Time) (b
 		}
 		qs.senders[key] = s
 	}
+	// A sender's clock never goes back: charged at an earlier time than before (an arrival
+	// estimated back from the queue's wait, between commands charged at now), the limiter would
+	// move its clock back and credit the gap again at the next later time — a quota refilled at
+	// will (review of issue 35).
+	now = later(now, s.used)
 	s.used = now
 	var wait time.Duration
 	var rc, rk *rate.Reservation
@@ -93,4 +98,11 @@ func (qs *quotas) allow(q Quota, key string, cmd, create bool, now time.Time) (b
 		rk.CancelAt(now)
 	}
 	return false, wait
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
