@@ -178,50 +178,21 @@ func (h *Harness) newLife(kind actor.Kind, c actor.Command, role string) (actor.
 	h.t.Helper()
 	what := "create" + roleSuffix(role)
 	var err error
-	h.call(what+": AuthorizeCreate", func() { err = authorizeCreate(kind, h.id, c) })
+	h.call(what+": AuthorizeCreate", func() { err = actor.AuthorizeCreate(kind, h.id, c) })
 	if err != nil {
-		reply, _ := replyFor(nil, err)
+		reply, _ := wire.ReplyFor(nil, err)
 		return nil, h.result(c, 0, reply, nil)
 	}
 	var logic actor.Logic
 	h.call(what+": Kind.New", func() { logic, err = kind.New(h.id, c) })
 	if err != nil {
-		reply, _ := replyFor(nil, err)
+		reply, _ := wire.ReplyFor(nil, err)
 		return nil, h.result(c, 0, reply, nil)
 	}
 	if logic == nil {
 		h.fatalf("%s: Kind.New returned neither a Logic nor an error", what)
 	}
 	return logic, nil
-}
-
-// authorizeCreate is the node's rule (shard/instance.go): the kind's CreateAuthorizer if it has
-// one (an error that is no *actor.Rejected is "forbidden"), else trusted senders only.
-func authorizeCreate(kind actor.Kind, id string, create actor.Command) error {
-	if a, ok := kind.(actor.CreateAuthorizer); ok {
-		err := a.AuthorizeCreate(id, create)
-		var rj *actor.Rejected
-		if err != nil && !errors.As(err, &rj) {
-			err = &actor.Rejected{Code: wire.CodeForbidden, Message: err.Error()}
-		}
-		return err
-	}
-	if !create.Sender.Trusted {
-		return &actor.Rejected{Code: wire.CodeForbidden, Message: fmt.Sprintf("kind %s lets only trusted senders create instances (it implements no actor.CreateAuthorizer)", kind.Name())}
-	}
-	return nil
-}
-
-// replyFor is the node's answer to what Handle returned (shard/instance.go).
-func replyFor(res any, err error) ([]byte, string) {
-	if err == nil {
-		return wire.EncodeReply(wire.Reply{OK: true, Result: res}), "ok"
-	}
-	var rj *actor.Rejected
-	if errors.As(err, &rj) {
-		return wire.EncodeReply(wire.Reply{Error: &wire.Error{Code: rj.Code, Message: rj.Message}}), rj.Code
-	}
-	return wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRejected, "%v", err)}), wire.CodeRejected
 }
 
 func (h *Harness) createdReply() []byte {
@@ -427,7 +398,7 @@ func (h *Harness) handle(l *life, tick uint64, c actor.Command) recorded {
 	var res any
 	var err error
 	h.call(where+": Handle", func() { res, err = l.logic.Handle(tick, c) })
-	reply, code := replyFor(res, err)
+	reply, code := wire.ReplyFor(res, err)
 	if code == "" {
 		h.fatalf("%s: Handle refused it with an *actor.Rejected without a Code (%q): clients branch on the code", where, errMessage(err))
 	}

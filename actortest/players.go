@@ -104,14 +104,14 @@ func (h *Harness) players(l *life, tick uint64, c actor.Command, where string) (
 	h.t.Helper()
 	switch c.Type {
 	case "join", "leave":
-		who, err := playerOf(c)
+		who, err := actor.PlayerOf(c)
 		if err != nil {
-			reply, _ = replyFor(nil, err)
+			reply, _ = wire.ReplyFor(nil, err)
 			return reply, nil, true
 		}
 		if c.Type == "leave" {
 			fx, left := h.leave(l, tick, who.Player, actor.LeaveLeft, where)
-			reply, _ = replyFor(map[string]any{"player": who.Player, "left": left, "tick": tick}, nil)
+			reply, _ = wire.ReplyFor(map[string]any{"player": who.Player, "left": left, "tick": tick}, nil)
 			return reply, fx, true
 		}
 		if !l.players.present(who.Player) {
@@ -120,7 +120,7 @@ func (h *Harness) players(l *life, tick uint64, c actor.Command, where string) (
 			}
 		}
 		i, _ := l.players.find(who.Player)
-		reply, _ = replyFor(map[string]any{"player": who.Player, "since": l.players.in[i].Since, "tick": tick}, nil)
+		reply, _ = wire.ReplyFor(map[string]any{"player": who.Player, "since": l.players.in[i].Since, "tick": tick}, nil)
 		return reply, joinFx, true
 	}
 	if p := c.Sender.Player; p != "" && !l.players.present(p) {
@@ -136,7 +136,7 @@ func (h *Harness) players(l *life, tick uint64, c actor.Command, where string) (
 func (h *Harness) join(l *life, tick uint64, who actor.Sender, where string) (refusal []byte, fx []actor.Effect) {
 	h.t.Helper()
 	if len(l.players.in) >= store.MaxPlayers {
-		reply, _ := replyFor(nil, &actor.Rejected{Code: wire.CodeRejected, Message: fmt.Sprintf(
+		reply, _ := wire.ReplyFor(nil, &actor.Rejected{Code: wire.CodeRejected, Message: fmt.Sprintf(
 			"instance %s has %d players in, as many as it may: %s cannot join", h.id, store.MaxPlayers, who.Player)})
 		return reply, nil
 	}
@@ -147,7 +147,7 @@ func (h *Harness) join(l *life, tick uint64, who actor.Sender, where string) (re
 		fx = h.takeEffects(l, where+": Join of "+who.Player)
 		h.refusals(l, where+": Join of "+who.Player, err == nil)
 		if err != nil {
-			reply, code := replyFor(nil, err)
+			reply, code := wire.ReplyFor(nil, err)
 			if code == "" {
 				h.fatalf("%s: Join of %s refused it with an *actor.Rejected without a Code (%q): clients branch on the code", where, who.Player, errMessage(err))
 			}
@@ -254,30 +254,4 @@ func (h *Harness) refusals(l *life, where string, ok bool) {
 		h.fatalf("%s: Emit refused an effect, and the game went on as if it had not: the effect is lost (a node logs it and counts it in tickfence_effects_refused_total). "+
 			"Check Emit's error: in Handle, refuse the command (bad_request) before changing anything: %v", where, effects[0])
 	}
-}
-
-// playerOf is the player a built-in join or leave is for, as a node decides it
-// (shard/players.go): the sender's own, or the one its "player" field names, which the sender must
-// act for.
-func playerOf(cmd actor.Command) (actor.Sender, error) {
-	var a struct {
-		Player string `msgpack:"player"`
-	}
-	if err := cmd.Decode(&a); err != nil {
-		return actor.Sender{}, err
-	}
-	s := cmd.Sender
-	switch {
-	case a.Player == "" && s.Player == "":
-		return s, &actor.Rejected{Code: wire.CodeBadRequest, Message: fmt.Sprintf(
-			`%s needs a player: the sender's own (a player's credential, or a trusted sender's Tickfence-Player header), or a "player" field`, cmd.Type)}
-	case a.Player == "":
-		return s, nil
-	case !actor.ValidPlayer(a.Player):
-		return s, &actor.Rejected{Code: wire.CodeBadRequest, Message: fmt.Sprintf(`%s: player %q: want 1-64 of A-Z a-z 0-9 _ -`, cmd.Type, a.Player)}
-	case !s.ActsFor(a.Player):
-		return s, &actor.Rejected{Code: wire.CodeForbidden, Message: fmt.Sprintf("%s: the sender acts for player %q, not %q", cmd.Type, s.Player, a.Player)}
-	}
-	s.Player = a.Player
-	return s, nil
 }

@@ -752,7 +752,7 @@ func (in *instance) apply(tick uint64, c Command) (a answer, now bool) {
 			a.result = "ok"
 		default:
 			res, err := in.handleLocked(tick, c) // Logic.Handle, and its players' joins (players.go)
-			a.reply, a.result = replyFor(res, err)
+			a.reply, a.result = wire.ReplyFor(res, err)
 			var effs []actor.Effect
 			if e, ok := in.logic.(actor.Emitter); ok {
 				effs = e.TakeEffects() // now: an end later in this tick drops the logic
@@ -863,8 +863,8 @@ func (in *instance) revive(c Command, a *answer) bool {
 		a.result = wire.CodeBadRequest
 		return false
 	}
-	if err := authorizeCreate(kind, in.id, cmd); err != nil {
-		a.reply, a.result = replyFor(nil, err)
+	if err := actor.AuthorizeCreate(kind, in.id, cmd); err != nil {
+		a.reply, a.result = wire.ReplyFor(nil, err)
 		return false
 	}
 	labels, err := createLabels(cmd)
@@ -875,7 +875,7 @@ func (in *instance) revive(c Command, a *answer) bool {
 	}
 	logic, err := kind.New(in.id, cmd)
 	if err != nil {
-		a.reply, a.result = replyFor(nil, err)
+		a.reply, a.result = wire.ReplyFor(nil, err)
 		return false
 	}
 	in.setKindLocked(kind)
@@ -888,37 +888,9 @@ func (in *instance) revive(c Command, a *answer) bool {
 	return true
 }
 
-// authorizeCreate is nil, or why the sender of create may not make an instance of kind
-// (actor.CreateAuthorizer; without one, only trusted senders create).
-func authorizeCreate(kind actor.Kind, id string, create actor.Command) error {
-	if a, ok := kind.(actor.CreateAuthorizer); ok {
-		err := a.AuthorizeCreate(id, create)
-		var rj *actor.Rejected
-		if err != nil && !errors.As(err, &rj) {
-			err = &actor.Rejected{Code: wire.CodeForbidden, Message: err.Error()}
-		}
-		return err
-	}
-	if !create.Sender.Trusted {
-		return &actor.Rejected{Code: wire.CodeForbidden, Message: fmt.Sprintf("kind %s lets only trusted senders create instances (it implements no actor.CreateAuthorizer)", kind.Name())}
-	}
-	return nil
-}
-
 // mayEnd: c's sender is trusted, or the untrusted sender that created the instance.
 func mayEnd(c Command, creator string) bool {
 	return c.Sender.Trusted || creator != "" && c.SenderKey == creator
-}
-
-func replyFor(res any, err error) ([]byte, string) {
-	if err == nil {
-		return wire.EncodeReply(wire.Reply{OK: true, Result: res}), "ok"
-	}
-	var rj *actor.Rejected
-	if errors.As(err, &rj) {
-		return wire.EncodeReply(wire.Reply{Error: &wire.Error{Code: rj.Code, Message: rj.Message}}), rj.Code
-	}
-	return wire.EncodeReply(wire.Reply{Error: wire.Errorf(wire.CodeRejected, "%v", err)}), wire.CodeRejected
 }
 
 // queue makes w the pending write, merging the answers of a pending write it replaces.

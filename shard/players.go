@@ -158,7 +158,7 @@ func (in *instance) handleLocked(tick uint64, c Command) (any, error) {
 	}
 	switch c.Type {
 	case "join":
-		who, err := playerOf(cmd)
+		who, err := actor.PlayerOf(cmd)
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +170,7 @@ func (in *instance) handleLocked(tick uint64, c Command) (any, error) {
 		p, _ := in.rec.Present(who.Player)
 		return map[string]any{"player": who.Player, "since": p.Since, "tick": tick}, nil
 	case "leave":
-		who, err := playerOf(cmd)
+		who, err := actor.PlayerOf(cmd)
 		if err != nil {
 			return nil, err
 		}
@@ -185,33 +185,6 @@ func (in *instance) handleLocked(tick uint64, c Command) (any, error) {
 		}
 	}
 	return in.logic.Handle(tick, cmd)
-}
-
-// playerOf is the player a built-in join or leave is for: the sender's own (a player's
-// credential, or the Tickfence-Player of a trusted sender), or the one its "player" field names,
-// which the sender must act for (actor.Sender.ActsFor: a trusted sender acting for no player may
-// name any). The sender returned acts for that player.
-func playerOf(cmd actor.Command) (actor.Sender, error) {
-	var a struct {
-		Player string `msgpack:"player"`
-	}
-	if err := cmd.Decode(&a); err != nil {
-		return actor.Sender{}, err
-	}
-	s := cmd.Sender
-	switch {
-	case a.Player == "" && s.Player == "":
-		return s, &actor.Rejected{Code: wire.CodeBadRequest, Message: fmt.Sprintf(
-			`%s needs a player: the sender's own (a player's credential, or a trusted sender's Tickfence-Player header), or a "player" field`, cmd.Type)}
-	case a.Player == "":
-		return s, nil
-	case !actor.ValidPlayer(a.Player):
-		return s, &actor.Rejected{Code: wire.CodeBadRequest, Message: fmt.Sprintf(`%s: player %q: want 1-64 of A-Z a-z 0-9 _ -`, cmd.Type, a.Player)}
-	case !s.ActsFor(a.Player):
-		return s, &actor.Rejected{Code: wire.CodeForbidden, Message: fmt.Sprintf("%s: the sender acts for player %q, not %q", cmd.Type, s.Player, a.Player)}
-	}
-	s.Player = a.Player
-	return s, nil
 }
 
 // heartbeat hands a heartbeat to its instance, if this shard runs it.

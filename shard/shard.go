@@ -757,8 +757,8 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 		sh.h.answerErr(c, wire.CodeBadRequest, "unknown kind %q (one of %v)", args.Kind, sh.h.cfg.Kinds.Names())
 		return
 	}
-	if err := authorizeCreate(kind, c.Instance, cmd); err != nil {
-		reply, code := replyFor(nil, err)
+	if err := actor.AuthorizeCreate(kind, c.Instance, cmd); err != nil {
+		reply, code := wire.ReplyFor(nil, err)
 		sh.h.answer(c, reply, code)
 		return
 	}
@@ -769,7 +769,7 @@ func (sh *shardRun) create(g store.Grant, c Command) {
 	}
 	logic, err := kind.New(c.Instance, cmd)
 	if err != nil {
-		reply, code := replyFor(nil, err)
+		reply, code := wire.ReplyFor(nil, err)
 		sh.h.answer(c, reply, code)
 		return
 	}
