@@ -494,7 +494,12 @@ func (r *rounds) round(ctx context.Context) error {
 	for s, node := range plan.Failover {
 		cur := snap.shards[s]
 		released := in.Shards[s].Released
-		if inGrace && !released && cur.Owner.Owner != "" {
+		// A session is certainly dead when its node holds a live lease under another one (it
+		// restarted): no grace for it (nor, with leaders changing often, a failover deferred for
+		// ever — the nemesis found shards of a restarted node's old session left unowned).
+		live, alive := snap.nodes[cur.Owner.Owner]
+		restarted := alive && live.Session != cur.Owner.Session
+		if inGrace && !released && cur.Owner.Owner != "" && !restarted {
 			if !r.deferred {
 				r.deferred = true
 				r.log.Info("failover deferred: the control plane has been reachable for less than a lease; its owner may renew yet",
