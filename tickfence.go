@@ -137,7 +137,7 @@ type Options struct {
 	// shards move after about this long.
 	LeaseTTL time.Duration
 	// RideThrough: how long a node whose lease cannot be renewed keeps ticking on the fence
-	// before it pauses its shards (default node.DefaultRideThrough, 15 s; negative: at once).
+	// before it pauses its shards (0, the default: at once; node.DefaultRideThrough is 15 s).
 	RideThrough time.Duration
 	// DataHistory is the revisions kept per instance key (default 1).
 	DataHistory int64

@@ -175,7 +175,7 @@ func main() {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines instead of text")
 	fs.DurationVar(&o.lease, "lease", 2*time.Second, "node and coordinator lease TTL (whole seconds); a dead node's shards move after about this long")
-	fs.DurationVar(&o.rideThrough, "ride-through", node.DefaultRideThrough, "how long a node whose lease cannot be renewed (the control bucket electing a leader) keeps ticking on the fence before it pauses its shards; negative: pause at once")
+	fs.DurationVar(&o.rideThrough, "ride-through", 0, "how long a node whose lease cannot be renewed (the control bucket electing a leader) keeps ticking on the fence before it pauses its shards (e.g. 15s; 0: pause at once)")
 	fs.BoolVar(&o.noCoordinator, "no-coordinator", false, "never become the coordinator leader (every node is a candidate otherwise)")
 	fs.IntVar(&o.maxMoves, "max-moves", 8, "coordinator: graceful moves under way at once (failover is exempt)")
 	fs.DurationVar(&o.rebalanceEvery, "rebalance-every", time.Second, "coordinator: minimum interval between load-based rebalancing rounds")

@@ -563,13 +563,16 @@ func (r *r3) partitionNode(t *testing.T, c *cluster) {
 		before[id] = c.load(id, sh)
 	}
 	p := r.srv.Node(victim)
-	fenced := metric(t, p, "tickfence_lease_ride_through_total")
+	unrenewed := func() float64 { // rode through (--ride-through), or paused at once
+		return metric(t, p, "tickfence_lease_ride_through_total") + metric(t, p, "tickfence_self_fenced_total")
+	}
+	fenced := unrenewed()
 	rejected := metric(t, p, `tickfence_state_writes_total{result="stale_owner"}`)
 	mark := p.LineCount()
 	t0 := time.Now()
 	a := watchAnswers(l, t0)
 	r.srv.HoldNode(victim)
-	for metric(t, p, "tickfence_lease_ride_through_total") <= fenced {
+	for unrenewed() <= fenced {
 		if time.Since(t0) > lease+2*time.Second {
 			t.Fatalf("%s's lease was not shown unrenewed within %v of its partition", victim, time.Since(t0))
 		}
